@@ -1,0 +1,62 @@
+"""turngym: multi-turn text environments with per-turn process signals, and turn-level
+credit-assignment trainers for LLM agents.
+
+>>> import turngym
+>>> env = turngym.make("turngym/Math-v0")
+>>> obs, info = env.reset(seed=0)
+>>> sorted(turngym.list_envs())[:1]
+['turngym/Math-v0']
+
+Importing turngym registers every env id (with gymnasium too) without importing env code,
+torch or transformers.
+"""
+
+from turngym.core import (
+    ConfigError,
+    EnvCheckError,
+    EnvSnapshot,
+    InfraError,
+    InvalidActionPolicy,
+    ResetNeeded,
+    RewardSpec,
+    Signal,
+    SnapshotError,
+    Task,
+    TaskError,
+    Transition,
+    TurngymEnv,
+    TurngymError,
+    UnknownEnvError,
+    check_env,
+    env_info,
+    list_envs,
+    make,
+    register,
+)
+import turngym.envs  # noqa: E402,F401  (registers every env family)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError",
+    "EnvCheckError",
+    "EnvSnapshot",
+    "InfraError",
+    "InvalidActionPolicy",
+    "ResetNeeded",
+    "RewardSpec",
+    "Signal",
+    "SnapshotError",
+    "Task",
+    "TaskError",
+    "Transition",
+    "TurngymEnv",
+    "TurngymError",
+    "UnknownEnvError",
+    "__version__",
+    "check_env",
+    "env_info",
+    "list_envs",
+    "make",
+    "register",
+]

@@ -1,0 +1,218 @@
+"""The ``turngym`` command line: list envs, play one by hand, evaluate an agent.
+
+Each sub-command is a function taking parsed arguments; :data:`COMMANDS` maps names to
+(setup, run) pairs, so adding a command touches nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+
+def _parse_kv(pairs: Sequence[str]) -> dict[str, Any]:
+    """``["max_steps=3", "tasks=x.jsonl"]`` → kwargs; values are JSON when they parse as JSON."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise SystemExit(f"error: --env-arg expects KEY=VALUE, got {pair!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+# ---------------------------------------------------------------------------------- envs
+def _setup_envs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _run_envs(args: argparse.Namespace) -> int:
+    import turngym
+
+    envs = turngym.list_envs()
+    if args.json:
+        rows = []
+        for env_id, desc in envs.items():
+            info = turngym.env_info(env_id)
+            rows.append({"id": env_id, "family": info.family, "max_turns": info.max_turns, "description": desc})
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = max(map(len, envs), default=0)
+    for env_id, desc in envs.items():
+        print(f"{env_id:<{width}}  {desc}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------- play
+_PLAY_HELP = """commands: type an action, or
+  :oracle     let the oracle play this turn      :random   a random action
+  :snapshot   remember this state                :restore  go back to it
+  :signals    list the declared signals          :quit     leave"""
+
+
+def _setup_play(p: argparse.ArgumentParser) -> None:
+    p.add_argument("env_id")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--task", help="task id to play (default: drawn from the seed)")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
+
+
+def _run_play(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    import turngym
+
+    env = turngym.make(args.env_id, **_parse_kv(args.env_arg))
+    rng = np.random.default_rng(args.seed)
+    options = {"task": args.task} if args.task else None
+    obs, info = env.reset(seed=args.seed, options=options)
+    if env.system_prompt:
+        print(f"--- instructions ---\n{env.system_prompt}\n")
+    print(f"--- task {info['task_id']} ---\n{obs}\n")
+    print(_PLAY_HELP)
+    snap = None
+    total = 0.0
+    while True:
+        try:
+            line = input(f"[turn {env.turn + 1}/{env.max_turns}] > ")
+        except EOFError:
+            print()
+            return 0
+        cmd = line.strip()
+        if cmd == ":quit":
+            return 0
+        if cmd == ":signals":
+            for s in env.reward_spec:
+                print(f"  {s.name:<20} [{s.low:g}, {s.high:g}] {s.kind:<10} {s.description}")
+            continue
+        if cmd == ":snapshot":
+            snap = env.snapshot()
+            print("  (state saved)")
+            continue
+        if cmd == ":restore":
+            if snap is None:
+                print("  no snapshot yet: use :snapshot first")
+            else:
+                env.restore(snap)
+                print(f"  (restored to turn {env.turn})")
+            continue
+        if cmd == ":oracle":
+            line = env.oracle_action()
+            print(f"  oracle: {line}")
+        elif cmd == ":random":
+            line = env.sample_action(rng)
+            print(f"  random: {line}")
+        obs, reward, term, trunc, info = env.step(line)
+        total += reward
+        print(obs)
+        fired = {k: round(v, 4) for k, v in info["signals"].items() if v}
+        valid = "" if info["action_valid"] else f"  INVALID ({info['invalid_reason']})"
+        print(f"  reward {reward:+.3f}  signals {fired}{valid}")
+        if term or trunc:
+            print(f"--- episode over ({'terminated' if term else 'truncated'}): outcome {info['outcome']}, return {total:+.3f}")
+            return 0
+
+
+# ---------------------------------------------------------------------------------- eval
+def _setup_eval(p: argparse.ArgumentParser) -> None:
+    p.add_argument("env_id")
+    p.add_argument("--agent", default="oracle", help="agent spec: oracle, random, ... (default: oracle)")
+    p.add_argument("--episodes", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0, help="seed of the first episode; episode i uses seed+i")
+    p.add_argument("--batch-size", type=int, default=32, help="envs stepped in lockstep per policy call")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--out", type=Path, help="write episodes.jsonl, summary.json and report.md here")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _run_eval(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    import turngym
+    from turngym.agents import make_agent
+    from turngym.rollout import run_episodes, save_episodes, summarize
+
+    if args.episodes < 1:
+        raise SystemExit("error: --episodes must be >= 1")
+    env_kwargs = _parse_kv(args.env_arg)
+    turngym.env_info(args.env_id)  # fail fast, with "did you mean", before building agents
+    agent = make_agent(args.agent, seed=args.seed)
+    bar = tqdm(total=args.episodes, desc=f"{args.agent} on {args.env_id}", disable=args.quiet or args.json, file=sys.stderr)
+    episodes = run_episodes(
+        lambda: turngym.make(args.env_id, **env_kwargs),
+        agent,
+        [args.seed + i for i in range(args.episodes)],
+        batch_size=args.batch_size,
+        env_id=args.env_id,
+        on_episode=lambda ep: bar.update(1),
+    )
+    bar.close()
+    summary = summarize(episodes, env_id=args.env_id, agent=args.agent)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        save_episodes(episodes, args.out / "episodes.jsonl")
+        (args.out / "summary.json").write_text(json.dumps(summary.to_dict(), indent=2))
+        (args.out / "report.md").write_text(_markdown(summary))
+    if args.json:
+        print(json.dumps(summary.to_dict(), indent=2))
+    else:
+        print(_markdown(summary))
+    return 0
+
+
+def _markdown(s: Any) -> str:
+    lo, hi = s.success_ci95
+    lines = [
+        f"## {s.agent} on {s.env_id}",
+        "",
+        "| metric | value |",
+        "|---|---|",
+        f"| episodes | {s.episodes} ({s.infra_errors} infra errors, excluded) |",
+        f"| success rate | {s.success_rate:.3f} (95% CI {lo:.3f}–{hi:.3f}) |",
+        f"| mean return | {s.mean_return:.3f} |",
+        f"| mean turns | {s.mean_turns:.2f} |",
+        f"| invalid-action rate | {s.invalid_action_rate:.3f} |",
+    ]
+    lines += [f"| signal `{k}` (mean per turn) | {v:.3f} |" for k, v in s.signal_means.items()]
+    lines += [f"| {k} | {v} |" for k, v in s.extra.items()]
+    return "\n".join(lines) + "\n"
+
+
+COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
+    "envs": ("list registered environments", _setup_envs, _run_envs),
+    "play": ("step an environment by hand in the terminal", _setup_play, _run_play),
+    "eval": ("evaluate an agent on an environment", _setup_eval, _run_eval),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="turngym", description="Multi-turn text environments with per-turn signals.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (help_, setup, run) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        setup(p)
+        p.set_defaults(_run=run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from turngym.core.errors import TurngymError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args._run(args)
+    except TurngymError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,303 @@
+"""The env base class every turngym environment derives from.
+
+:class:`TurngymEnv` is a :class:`gymnasium.Env` whose observations and actions are text. It
+owns what every family would otherwise re-implement, and get subtly wrong:
+
+* the turn counter and ``max_turns`` truncation (``terminated`` and ``truncated`` are never both
+  true: the task ending wins over the budget);
+* the declared invalid-action policy (a malformed action is part of the episode, never an
+  exception);
+* the ``info`` contract: ``turn``, ``signals`` (every declared signal, every turn),
+  ``state_key``, ``action_valid``, ``invalid_reason``, ``infra_error`` and, on the final turn,
+  ``outcome``;
+* task selection from the env's own seeded RNG or from ``options={"task": ...}``;
+* exact ``snapshot()`` / ``restore()`` including the RNG, so branches from one turn continue
+  identically.
+
+A family implements six small hooks: :meth:`_sample_task`, :meth:`_task_from_id`,
+:meth:`_reset`, :meth:`_step`, :meth:`_state_key`, and :meth:`oracle_action`; and it may
+override :meth:`_get_state` / :meth:`_set_state` when a deep copy of ``self.state`` is not the
+cheapest exact copy.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+
+from turngym.core.errors import ConfigError, InfraError, ResetNeeded, SnapshotError, TaskError
+from turngym.core.spaces import TextSpace
+from turngym.core.spec import RewardSpec
+from turngym.core.task import Task
+
+__all__ = ["TurngymEnv", "Transition", "EnvSnapshot", "InvalidActionPolicy", "INFO_KEYS"]
+
+#: Keys present in every ``step`` info dict (``outcome`` is added on the final turn).
+INFO_KEYS = ("turn", "signals", "state_key", "action_valid", "invalid_reason", "infra_error")
+
+
+class InvalidActionPolicy(str, Enum):
+    """What happens when the env cannot parse or apply an action.
+
+    Whatever the policy, the turn counts towards ``max_turns``, the observation tells the
+    agent what was wrong, and ``info["action_valid"]`` is False with ``info["invalid_reason"]``.
+    """
+
+    PENALIZE_AND_CONTINUE = "penalize_and_continue"
+    """Add ``invalid_action_penalty`` to the turn's reward and keep going (the default)."""
+    CONTINUE = "continue"
+    """Keep going with no penalty (the budget is the only cost)."""
+    TERMINATE = "terminate"
+    """End the episode as failed, with the penalty."""
+
+
+@dataclass(slots=True)
+class Transition:
+    """What a family's :meth:`TurngymEnv._step` returns for one turn.
+
+    Attributes:
+        obs: the observation text shown to the agent next.
+        reward: this turn's reward from the env (the outcome reward on the final turn);
+            the base class adds the invalid-action penalty.
+        terminated: the task ended (solved, failed, bought, submitted).
+        signals: this turn's process signals; undeclared-but-omitted ones default to 0.
+        valid: False if the action could not be parsed or applied.
+        invalid_reason: why, in words the agent can act on.
+        outcome: on the final turn, ``{"reward": r, "success": bool, ...components}``.
+        infra_error: set when the *infrastructure* failed; the episode ends unscored.
+    """
+
+    obs: str
+    reward: float = 0.0
+    terminated: bool = False
+    signals: Mapping[str, float] | None = None
+    valid: bool = True
+    invalid_reason: str | None = None
+    outcome: Mapping[str, Any] | None = None
+    infra_error: str | None = None
+
+
+@dataclass(frozen=True)
+class EnvSnapshot:
+    """An exact copy of an env's episode state, restorable into an env of the same class."""
+
+    env_class: str
+    task: Task | None
+    turn: int
+    done: bool
+    last_obs: str
+    rng_state: Mapping[str, Any]
+    payload: Any = field(repr=False)
+
+
+class TurngymEnv(gym.Env[str, str]):
+    """Base class of every turngym environment (text in, text out, signals every turn).
+
+    Arguments accepted by every env:
+        max_turns: turn budget; reaching it truncates the episode. Defaults to the class's
+            ``default_max_turns``.
+        invalid_action_policy: one of :class:`InvalidActionPolicy` (or its string value).
+        invalid_action_penalty: reward added on an invalid turn under the penalizing policies.
+        render_mode: ``None`` or ``"ansi"`` (``render()`` returns the last observation).
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+    reward_spec: ClassVar[RewardSpec]
+    default_max_turns: ClassVar[int] = 20
+    #: Instructions for the agent: the action grammar, with examples. Agents put this in the
+    #: system message; ``turngym play`` prints it.
+    system_prompt: str = ""
+    #: Key/value options ``reset`` accepts in addition to ``task``.
+    reset_options: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(
+        self,
+        *,
+        max_turns: int | None = None,
+        invalid_action_policy: InvalidActionPolicy | str = InvalidActionPolicy.PENALIZE_AND_CONTINUE,
+        invalid_action_penalty: float = -0.1,
+        render_mode: str | None = None,
+        max_obs_chars: int = 1 << 20,
+        max_action_chars: int = 1 << 20,
+    ) -> None:
+        if max_turns is None:
+            max_turns = self.default_max_turns
+        if not isinstance(max_turns, int) or max_turns < 1:
+            raise ConfigError(f"max_turns must be a positive int, got {max_turns!r}")
+        try:
+            self.invalid_action_policy = InvalidActionPolicy(invalid_action_policy)
+        except ValueError:
+            allowed = [p.value for p in InvalidActionPolicy]
+            raise ConfigError(
+                f"invalid_action_policy must be one of {allowed}, got {invalid_action_policy!r}"
+            ) from None
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ConfigError(f"render_mode must be None or one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.max_turns = max_turns
+        self.invalid_action_penalty = float(invalid_action_penalty)
+        self.render_mode = render_mode
+        self.observation_space = TextSpace(max_obs_chars)
+        self.action_space = TextSpace(max_action_chars)
+        self.task: Task | None = None
+        self.state: Any = None
+        self.turn = 0
+        self._done = True
+        self._last_obs = ""
+        self._zero_signals = self.reward_spec.zeros()
+
+    # ------------------------------------------------------------------ hooks for families
+    def _sample_task(self, rng: np.random.Generator) -> Task:
+        """Draw a task using only ``rng`` (the env's own seeded generator)."""
+        raise NotImplementedError
+
+    def _task_from_id(self, task_id: str) -> Task:
+        """Look up or regenerate the task called ``task_id``; raise TaskError if unknown."""
+        raise TaskError(f"{type(self).__name__} cannot look up tasks by id; pass a Task object")
+
+    def _reset(self, task: Task, options: Mapping[str, Any]) -> str:
+        """Set ``self.state`` for a fresh episode on ``task``; return the first observation."""
+        raise NotImplementedError
+
+    def _step(self, action: str) -> Transition:
+        """Apply one action to ``self.state``."""
+        raise NotImplementedError
+
+    def _state_key(self) -> str:
+        """A canonical key of the current state without history (see core.hashing)."""
+        raise NotImplementedError
+
+    def _outcome_on_truncation(self) -> dict[str, Any]:
+        """The outcome when the turn budget runs out before the task ends."""
+        return {"reward": 0.0, "success": False, "reason": "max_turns"}
+
+    def _get_state(self) -> Any:
+        """An exact, independent copy of the family state (default: deep copy)."""
+        return copy.deepcopy(self.state)
+
+    def _set_state(self, payload: Any) -> None:
+        """Install a copy made by :meth:`_get_state` (must not alias the snapshot)."""
+        self.state = copy.deepcopy(payload)
+
+    def oracle_action(self) -> str:
+        """The next action of a scripted policy that solves the current task."""
+        raise NotImplementedError
+
+    def sample_action(self, rng: np.random.Generator) -> str:
+        """A random action drawn from the family's grammar (for random agents and checks)."""
+        return self.action_space.sample()
+
+    # ------------------------------------------------------------------ gymnasium API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        options = dict(options or {})
+        unknown = sorted(set(options) - {"task", *self.reset_options})
+        if unknown:
+            raise ConfigError(
+                f"{type(self).__name__}.reset: unknown option(s) {unknown}; "
+                f"accepted: {['task', *self.reset_options]}"
+            )
+        task = options.get("task")
+        if task is None:
+            task = self._sample_task(self.np_random)
+        elif isinstance(task, str):
+            task = self._task_from_id(task)
+        elif not isinstance(task, Task):
+            raise ConfigError(f"options['task'] must be a Task or a task id string, got {type(task).__name__}")
+        self.task = task
+        self.turn = 0
+        self._done = False
+        obs = self._reset(task, options)
+        self._last_obs = obs
+        return obs, {"turn": 0, "task_id": task.id, "state_key": self._state_key()}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._done:
+            raise ResetNeeded(
+                "step() called on a finished episode (or before reset()); call env.reset() first"
+            )
+        self.turn += 1
+        if not isinstance(action, str):
+            t = Transition(
+                obs=f"Invalid action: expected text, got {type(action).__name__}.",
+                valid=False,
+                invalid_reason=f"action must be str, got {type(action).__name__}",
+            )
+        else:
+            try:
+                t = self._step(action)
+            except InfraError as exc:
+                t = Transition(obs=f"[environment infrastructure error: {exc}]", terminated=True, infra_error=str(exc))
+
+        reward = t.reward
+        terminated = t.terminated
+        outcome = t.outcome
+        if not t.valid:
+            if self.invalid_action_policy is not InvalidActionPolicy.CONTINUE:
+                reward += self.invalid_action_penalty
+            if self.invalid_action_policy is InvalidActionPolicy.TERMINATE and not terminated:
+                terminated = True
+                outcome = {"reward": 0.0, "success": False, "reason": "invalid_action"}
+        truncated = not terminated and self.turn >= self.max_turns
+
+        signals = dict(self._zero_signals)
+        if t.signals:
+            signals.update(t.signals)
+        info: dict[str, Any] = {
+            "turn": self.turn,
+            "signals": signals,
+            "state_key": self._state_key(),
+            "action_valid": t.valid,
+            "invalid_reason": t.invalid_reason,
+            "infra_error": t.infra_error,
+        }
+        if terminated or truncated:
+            self._done = True
+            if outcome is None:
+                outcome = (
+                    {"reward": 0.0, "success": False, "reason": "infra_error"}
+                    if t.infra_error
+                    else self._outcome_on_truncation()
+                )
+                reward += float(outcome.get("reward", 0.0))
+            info["outcome"] = dict(outcome)
+        self._last_obs = t.obs
+        return t.obs, float(reward), terminated, truncated, info
+
+    def render(self) -> str | None:
+        return self._last_obs if self.render_mode == "ansi" else None
+
+    # ------------------------------------------------------------------ branching
+    @property
+    def done(self) -> bool:
+        """True when the episode has ended (or no episode has started)."""
+        return self._done
+
+    def snapshot(self) -> EnvSnapshot:
+        """An exact copy of the episode state (including the RNG) to :meth:`restore` later."""
+        return EnvSnapshot(
+            env_class=type(self).__qualname__,
+            task=self.task,
+            turn=self.turn,
+            done=self._done,
+            last_obs=self._last_obs,
+            rng_state=copy.deepcopy(self.np_random.bit_generator.state),
+            payload=self._get_state(),
+        )
+
+    def restore(self, snap: EnvSnapshot) -> None:
+        """Return to the state captured by :meth:`snapshot`; the snapshot stays reusable."""
+        if not isinstance(snap, EnvSnapshot) or snap.env_class != type(self).__qualname__:
+            got = snap.env_class if isinstance(snap, EnvSnapshot) else type(snap).__name__
+            raise SnapshotError(f"cannot restore a {got} snapshot into {type(self).__qualname__}")
+        self.task = snap.task
+        self.turn = snap.turn
+        self._done = snap.done
+        self._last_obs = snap.last_obs
+        self.np_random.bit_generator.state = copy.deepcopy(dict(snap.rng_state))
+        self._set_state(snap.payload)

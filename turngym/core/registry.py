@@ -1,0 +1,129 @@
+"""Env ids: registration, ``make`` with "did you mean", and listing.
+
+Ids follow gymnasium's ``namespace/Name-vN`` form and are registered with gymnasium too, so
+``gymnasium.make("turngym/Math-v0")`` and ``turngym.make("turngym/Math-v0")`` both work.
+Entry points are ``"module:Class"`` strings: registering an env imports nothing, which keeps
+``import turngym`` fast and free of heavy dependencies (no torch, no bm25s).
+
+The difference between the two ``make``s: gymnasium wraps the env (order enforcing, passive
+checker); :func:`make` returns the turngym env itself, so ``snapshot()``/``restore()`` and
+``oracle_action()`` are directly reachable.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from turngym.core.errors import RegistrationError, UnknownEnvError
+
+__all__ = ["EnvInfo", "register", "make", "list_envs", "env_info", "load_entry_point"]
+
+_ID_RE = re.compile(r"^turngym/[A-Z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*-v\d+$")
+_ENTRY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    """What the registry knows about one env id."""
+
+    id: str
+    entry_point: str
+    description: str
+    max_turns: int
+    family: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+_REGISTRY: dict[str, EnvInfo] = {}
+
+
+def register(
+    id: str,
+    entry_point: str,
+    *,
+    description: str,
+    max_turns: int,
+    family: str,
+    kwargs: dict[str, Any] | None = None,
+) -> None:
+    """Register an env id (idempotent for an identical registration).
+
+    Args:
+        id: ``turngym/Name-vN``.
+        entry_point: ``"package.module:ClassName"``, imported lazily on ``make``.
+        description: one line shown by ``turngym envs``.
+        max_turns: the default turn budget (passed to the env as ``max_turns``).
+        family: the env family (``math``, ``shop``…), used to pick agents and reports.
+        kwargs: default constructor arguments; ``make(id, **overrides)`` overrides them.
+    """
+    if not _ID_RE.match(id):
+        raise RegistrationError(f"env id {id!r} must look like 'turngym/Name-v0'")
+    if not _ENTRY_RE.match(entry_point):
+        raise RegistrationError(f"entry point {entry_point!r} must look like 'package.module:ClassName'")
+    info = EnvInfo(id, entry_point, description, max_turns, family, dict(kwargs or {}))
+    old = _REGISTRY.get(id)
+    if old is not None:
+        if old == info:
+            return
+        raise RegistrationError(f"{id} is already registered with a different spec ({old.entry_point})")
+    _REGISTRY[id] = info
+    gym.register(id=id, entry_point=entry_point, kwargs={"max_turns": max_turns, **info.kwargs})
+
+
+def _unknown(env_id: str) -> UnknownEnvError:
+    close = difflib.get_close_matches(env_id, list(_REGISTRY), n=3, cutoff=0.5)
+    if not close:  # also try the bare names, so "math" finds "turngym/Math-v0"
+        lowered = {i.split("/")[-1].lower(): i for i in _REGISTRY}
+        hits = difflib.get_close_matches(env_id.split("/")[-1].lower(), list(lowered), n=3, cutoff=0.4)
+        close = [lowered[h] for h in hits]
+    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return UnknownEnvError(f"no env registered as {env_id!r}.{hint} Run `turngym envs` to list them.")
+
+
+def env_info(env_id: str) -> EnvInfo:
+    """The registry entry for ``env_id`` (raises UnknownEnvError with suggestions)."""
+    _ensure_builtin_envs()
+    try:
+        return _REGISTRY[env_id]
+    except KeyError:
+        raise _unknown(env_id) from None
+
+
+def load_entry_point(entry_point: str) -> type:
+    module, _, name = entry_point.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def make(env_id: str, *, remote: str | None = None, **kwargs: Any) -> Any:
+    """Create the env registered as ``env_id``, unwrapped (snapshot/oracle reachable).
+
+    Args:
+        env_id: a registered id, e.g. ``"turngym/Math-v0"``.
+        remote: URL of a turngym env server (``ws://host:port``) to run the env there instead.
+        **kwargs: constructor overrides (``max_turns=...``, family options).
+    """
+    info = env_info(env_id)
+    if remote is not None:
+        from turngym.server.client import RemoteEnv  # imported only when used
+
+        return RemoteEnv(remote, env_id, **kwargs)
+    cls = load_entry_point(info.entry_point)
+    env = cls(**{"max_turns": info.max_turns, **info.kwargs, **kwargs})
+    env.spec = gym.spec(env_id)
+    return env
+
+
+def list_envs() -> dict[str, str]:
+    """Every registered id mapped to its one-line description, sorted by id."""
+    _ensure_builtin_envs()
+    return {i: _REGISTRY[i].description for i in sorted(_REGISTRY)}
+
+
+def _ensure_builtin_envs() -> None:
+    import turngym.envs  # noqa: F401  (registers every family on first import)

@@ -1,0 +1,227 @@
+"""``turngym/Math-v0``: multi-step word problems solved with a calculator tool."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from turngym.core.env import Transition, TurngymEnv
+from turngym.core.errors import ConfigError, TaskError
+from turngym.core.hashing import state_hash
+from turngym.core.parsing import parse_tag
+from turngym.core.spec import RewardSpec, Signal
+from turngym.core.task import Task
+from turngym.envs.math import oracle
+from turngym.envs.math.calculator import calculate, format_number
+from turngym.envs.math.tasks import MAX_STEPS, MathTask, generate_task, load_gsm8k, task_from_generated_id
+from turngym.envs.math.verifier import answers_match, first_unhit
+
+__all__ = ["MathEnv", "MathState"]
+
+_TAGS = ("calc", "answer")
+_NUM = re.compile(r"\d+")
+
+SYSTEM_PROMPT = """\
+Solve the math word problem. You can use a calculator as often as you like:
+write <calc>EXPRESSION</calc> (numbers, + - * / // % **, parentheses, and sqrt abs round min max floor ceil)
+and you will receive <result>VALUE</result>. When you know the answer, write <answer>NUMBER</answer>.
+One action per message; only the first <calc> or <answer> in a message counts.
+Example: <calc>12 * 7 - 5</calc>"""
+
+
+@dataclass(frozen=True, slots=True)
+class MathState:
+    """The episode state: which gold values were hit (a bitmask) and the expressions tried.
+
+    Frozen, so a snapshot is a reference, not a copy.
+    """
+
+    hit: int = 0
+    calls: frozenset[str] = frozenset()
+
+
+class MathEnv(TurngymEnv):
+    """Multi-step arithmetic word problems with a calculator tool.
+
+    ## Description
+    The agent reads a word problem (generated, or GSM8K-format) and may call a safe calculator
+    any number of times before answering. Every gold intermediate value of the solution is
+    known, so the env can tell which calculator calls made progress.
+
+    ## Task Distribution
+    Generated problems with 1–6 steps (``min_steps``/``max_steps``), uniformly; or the tasks
+    passed as ``tasks`` (a list of :class:`MathTask` or a GSM8K JSONL path).
+
+    ## Action Space
+    Text. ``<calc>EXPR</calc>`` evaluates an arithmetic expression (exact rationals; names,
+    attributes and calls other than a few math functions are rejected).
+    ``<answer>NUMBER</answer>`` ends the episode. Only the first action tag counts.
+    Valid: ``<calc>12 * 7</calc>``, ``I think <answer>84</answer>``.
+    Invalid (no tag, unclosed tag, empty tag): ``84``, ``<answer>84``.
+
+    ## Observation
+    The problem text on reset; ``<result>V</result>`` or ``<error>why</error>`` after a
+    calculator call; a verdict after the answer; a correction after an invalid action.
+
+    ## Rewards
+    Outcome: 1 if the answer equals the gold answer as a number, else 0.
+
+    | signal | range | emitted when | meaning |
+    |---|---|---|---|
+    | tool_ok | 0–1 | calc turns | the expression evaluated |
+    | new_intermediate | 0–1 | calc turns | the result equals a gold intermediate not hit before |
+    | progress | 0–1 | every turn | fraction of the gold chain reached so far (a potential) |
+    | repeat_call | 0–1 | calc turns | the same expression was already evaluated this episode |
+    | answer_correct | 0–1 | answer turn | the final answer is correct |
+
+    ## Starting State
+    A task drawn by the env's RNG, or ``options={"task": MathTask | task_id}``.
+
+    ## Episode End
+    Terminated by ``<answer>``; truncated after ``max_turns`` (default 10).
+
+    ## Arguments
+    >>> import turngym
+    >>> env = turngym.make("turngym/Math-v0", min_steps=2, max_steps=2)
+    >>> obs, info = env.reset(seed=0)
+    >>> obs, reward, terminated, truncated, info = env.step(env.oracle_action())
+    >>> info["signals"]["new_intermediate"], terminated
+    (1.0, False)
+
+    ## Oracle
+    Replays the gold expressions in order, then answers.
+
+    ## Version History
+    * v0: initial release.
+    """
+
+    reward_spec = RewardSpec(
+        signals=(
+            Signal("tool_ok", 0, 1, "verifiable", "the calculator call evaluated without error"),
+            Signal("new_intermediate", 0, 1, "verifiable", "the result equals a gold intermediate value not reached before", weight=0.1),
+            Signal("progress", 0, 1, "verifiable", "fraction of the gold chain of values reached so far", potential=True),
+            Signal("repeat_call", 0, 1, "verifiable", "this exact expression was already evaluated in the episode", weight=-0.05),
+            Signal("answer_correct", 0, 1, "verifiable", "the final answer equals the gold answer (numerically / math-verify)"),
+        ),
+        outcome="1 if the final answer equals the gold answer as a number, else 0",
+    )
+    default_max_turns = 10
+    system_prompt = SYSTEM_PROMPT
+
+    def __init__(
+        self,
+        *,
+        tasks: Sequence[MathTask] | str | Path | None = None,
+        min_steps: int = 1,
+        max_steps: int = MAX_STEPS,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if not 1 <= min_steps <= max_steps <= MAX_STEPS:
+            raise ConfigError(f"need 1 <= min_steps <= max_steps <= {MAX_STEPS}, got {min_steps}, {max_steps}")
+        self.min_steps, self.max_steps = min_steps, max_steps
+        if isinstance(tasks, (str, Path)):
+            tasks = load_gsm8k(tasks)
+        self.tasks: tuple[MathTask, ...] | None = tuple(tasks) if tasks is not None else None
+        if self.tasks is not None and not self.tasks:
+            raise ConfigError("tasks is empty")
+        self._by_id = {t.id: t for t in self.tasks} if self.tasks else {}
+        self.state: MathState = MathState()
+
+    # -- tasks -------------------------------------------------------------------------
+    def _sample_task(self, rng: np.random.Generator) -> MathTask:
+        if self.tasks is not None:
+            return self.tasks[int(rng.integers(len(self.tasks)))]
+        steps = int(rng.integers(self.min_steps, self.max_steps + 1))
+        return generate_task(int(rng.integers(1 << 31)), steps)
+
+    def _task_from_id(self, task_id: str) -> MathTask:
+        if task_id in self._by_id:
+            return self._by_id[task_id]
+        if task_id.startswith("math/gen/"):
+            return task_from_generated_id(task_id)
+        raise TaskError(f"unknown math task id {task_id!r}")
+
+    # -- episode ---------------------------------------------------------------------------
+    def _reset(self, task: Task, options: Mapping[str, Any]) -> str:
+        if not isinstance(task, MathTask):
+            raise ConfigError(f"MathEnv needs a MathTask, got {type(task).__name__}")
+        self.state = MathState()
+        return task.prompt
+
+    def _step(self, action: str) -> Transition:
+        task: MathTask = self.task  # type: ignore[assignment]
+        parsed = parse_tag(action, _TAGS, max_body=1000)
+        chain = task.chain_values
+        n = len(chain)
+        if not parsed.ok:
+            return Transition(
+                obs=f"Invalid action: {parsed.error}. Use <calc>EXPR</calc> or <answer>NUMBER</answer>.",
+                valid=False,
+                invalid_reason=parsed.error,
+                signals={"progress": self.state.hit.bit_count() / n},
+            )
+        act = parsed.value
+        assert act is not None
+        if act.tag == "answer":
+            correct = answers_match(act.body, task.gold)
+            hit = self.state.hit | (1 << (n - 1)) if correct else self.state.hit
+            self.state = MathState(hit, self.state.calls)
+            reward = 1.0 if correct else 0.0
+            return Transition(
+                obs="Correct." if correct else "Incorrect.",
+                reward=reward,
+                terminated=True,
+                signals={"answer_correct": reward, "progress": hit.bit_count() / n},
+                outcome={"reward": reward, "success": correct, "answer": act.body, "gold": task.gold},
+            )
+        value, error = calculate(act.body)
+        repeat = 1.0 if act.body in self.state.calls else 0.0
+        calls = self.state.calls if repeat else self.state.calls | {act.body}
+        if error is not None:
+            self.state = MathState(self.state.hit, calls)
+            return Transition(
+                obs=f"<error>{error}</error>",
+                signals={"repeat_call": repeat, "progress": self.state.hit.bit_count() / n},
+            )
+        hit = self.state.hit
+        new = 0.0
+        i = first_unhit(chain, hit, value)
+        if i >= 0:
+            hit |= 1 << i
+            new = 1.0
+        self.state = MathState(hit, calls)
+        return Transition(
+            obs=f"<result>{format_number(value)}</result>",
+            signals={"tool_ok": 1.0, "new_intermediate": new, "repeat_call": repeat, "progress": hit.bit_count() / n},
+        )
+
+    def _state_key(self) -> str:
+        return state_hash((self.task.id if self.task else "", self.state.hit))
+
+    def _get_state(self) -> MathState:
+        return self.state  # immutable
+
+    def _set_state(self, payload: MathState) -> None:
+        self.state = payload
+
+    # -- policies --------------------------------------------------------------------------
+    def oracle_action(self) -> str:
+        return oracle.oracle_action(self)
+
+    def sample_action(self, rng: np.random.Generator) -> str:
+        """A random calculator call on the problem's numbers, or a random answer."""
+        task = self.task
+        numbers = _NUM.findall(task.prompt) if task else []
+        if not numbers:
+            numbers = [str(int(rng.integers(1, 100)))]
+        pick = lambda: numbers[int(rng.integers(len(numbers)))]  # noqa: E731
+        if rng.random() < 0.75:
+            op = "+-*/"[int(rng.integers(4))]
+            return f"<calc>{pick()} {op} {pick()}</calc>"
+        return f"<answer>{pick()}</answer>"

@@ -1,0 +1,77 @@
+"""Summaries of a set of episodes: what ``turngym eval`` reports.
+
+Episodes that ended in an infrastructure error are counted but excluded from every score:
+they say nothing about the agent (DESIGN.md: infra errors are never a reward of 0).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from turngym.rollout.types import Episode
+
+__all__ = ["EvalSummary", "summarize", "wilson_interval"]
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """95% Wilson score interval for a binomial proportion (sane at 0% and 100%).
+
+    >>> lo, hi = wilson_interval(200, 200); round(lo, 3), hi
+    (0.981, 1.0)
+    """
+    if n == 0:
+        return (0.0, 1.0)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+@dataclass
+class EvalSummary:
+    """Aggregate scores of an evaluation run."""
+
+    env_id: str
+    agent: str
+    episodes: int
+    scored_episodes: int
+    infra_errors: int
+    success_rate: float
+    success_ci95: tuple[float, float]
+    mean_return: float
+    mean_turns: float
+    invalid_action_rate: float
+    signal_means: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def summarize(episodes: Sequence[Episode], *, env_id: str = "", agent: str = "") -> EvalSummary:
+    """Success rate (with a 95% CI), return, turns, invalid-action rate and signal means."""
+    scored = [ep for ep in episodes if ep.infra_error is None]
+    n = len(scored)
+    wins = sum(ep.success for ep in scored)
+    turns = [t for ep in scored for t in ep.turns]
+    sig_sum: dict[str, float] = {}
+    for t in turns:
+        for k, v in t.signals.items():
+            sig_sum[k] = sig_sum.get(k, 0.0) + float(v)
+    return EvalSummary(
+        env_id=env_id,
+        agent=agent,
+        episodes=len(episodes),
+        scored_episodes=n,
+        infra_errors=len(episodes) - n,
+        success_rate=wins / n if n else 0.0,
+        success_ci95=wilson_interval(wins, n),
+        mean_return=sum(ep.total_reward for ep in scored) / n if n else 0.0,
+        mean_turns=len(turns) / n if n else 0.0,
+        invalid_action_rate=sum(not t.action_valid for t in turns) / len(turns) if turns else 0.0,
+        signal_means={k: v / len(turns) for k, v in sig_sum.items()},
+    )

@@ -1,0 +1,106 @@
+"""Trajectory records: one :class:`Turn` per env step, one :class:`Episode` per reset.
+
+Records are plain dataclasses that round-trip through JSON (one episode per JSONL line), so a
+rollout saved today loads back losslessly for training or analysis tomorrow.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Turn", "Episode", "save_episodes", "load_episodes"]
+
+
+@dataclass
+class Turn:
+    """One turn: the action taken and what the env answered."""
+
+    index: int
+    action: str
+    observation: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    signals: dict[str, float]
+    state_key: str
+    prev_state_key: str
+    action_valid: bool = True
+    invalid_reason: str | None = None
+    infra_error: str | None = None
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    prompt_ids: list[int] | None = None
+    node: int = -1
+    parent: int = -1
+
+
+@dataclass
+class Episode:
+    """A whole episode: its task, the first observation, its turns and its outcome."""
+
+    episode_id: str
+    env_id: str
+    task_id: str
+    seed: int | None
+    initial_observation: str
+    system_prompt: str = ""
+    group: str = ""
+    turns: list[Turn] = field(default_factory=list)
+    outcome: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total_reward(self) -> float:
+        return float(sum(t.reward for t in self.turns))
+
+    @property
+    def success(self) -> bool:
+        return bool(self.outcome.get("success", False))
+
+    @property
+    def infra_error(self) -> str | None:
+        return next((t.infra_error for t in self.turns if t.infra_error), None)
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.turns) and (self.turns[-1].terminated or self.turns[-1].truncated)
+
+    def messages(self) -> list[dict[str, str]]:
+        """The episode as a chat: system, first observation, then action/observation pairs."""
+        msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        msgs.append({"role": "user", "content": self.initial_observation})
+        for t in self.turns:
+            msgs.append({"role": "assistant", "content": t.action})
+            if not (t.terminated or t.truncated):
+                msgs.append({"role": "user", "content": t.observation})
+        return msgs
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Episode:
+        data = dict(data)
+        data["turns"] = [Turn(**t) for t in data.get("turns", [])]
+        return cls(**data)
+
+
+def save_episodes(episodes: Iterable[Episode], path: str | Path) -> int:
+    """Write one JSON episode per line; returns the count."""
+    n = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        for ep in episodes:
+            fh.write(json.dumps(ep.to_dict(), ensure_ascii=False) + "\n")
+            n += 1
+    return n
+
+
+def load_episodes(path: str | Path) -> Iterator[Episode]:
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                yield Episode.from_dict(json.loads(line))
