@@ -11,6 +11,7 @@ Importing turngym registers every env id (with gymnasium too) without importing 
 torch or transformers.
 """
 
+import turngym.envs  # noqa: E402,F401  (registers every env family)
 from turngym.core import (
     ConfigError,
     EnvCheckError,
@@ -33,7 +34,6 @@ from turngym.core import (
     make,
     register,
 )
-import turngym.envs  # noqa: E402,F401  (registers every env family)
 
 __version__ = "0.1.0"
 

@@ -95,14 +95,15 @@ def _run_play(args: argparse.Namespace) -> int:
                 print(f"  {s.name:<20} [{s.low:g}, {s.high:g}] {s.kind:<10} {s.description}")
             continue
         if cmd == ":snapshot":
-            snap = env.snapshot()
+            snap = (env.snapshot(), total)
             print("  (state saved)")
             continue
         if cmd == ":restore":
             if snap is None:
                 print("  no snapshot yet: use :snapshot first")
             else:
-                env.restore(snap)
+                env.restore(snap[0])
+                total = snap[1]
                 print(f"  (restored to turn {env.turn})")
             continue
         if cmd == ":oracle":
@@ -216,3 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

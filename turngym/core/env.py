@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -42,7 +42,7 @@ __all__ = ["TurngymEnv", "Transition", "EnvSnapshot", "InvalidActionPolicy", "IN
 INFO_KEYS = ("turn", "signals", "state_key", "action_valid", "invalid_reason", "infra_error")
 
 
-class InvalidActionPolicy(str, Enum):
+class InvalidActionPolicy(StrEnum):
     """What happens when the env cannot parse or apply an action.
 
     Whatever the policy, the turn counts towards ``max_turns``, the observation tells the
@@ -189,8 +189,13 @@ class TurngymEnv(gym.Env[str, str]):
         raise NotImplementedError
 
     def sample_action(self, rng: np.random.Generator) -> str:
-        """A random action drawn from the family's grammar (for random agents and checks)."""
-        return self.action_space.sample()
+        """A random action drawn from the family's grammar (for random agents and checks).
+
+        Must draw only from ``rng``. The default is random printable text; families override
+        it with actions from their grammar so random agents are a meaningful baseline.
+        """
+        n = int(rng.integers(0, 40))
+        return "".join(chr(int(c)) for c in rng.integers(32, 127, size=n))
 
     # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:

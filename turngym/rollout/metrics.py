@@ -19,7 +19,7 @@ __all__ = ["EvalSummary", "summarize", "wilson_interval"]
 def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     """95% Wilson score interval for a binomial proportion (sane at 0% and 100%).
 
-    >>> lo, hi = wilson_interval(200, 200); round(lo, 3), hi
+    >>> lo, hi = wilson_interval(200, 200); round(lo, 3), round(hi, 3)
     (0.981, 1.0)
     """
     if n == 0:

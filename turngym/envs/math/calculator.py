@@ -136,6 +136,8 @@ def _eval(node: ast.AST) -> Number:
         if not lo <= len(node.args) <= hi:
             raise CalcError(f"{node.func.id}() takes {lo}..{hi} arguments")
         return _check(fn(*(_eval(a) for a in node.args)))
+    if isinstance(node, ast.Call):
+        raise CalcError(f"only plain calls to {', '.join(sorted(_FUNCS))} are allowed")
     if isinstance(node, ast.Name):
         raise CalcError(f"unknown name {node.id!r}: only numbers and + - * / // % ** ( ) are allowed")
     raise CalcError(f"{type(node).__name__} is not allowed in a calculation")

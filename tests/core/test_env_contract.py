@@ -1,0 +1,217 @@
+"""The base env's contract: info keys, invalid-action policies, budgets, snapshots, errors."""
+
+import gymnasium
+import numpy as np
+import pytest
+
+import turngym
+from turngym.core import (
+    INFO_KEYS,
+    ConfigError,
+    InvalidActionPolicy,
+    ResetNeeded,
+    RewardSpec,
+    Signal,
+    SnapshotError,
+    Task,
+    Transition,
+    TurngymEnv,
+)
+from turngym.core.errors import InfraError
+
+
+class CounterEnv(TurngymEnv):
+    """A test double: count to a target with "+1"; "boom" simulates infrastructure failure."""
+
+    reward_spec = RewardSpec(
+        signals=(Signal("closer", 0, 1, "verifiable", "moved towards the target"),),
+        outcome="1 if the count reaches the target",
+    )
+    default_max_turns = 6
+
+    def _sample_task(self, rng):
+        return Task(id=f"count/{int(rng.integers(2, 5))}", prompt="count", gold=None)
+
+    def _task_from_id(self, task_id):
+        return Task(id=task_id, prompt="count")
+
+    def _reset(self, task, options):
+        self.state = {"n": 0, "target": int(task.id.split("/")[1])}
+        return "0"
+
+    def _step(self, action):
+        if action == "boom":
+            raise InfraError("worker died")
+        if action != "+1":
+            return Transition(obs="say +1", valid=False, invalid_reason="only '+1' is understood")
+        self.state["n"] += 1
+        done = self.state["n"] >= self.state["target"]
+        return Transition(
+            obs=str(self.state["n"]),
+            reward=1.0 if done else 0.0,
+            terminated=done,
+            signals={"closer": 1.0},
+            outcome={"reward": 1.0, "success": True} if done else None,
+        )
+
+    def _state_key(self):
+        return f"n={self.state['n']}"
+
+    def oracle_action(self):
+        return "+1"
+
+
+def test_counter_double_passes_check_env():
+    turngym.check_env(CounterEnv())
+
+
+def test_info_keys_and_outcome_only_on_final_turn():
+    env = CounterEnv()
+    env.reset(options={"task": "count/2"})
+    _, r, term, trunc, info = env.step("+1")
+    assert set(INFO_KEYS) <= set(info) and "outcome" not in info
+    assert (r, term, trunc) == (0.0, False, False)
+    _, r, term, trunc, info = env.step("+1")
+    assert (r, term, trunc) == (1.0, True, False)
+    assert info["outcome"] == {"reward": 1.0, "success": True}
+
+
+@pytest.mark.parametrize(
+    ("policy", "reward", "terminated"),
+    [("penalize_and_continue", -0.5, False), ("continue", 0.0, False), ("terminate", -0.5, True)],
+)
+def test_invalid_action_policies(policy, reward, terminated):
+    env = CounterEnv(invalid_action_policy=policy, invalid_action_penalty=-0.5)
+    env.reset(options={"task": "count/3"})
+    obs, r, term, trunc, info = env.step("hello")
+    assert (r, term, trunc) == (reward, terminated, False)
+    assert info["action_valid"] is False and "only '+1'" in info["invalid_reason"]
+    assert obs == "say +1"
+    if terminated:
+        assert info["outcome"]["success"] is False
+
+
+def test_non_string_action_is_invalid_not_an_exception():
+    env = CounterEnv()
+    env.reset(seed=0)
+    *_, info = env.step(123)  # type: ignore[arg-type]
+    assert info["action_valid"] is False
+
+
+def test_budget_truncates_and_never_both_flags():
+    env = CounterEnv(max_turns=2)
+    env.reset(options={"task": "count/4"})
+    env.step("x")
+    _, r, term, trunc, info = env.step("+1")
+    assert (term, trunc) == (False, True)
+    assert info["outcome"]["success"] is False and info["outcome"]["reason"] == "max_turns"
+    # reaching the target on the last allowed turn is a termination, not a truncation
+    env.reset(options={"task": "count/2"})
+    env.step("+1")
+    _, _, term, trunc, _ = env.step("+1")
+    assert (term, trunc) == (True, False)
+
+
+def test_step_after_end_raises_reset_needed():
+    env = CounterEnv()
+    with pytest.raises(ResetNeeded):
+        env.step("+1")
+    env.reset(options={"task": "count/2"})
+    env.step("+1")
+    env.step("+1")
+    with pytest.raises(ResetNeeded, match="reset"):
+        env.step("+1")
+
+
+def test_infra_error_ends_episode_unscored():
+    env = CounterEnv()
+    env.reset(options={"task": "count/3"})
+    obs, r, term, trunc, info = env.step("boom")
+    assert term and r == 0.0
+    assert info["infra_error"] == "worker died"
+    assert info["outcome"]["reason"] == "infra_error"
+
+
+def test_snapshot_restore_is_exact_and_reusable():
+    env = CounterEnv()
+    env.reset(seed=1, options={"task": "count/4"})
+    env.step("+1")
+    snap = env.snapshot()
+    env.step("+1")
+    env.step("+1")
+    env.restore(snap)
+    assert env.turn == 1 and env.state["n"] == 1
+    env.step("+1")
+    env.restore(snap)  # the snapshot was not aliased by the steps after the first restore
+    assert env.state["n"] == 1
+    # the RNG travels with the snapshot: draws after restore repeat
+    a = env.np_random.random()
+    env.restore(snap)
+    assert env.np_random.random() == a
+
+
+def test_restore_into_other_env_class_fails():
+    from turngym.envs.math.env import MathEnv
+
+    math_env = MathEnv()
+    math_env.reset(seed=0)
+    env = CounterEnv()
+    env.reset(seed=0)
+    with pytest.raises(SnapshotError, match="MathEnv"):
+        env.restore(math_env.snapshot())
+
+
+def test_reset_validates_options_and_config():
+    env = CounterEnv()
+    with pytest.raises(ConfigError, match="unknown option"):
+        env.reset(options={"tsk": "count/2"})
+    with pytest.raises(ConfigError, match="Task or a task id"):
+        env.reset(options={"task": 3})
+    with pytest.raises(ConfigError, match="max_turns"):
+        CounterEnv(max_turns=0)
+    with pytest.raises(ConfigError, match="invalid_action_policy"):
+        CounterEnv(invalid_action_policy="explode")
+    assert CounterEnv(invalid_action_policy=InvalidActionPolicy.TERMINATE).invalid_action_policy.value == "terminate"
+
+
+def test_signal_and_spec_validation():
+    with pytest.raises(ConfigError, match="snake_case"):
+        Signal("Bad Name", 0, 1, "verifiable", "x")
+    with pytest.raises(ConfigError, match="kind"):
+        Signal("x", 0, 1, "guess", "x")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="low <= high"):
+        Signal("x", 1, 0, "verifiable", "x")
+    with pytest.raises(ConfigError, match="twice"):
+        RewardSpec(signals=(Signal("a", 0, 1, "verifiable", ""), Signal("a", 0, 1, "verifiable", "")), outcome="")
+    spec = CounterEnv.reward_spec
+    assert spec.violations({"closer": 2.0}) == ["signal closer=2.0 outside [0, 1]"]
+    assert spec.violations({"closer": 0.5}) == []
+    assert any("undeclared" in v for v in spec.violations({"closer": 0, "x": 1}))
+    assert any("missing" in v for v in spec.violations({}))
+    assert any("outside" in v for v in spec.violations({"closer": float("nan")}))
+
+
+def test_checker_catches_broken_envs():
+    class NonDeterministic(CounterEnv):
+        def _reset(self, task, options):
+            super()._reset(task, options)
+            return str(np.random.random())  # global RNG: forbidden
+
+    class BadSignals(CounterEnv):
+        def _step(self, action):
+            t = super()._step(action)
+            t.signals = {"closer": 5.0}
+            return t
+
+    with pytest.raises(turngym.EnvCheckError, match="different episodes"):
+        turngym.check_env(NonDeterministic(), gymnasium_checks=False)
+    with pytest.raises(turngym.EnvCheckError, match="outside"):
+        turngym.check_env(BadSignals(), gymnasium_checks=False)
+
+
+def test_text_space_contains_any_unicode():
+    env = CounterEnv()
+    assert env.observation_space.contains("héllo 🙂")
+    assert not env.observation_space.contains(b"bytes")
+    assert isinstance(env.action_space.sample(), str)
+    assert isinstance(env.action_space, gymnasium.spaces.Text)

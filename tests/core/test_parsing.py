@@ -1,0 +1,101 @@
+"""The shared action parsers: what must parse, and what must not."""
+
+import pytest
+
+from turngym.core.parsing import ToolCall, parse_code_block, parse_tag, parse_tool_calls
+
+TAGS = ("calc", "answer")
+
+
+@pytest.mark.parametrize(
+    ("text", "tag", "body"),
+    [
+        ("<answer>42</answer>", "answer", "42"),
+        ("think first... <calc> 2 * 3 </calc> then more", "calc", "2 * 3"),
+        ("<calc>1+1</calc><answer>2</answer>", "calc", "1+1"),  # first complete action wins
+        ("<answer>multi\nline</answer>", "answer", "multi\nline"),
+        ("<answer>x</answer >", "answer", "x"),
+        ("<answer><b>7</b></answer>", "answer", "<b>7</b>"),
+    ],
+)
+def test_parse_tag_accepts(text, tag, body):
+    got = parse_tag(text, TAGS)
+    assert got.ok, got.error
+    assert (got.value.tag, got.value.body) == (tag, body)
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("42", "no action found"),
+        ("<answer>42", "unclosed <answer>"),
+        ("<answer></answer>", "empty"),
+        ("<answer>   </answer>", "empty"),
+        ("<Answer>4</Answer>", "no action found"),  # tags are case-sensitive, like the grammar says
+        ("<search>x</search>", "no action found"),
+        ("</answer>42<answer>", "unclosed"),
+    ],
+)
+def test_parse_tag_rejects_with_reason(text, needle):
+    got = parse_tag(text, TAGS)
+    assert not got.ok
+    assert needle in got.error
+
+
+def test_parse_tag_body_limit_and_non_string():
+    assert "too long" in parse_tag("<answer>" + "9" * 50 + "</answer>", TAGS, max_body=10).error
+    assert "must be a string" in parse_tag(None, TAGS).error  # type: ignore[arg-type]
+    assert parse_tag("<answer></answer>", TAGS, allow_empty=True).value.body == ""
+
+
+@pytest.mark.parametrize(
+    ("text", "calls"),
+    [
+        ('{"name": "ls", "arguments": {"path": "/"}}', [("ls", {"path": "/"})]),
+        ('Sure. {"name": "ls", "arguments": {}} done', [("ls", {})]),
+        ('[{"name": "a", "arguments": {"x": 1}}, {"name": "b", "arguments": {}}]', [("a", {"x": 1}), ("b", {})]),
+        ('<tool_call>{"name": "a", "arguments": {}}</tool_call>\n<tool_call>{"name": "b", "arguments": {"y": [1, "}"]}}</tool_call>', [("a", {}), ("b", {"y": [1, "}"]})]),
+        ('```json\n{"name": "f", "arguments": "{\\"k\\": 2}"}\n```', [("f", {"k": 2})]),
+        ('{"function": {"name": "g", "arguments": "{}"}}', [("g", {})]),
+        ('{"name": "h", "parameters": {"z": true}}', [("h", {"z": True})]),
+        ('{"name": "s", "arguments": {"text": "a { b"}}', [("s", {"text": "a { b"})]),
+    ],
+)
+def test_parse_tool_calls_accepts(text, calls):
+    got = parse_tool_calls(text)
+    assert got.ok, got.error
+    assert got.value == tuple(ToolCall(n, a) for n, a in calls)
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("call ls please", "no tool call found"),
+        ('{"name": "ls", "arguments": {', "no tool call found"),  # unbalanced: nothing complete
+        ('<tool_call>{"name": "ls",}</tool_call>', "not valid JSON"),
+        ('{"arguments": {}}', '"name"'),
+        ('{"name": "f", "arguments": [1]}', "must be a JSON object"),
+        ('{"name": "f", "arguments": "{oops"}', "arguments are not valid JSON"),
+        ("[]", "empty list"),
+        ("[1, 2]", "must be a JSON object"),
+    ],
+)
+def test_parse_tool_calls_rejects_with_reason(text, needle):
+    got = parse_tool_calls(text)
+    assert not got.ok
+    assert needle in got.error
+
+
+def test_parse_tool_calls_limit():
+    text = "[" + ",".join('{"name": "f"}' for _ in range(5)) + "]"
+    assert "too many" in parse_tool_calls(text, max_calls=4).error
+
+
+def test_parse_code_block():
+    text = "draft:\n```python\nx = 1\n```\nfinal:\n```py\nx = 2\n```"
+    assert parse_code_block(text).value == "x = 2\n"
+    assert parse_code_block(text, which="first").value == "x = 1\n"
+    assert parse_code_block("```\nplain\n```").value == "plain\n"
+    assert not parse_code_block("```python\n   \n```").ok
+    assert not parse_code_block("```python\nunterminated").ok
+    assert not parse_code_block("no code").ok

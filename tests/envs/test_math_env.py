@@ -1,0 +1,204 @@
+"""Math env: calculator safety, answer checking, signals, tasks, loader, oracle vs random."""
+
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+import turngym
+from turngym.agents import OracleAgent, RandomAgent
+from turngym.core.errors import ConfigError, TaskError
+from turngym.envs.math.calculator import CalcError, calculate, evaluate, format_number
+from turngym.envs.math.env import MathEnv
+from turngym.envs.math.tasks import MathTask, generate_task, generate_tasks, load_gsm8k
+from turngym.envs.math.verifier import answers_match, to_number
+from turngym.rollout import run_episodes, summarize
+
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "gsm8k_tiny.jsonl"
+
+
+@pytest.mark.parametrize(
+    ("expr", "value"),
+    [
+        ("1 + 2 * 3", Fraction(7)),
+        ("(1 + 2) * 3", Fraction(9)),
+        ("7 / 2", Fraction(7, 2)),
+        ("7 // 2", Fraction(3)),
+        ("-7 % 3", Fraction(2)),
+        ("2 ** 10", Fraction(1024)),
+        ("2^3", Fraction(8)),
+        ("0.1 + 0.2", Fraction(3, 10)),  # exact, unlike floats
+        ("sqrt(16) + abs(-2)", Fraction(6)),
+        ("round(2.567, 2)", Fraction(257, 100)),
+        ("max(3, 9, 4) - min(2, 5)", Fraction(7)),
+        ("12 × 3 ÷ 4", Fraction(9)),
+        ("5 * 4 =", Fraction(20)),
+    ],
+)
+def test_calculator_values(expr, value):
+    assert evaluate(expr) == value
+
+
+@pytest.mark.parametrize(
+    ("expr", "needle"),
+    [
+        ("__import__('os').system('true')", "only plain calls"),
+        ("__import__('os')", "unknown function"),
+        ("open('/etc/passwd')", "unknown function"),
+        ("x + 1", "unknown name"),
+        ("(1).__class__", "not allowed"),
+        ("[1, 2]", "not allowed"),
+        ("'a' * 3", "only numbers"),
+        ("lambda: 1", "not allowed"),
+        ("1 / 0", "division by zero"),
+        ("9 ** 9 ** 9", "too large"),
+        ("2 ** 100000", "too large"),
+        ("(-8) ** 0.5", "negative"),
+        ("1 +", "cannot parse"),
+        ("1" * 400, "too long"),
+        ("True + 1", "only numbers"),
+    ],
+)
+def test_calculator_rejects(expr, needle):
+    with pytest.raises(CalcError, match=needle):
+        evaluate(expr)
+    value, error = calculate(expr)
+    assert value is None and needle in error
+
+
+def test_format_number():
+    assert format_number(Fraction(72)) == "72"
+    assert format_number(Fraction(1, 4)) == "0.25"
+    assert format_number(Fraction(2, 3)) == "0.6666666667"
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "ok"),
+    [
+        ("72", "72", True),
+        ("72.0", "72", True),
+        ("$72", "72", True),
+        ("72 clips", "72", True),
+        ("1,000", "1000", True),
+        ("0.75", "3/4", True),
+        (r"\frac{3}{4}", "3/4", True),
+        (r"\boxed{72}", "72", True),
+        ("73", "72", False),
+        ("72 or 73", "72", False),
+        ("", "72", False),
+        ("seventy-two", "72", False),
+    ],
+)
+def test_answers_match(pred, gold, ok):
+    assert answers_match(pred, gold) is ok
+
+
+def test_to_number_never_raises_on_junk():
+    for junk in ["", "1/0", "..", "--5", "1e99999", "🙂"]:
+        to_number(junk)
+
+
+def test_generated_tasks_are_reproducible_and_consistent():
+    a, b = generate_task(42, 4), generate_task(42, 4)
+    assert a == b and a.id == "math/gen/4/42"
+    assert generate_task(43, 4) != a
+    for t in generate_tasks(300, seed=1):
+        assert 1 <= len(t.chain) == t.meta["steps"] <= 6
+        assert len(t.exprs) == len(t.chain)
+        for expr, value in zip(t.exprs, t.chain):
+            assert evaluate(expr) == Fraction(value), (t.id, expr, value)
+        assert t.gold == t.chain[-1]
+        assert int(t.gold) > 0
+
+
+def test_task_id_round_trips_through_reset():
+    env = MathEnv()
+    obs, info = env.reset(seed=3)
+    obs2, info2 = MathEnv().reset(options={"task": info["task_id"]})
+    assert obs == obs2 and info["state_key"] == info2["state_key"]
+    with pytest.raises(TaskError):
+        env.reset(options={"task": "math/nope"})
+
+
+def test_signals_on_a_known_task():
+    task = MathTask(id="t", prompt="Ann has 3 boxes of 4 pens and buys 5 more.", gold="17", chain=("12", "17"), exprs=("3 * 4", "12 + 5"))
+    env = MathEnv()
+    env.reset(options={"task": task})
+    _, r, term, _, info = env.step("<calc>3*4</calc>")
+    assert info["signals"] == {"tool_ok": 1.0, "new_intermediate": 1.0, "progress": 0.5, "repeat_call": 0.0, "answer_correct": 0.0}
+    _, _, _, _, info = env.step("<calc>3*4</calc>")  # the same value again: no new evidence, a repeat
+    assert info["signals"]["new_intermediate"] == 0.0 and info["signals"]["repeat_call"] == 1.0
+    key_before = info["state_key"]
+    _, _, _, _, info = env.step("<calc>1/0</calc>")
+    assert info["signals"]["tool_ok"] == 0.0 and info["action_valid"] is True
+    assert info["state_key"] == key_before  # failed call: same state
+    obs, _, _, _, info = env.step("the answer is 17")
+    assert info["action_valid"] is False and "no action found" in info["invalid_reason"]
+    obs, r, term, _, info = env.step("<answer>17</answer>")
+    assert (r, term) == (1.0, True)
+    assert info["signals"]["answer_correct"] == 1.0 and info["signals"]["progress"] == 1.0
+    assert info["outcome"] == {"reward": 1.0, "success": True, "answer": "17", "gold": "17"}
+
+
+def test_wrong_answer_scores_zero():
+    env = MathEnv()
+    env.reset(seed=0)
+    *_, r, term, trunc, info = env.step("<answer>-1</answer>")
+    assert (r, term, info["outcome"]["success"]) == (0.0, True, False)
+
+
+def test_gsm8k_loader(tmp_path):
+    tasks = load_gsm8k(FIXTURE)
+    assert [t.gold for t in tasks] == ["72", "10", "1000"]
+    assert tasks[0].chain == ("24", "72") and tasks[0].exprs == ("48/2", "48+24")
+    assert tasks[1].chain == ("1/5", "10")
+    assert tasks[2].chain == ("1000",)
+    env = MathEnv(tasks=str(FIXTURE))
+    eps = run_episodes(lambda: env, OracleAgent(), [0, 1, 2, 3], batch_size=1)
+    assert all(ep.success for ep in eps)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q", "answer": "no final line"}\n')
+    with pytest.raises(TaskError, match="####"):
+        load_gsm8k(bad)
+    bad.write_text('{"question": "q"}\n')
+    with pytest.raises(TaskError, match="'answer'"):
+        load_gsm8k(bad)
+    bad.write_text("not json\n")
+    with pytest.raises(TaskError, match="bad.jsonl:1"):
+        load_gsm8k(bad)
+
+
+def test_config_errors():
+    with pytest.raises(ConfigError):
+        MathEnv(min_steps=4, max_steps=2)
+    with pytest.raises(ConfigError):
+        MathEnv(tasks=[])
+
+
+def test_oracle_solves_all_and_random_does_not():
+    seeds = list(range(200))
+    oracle = summarize(run_episodes(lambda: turngym.make("turngym/Math-v0"), OracleAgent(), seeds))
+    random = summarize(run_episodes(lambda: turngym.make("turngym/Math-v0"), RandomAgent(seed=1), seeds))
+    assert oracle.success_rate == 1.0
+    assert random.success_rate < 0.2
+    assert oracle.signal_means["new_intermediate"] > 5 * random.signal_means["new_intermediate"]
+
+
+def test_oracle_recovers_after_random_turns():
+    import numpy as np
+
+    env = MathEnv()
+    rng = np.random.default_rng(0)
+    for seed in range(30):
+        env.reset(seed=seed)
+        for _ in range(2):
+            *_, term, trunc, _ = env.step(env.sample_action(rng))
+            if term:
+                break
+        if term:
+            continue
+        while True:
+            *_, term, trunc, info = env.step(env.oracle_action())
+            if term or trunc:
+                break
+        assert info["outcome"]["success"] or trunc
