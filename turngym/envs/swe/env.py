@@ -1,0 +1,317 @@
+"""``turngym/SWE-v0``: fix an injected bug in a small real Python repository with tools."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from turngym.core.env import Transition, TurngymEnv
+from turngym.core.errors import ConfigError, TaskError
+from turngym.core.parsing import parse_tool_calls
+from turngym.core.spec import RewardSpec, Signal
+from turngym.core.task import Task
+from turngym.envs.swe import oracle, swebench
+from turngym.envs.swe.repos import Tree, load_repo
+from turngym.envs.swe.tasks import SWETask, buggy_tree, load_tasks
+from turngym.envs.swe.tools import TOOL_FUNCS, TOOLS, truncate, validate_args
+from turngym.envs.swe.verifier import Progress, edit_touches_function, measure
+
+__all__ = ["SWEEnv", "SWEState"]
+
+MAX_CALLS_PER_TURN = 5
+
+SYSTEM_PROMPT = """\
+You are fixing a bug in a Python repository. Call tools with JSON: {"name": TOOL, "arguments": {...}}
+(one call per message, or a JSON list of up to 5 calls). Tools:
+""" + "\n".join(
+    f"- {t['function']['name']}({', '.join(t['function']['parameters']['properties'])}): {t['function']['description']}"
+    for t in TOOLS
+) + """
+Example: {"name": "search", "arguments": {"pattern": "def parse"}}
+When the tests pass, call submit. Do not edit the tests."""
+
+
+@dataclass(frozen=True, slots=True)
+class SWEState:
+    """Immutable episode state; a snapshot is a reference.
+
+    ``tree`` is the repository; ``progress`` its hidden evaluation; ``viewed`` the files the
+    agent has looked at and ``tested`` whether it ran tests since its last edit (the oracle
+    reads both; neither is part of ``state_key``, which is the tree alone).
+    """
+
+    tree: Tree
+    progress: Progress
+    viewed: frozenset[str] = frozenset()
+    tested: bool = False
+
+
+class SWEEnv(TurngymEnv):
+    """Repair a real repository whose suite an injected bug broke.
+
+    ## Description
+    The agent gets an issue-style report written from the failing tests, explores the repo,
+    edits files and runs tests with JSON tool calls, and submits. After every edit the env runs
+    the hidden evaluation (FAIL_TO_PASS and PASS_TO_PASS, SWE-bench semantics) on the new tree,
+    so every turn reports how far the repository is from fixed.
+
+    ## Task Distribution
+    The shipped validated tasks (``tasks/swe/tasks.jsonl``: AST mutations of five small
+    libraries written for turngym), or ``tasks=`` (a list of :class:`SWETask` or a JSONL path).
+    ``repos=`` restricts the repositories.
+
+    ## Action Space
+    JSON tool calls (``{"name": ..., "arguments": {...}}``, a list of up to 5, or
+    ``<tool_call>`` blocks): ``list_dir``, ``view_file``, ``search``, ``replace``,
+    ``create_file``, ``run_tests``, ``submit`` (schemas in :data:`turngym.envs.swe.tools.TOOLS`).
+    Invalid: no JSON call, unknown tool, arguments that do not fit the schema.
+
+    ## Observation
+    The problem statement on reset; each tool's output (truncated at 6,000 characters with a
+    note) after a call.
+
+    ## Rewards
+    Outcome: 1 if, at submit, every FAIL_TO_PASS test passes and no PASS_TO_PASS test fails.
+
+    | signal | range | emitted when | meaning |
+    |---|---|---|---|
+    | tool_ok | 0–1 | every valid turn | every call this turn ran without error |
+    | f2p_passing | 0–1 | every turn | fraction of FAIL_TO_PASS tests passing now (a potential) |
+    | p2p_failing | 0–1 | every turn | fraction of PASS_TO_PASS tests failing now (regressions) |
+    | touched_buggy_function | 0–1 | edit turns | an edit overlapped the buggy function (localization) |
+    | imports_ok | 0–1 | every turn | the test suite still collects (the package imports) |
+    | resolved | 0–1 | submit | the task is resolved |
+
+    ## Starting State
+    The buggy repository; ``options={"task": SWETask | task_id}`` picks one.
+
+    ## Episode End
+    Terminated by ``submit``; truncated after ``max_turns`` (default 30).
+
+    ## Arguments
+    >>> import turngym
+    >>> env = turngym.make("turngym/SWE-v0")
+    >>> obs, info = env.reset(seed=0)
+    >>> obs, reward, terminated, truncated, info = env.step('{"name": "list_dir", "arguments": {}}')
+    >>> info["signals"]["tool_ok"], info["signals"]["f2p_passing"] < 1
+    (1.0, True)
+
+    ## Oracle
+    Views the buggy function, applies the gold patch with one ``replace``, runs the
+    FAIL_TO_PASS tests and submits (4 turns).
+
+    ## Version History
+    * v0: initial release.
+    """
+
+    reward_spec = RewardSpec(
+        signals=(
+            Signal("tool_ok", 0, 1, "verifiable", "every tool call this turn ran without error"),
+            Signal("f2p_passing", 0, 1, "verifiable", "fraction of FAIL_TO_PASS tests passing on the current tree", potential=True, weight=0.5),
+            Signal("p2p_failing", 0, 1, "verifiable", "fraction of PASS_TO_PASS tests failing on the current tree", weight=-0.5),
+            Signal("touched_buggy_function", 0, 1, "verifiable", "this turn's edit overlapped the buggy function (gold-patch localization)", weight=0.05),
+            Signal("imports_ok", 0, 1, "verifiable", "the repository's test suite still collects"),
+            Signal("resolved", 0, 1, "verifiable", "at submit: all FAIL_TO_PASS pass and no PASS_TO_PASS fails"),
+        ),
+        outcome="1 if at submit all FAIL_TO_PASS tests pass and no PASS_TO_PASS test fails (SWE-bench), else 0",
+    )
+    default_max_turns = 30
+    system_prompt = SYSTEM_PROMPT
+    tools = TOOLS
+
+    def __init__(
+        self,
+        *,
+        tasks: Sequence[SWETask] | str | Path | None = None,
+        repos: Sequence[str] | None = None,
+        swebench: str | Path | None = None,
+        backend: str = "local",
+        repo_dirs: Mapping[str, str | Path] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self._trees: dict[str, tuple[Tree, Tree]] = {}
+        if swebench is not None:
+            loaded = self._load_swebench(swebench, backend, repo_dirs or {})
+        elif isinstance(tasks, Sequence) and not isinstance(tasks, str):
+            loaded = list(tasks)
+        else:
+            loaded = load_tasks(tasks)
+        if repos is not None:
+            loaded = [t for t in loaded if t.repo in set(repos)]
+        if not loaded:
+            raise ConfigError("no SWE tasks selected (check tasks= and repos=)")
+        self.tasks: tuple[SWETask, ...] = tuple(loaded)
+        self._by_id = {t.id: t for t in self.tasks}
+        self.state: SWEState | None = None
+
+    @staticmethod
+    def _check_backend(backend: str) -> None:
+        if backend not in ("local", "docker"):
+            raise ConfigError(f"backend must be 'local' or 'docker', got {backend!r}")
+
+    def _load_swebench(self, path: str | Path, backend: str, repo_dirs: Mapping[str, str | Path]) -> list[SWETask]:
+        self._check_backend(backend)
+        instances = swebench.load_swebench(path)
+        if backend == "docker":
+            for inst in instances:
+                swebench.check_docker(inst)  # raises a clear error where no engine/image exists
+            raise ConfigError("running SWE-bench instances inside Docker images is not supported yet; use backend='local'")
+        tasks = []
+        for inst in instances:
+            if inst.repo not in repo_dirs:
+                raise ConfigError(f"backend='local' needs a clone of {inst.repo}: pass repo_dirs={{'{inst.repo}': PATH}}")
+            start, gold = swebench.materialize(inst, repo_dirs[inst.repo])
+            task = swebench.to_task(inst, start, gold)
+            self._trees[task.id] = (start, gold)
+            tasks.append(task)
+        return tasks
+
+    def start_tree(self, task: SWETask) -> Tree:
+        """The repository as the episode starts (the bug in place, tests as they should be)."""
+        return self._trees[task.id][0] if task.id in self._trees else buggy_tree(task)
+
+    def gold_tree(self, task: SWETask) -> Tree:
+        """The repository with the gold patch applied."""
+        return self._trees[task.id][1] if task.id in self._trees else load_repo(task.repo)
+
+    # -- tasks -------------------------------------------------------------------------
+    def _sample_task(self, rng: np.random.Generator) -> SWETask:
+        return self.tasks[int(rng.integers(len(self.tasks)))]
+
+    def _task_from_id(self, task_id: str) -> SWETask:
+        try:
+            return self._by_id[task_id]
+        except KeyError:
+            raise TaskError(f"unknown SWE task id {task_id!r}") from None
+
+    # -- episode ---------------------------------------------------------------------------
+    def _reset(self, task: Task, options: Mapping[str, Any]) -> str:
+        if not isinstance(task, SWETask):
+            raise ConfigError(f"SWEEnv needs an SWETask, got {type(task).__name__}")
+        tree = self.start_tree(task)
+        self.state = SWEState(tree, measure(task, tree))
+        return task.prompt
+
+    def _signals(self, progress: Progress, **extra: float) -> dict[str, float]:
+        return {
+            "f2p_passing": progress.f2p_passing,
+            "p2p_failing": progress.p2p_failing,
+            "imports_ok": 1.0 if progress.imports_ok else 0.0,
+            **extra,
+        }
+
+    def _step(self, action: str) -> Transition:
+        task: SWETask = self.task  # type: ignore[assignment]
+        state = self.state
+        assert state is not None
+        parsed = parse_tool_calls(action, max_calls=MAX_CALLS_PER_TURN)
+        problem = parsed.error
+        calls = parsed.value or ()
+        if problem is None:
+            problem = next((p for c in calls if (p := validate_args(c.name, c.arguments))), None)
+        if problem is not None:
+            return Transition(
+                obs=f"Invalid tool call: {problem}",
+                valid=False,
+                invalid_reason=problem,
+                signals=self._signals(state.progress),
+            )
+        outputs: list[str] = []
+        all_ok, touched, submitted = True, False, False
+        tree, viewed, tested = state.tree, state.viewed, state.tested
+        for call in calls:
+            result = TOOL_FUNCS[call.name](tree, call.arguments)
+            all_ok &= result.ok
+            if call.name == "view_file" and result.ok:
+                viewed = viewed | {call.arguments["path"].strip().lstrip("/")}
+            if call.name == "run_tests" and result.ok:
+                tested = True
+            if result.tree is not None:
+                assert result.edited is not None
+                touched |= edit_touches_function(task, tree, result.edited)
+                tree = result.tree
+                tested = False
+            prefix = f"[{call.name}] " if len(calls) > 1 else ""
+            outputs.append(prefix + result.output)
+            if result.submitted:
+                submitted = True
+                break
+        progress = state.progress if tree is state.tree else measure(task, tree)
+        self.state = replace(state, tree=tree, progress=progress, viewed=viewed, tested=tested)
+        signals = self._signals(progress, tool_ok=1.0 if all_ok else 0.0, touched_buggy_function=1.0 if touched else 0.0)
+        if submitted:
+            resolved = progress.resolved
+            signals["resolved"] = 1.0 if resolved else 0.0
+            return Transition(
+                obs=truncate("\n".join(outputs)) + ("\nResolved." if resolved else "\nNot resolved."),
+                reward=1.0 if resolved else 0.0,
+                terminated=True,
+                signals=signals,
+                outcome={
+                    "reward": 1.0 if resolved else 0.0,
+                    "success": resolved,
+                    "f2p_passing": progress.f2p_passing,
+                    "p2p_failing": progress.p2p_failing,
+                },
+            )
+        return Transition(obs=truncate("\n".join(outputs)), signals=signals)
+
+    def _state_key(self) -> str:
+        return self.state.tree.digest[:16] if self.state is not None else "none"
+
+    def _get_state(self) -> SWEState | None:
+        return self.state  # immutable
+
+    def _set_state(self, payload: SWEState | None) -> None:
+        self.state = payload
+
+    # -- policies --------------------------------------------------------------------------
+    def oracle_action(self) -> str:
+        return oracle.oracle_action(self)
+
+    def sample_action(self, rng: np.random.Generator) -> str:
+        """A random tool call; edits change one random line of a random source file."""
+        assert self.state is not None
+        tree = self.state.tree
+        files = list(tree)
+        sources = [f for f in files if f.endswith(".py") and not f.startswith("tests/")] or files
+        u = rng.random()
+        if u < 0.15:
+            return json.dumps({"name": "list_dir", "arguments": {}})
+        if u < 0.35:
+            f = files[int(rng.integers(len(files)))]
+            start = int(rng.integers(1, 40))
+            return json.dumps({"name": "view_file", "arguments": {"path": f, "start": start, "end": start + 20}})
+        if u < 0.45:
+            words = ["def ", "return", "if ", "self", "raise", "for "]
+            return json.dumps({"name": "search", "arguments": {"pattern": words[int(rng.integers(len(words)))]}})
+        if u < 0.8:
+            return random_line_edit(tree, sources[int(rng.integers(len(sources)))], rng)
+        if u < 0.95:
+            return json.dumps({"name": "run_tests", "arguments": {}})
+        return json.dumps({"name": "submit", "arguments": {}})
+
+
+_EDITS = (("<", "<="), ("<=", "<"), ("+ 1", "- 1"), ("==", "!="), ("True", "False"), ("return ", "return not "))
+
+
+def random_line_edit(tree: Tree, path: str, rng: np.random.Generator) -> str:
+    """A ``replace`` that changes one random line of ``path`` (unique-line context only)."""
+    lines = tree[path].splitlines(keepends=True)
+    text = tree[path]
+    for _ in range(20):
+        i = int(rng.integers(len(lines)))
+        line = lines[i]
+        if not line.strip() or text.count(line) != 1:
+            continue
+        for a, b in [_EDITS[int(k)] for k in rng.permutation(len(_EDITS))]:
+            if a in line:
+                return json.dumps({"name": "replace", "arguments": {"path": path, "old": line, "new": line.replace(a, b, 1)}})
+        return json.dumps({"name": "replace", "arguments": {"path": path, "old": line, "new": "\n"}})
+    return json.dumps({"name": "run_tests", "arguments": {}})

@@ -1,0 +1,70 @@
+"""Pure verdicts for the SWE env: how far a tree is from fixed, and whether an edit localized.
+
+SWE-bench semantics: a task is *resolved* when every FAIL_TO_PASS test passes and no
+PASS_TO_PASS test fails. The per-turn signals are the same facts measured on the current tree.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from turngym.envs.swe.repos import Tree
+from turngym.envs.swe.tasks import SWETask
+from turngym.envs.swe.testing import run_pytest
+
+__all__ = ["Progress", "measure", "function_span", "edit_touches_function"]
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """The hidden evaluation of one tree."""
+
+    f2p_passing: float
+    p2p_failing: float
+    imports_ok: bool
+
+    @property
+    def resolved(self) -> bool:
+        return self.imports_ok and self.f2p_passing == 1.0 and self.p2p_failing == 0.0
+
+
+def measure(task: SWETask, tree: Tree) -> Progress:
+    """Run the full suite on ``tree`` (cached by content) and score it against the task."""
+    # generated tasks: the whole (small) suite, sharing the generator's cache; imported tasks
+    # (SWE-bench): only the tests the instance names, as its harness does
+    tests = None if task.meta.get("source") == "generated" else sorted({*task.fail_to_pass, *task.pass_to_pass})
+    run = run_pytest(tree, tests)
+    if not run.imports_ok:
+        return Progress(0.0, 1.0 if task.pass_to_pass else 0.0, False)
+    f2p = sum(t in run.passed for t in task.fail_to_pass) / len(task.fail_to_pass)
+    p2p = sum(t not in run.passed for t in task.pass_to_pass) / len(task.pass_to_pass) if task.pass_to_pass else 0.0
+    return Progress(f2p, p2p, True)
+
+
+def function_span(source: str, qualname: str) -> tuple[int, int] | None:
+    """Lines (first, last) of ``qualname`` (``func`` or ``Class.method``) in ``source``."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    parts = qualname.split(".")
+    body = tree.body
+    node: ast.AST | None = None
+    for part in parts:
+        node = next((n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == part), None)
+        if node is None:
+            return None
+        body = node.body  # type: ignore[attr-defined]
+    return node.lineno, node.end_lineno  # type: ignore[union-attr]
+
+
+def edit_touches_function(task: SWETask, before: Tree, edit: tuple[str, int, int]) -> bool:
+    """Did an edit of lines [first, last] of ``path`` overlap the buggy function (as it stood)?"""
+    path, first, last = edit
+    if path != task.path:
+        return False
+    span = function_span(before[path], task.function) if path in before else None
+    if span is None:
+        return False
+    return first <= span[1] and span[0] <= last
