@@ -13,6 +13,7 @@ it bit for bit from the same seed.
 from __future__ import annotations
 
 import difflib
+import functools
 import random
 import re
 from collections.abc import Iterable, Sequence
@@ -161,7 +162,7 @@ def generate_tasks(
         random.Random(f"{seed}/{repo}").shuffle(candidates)
         kept: list[SWETask] = []
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            it = pool.map(lambda m: _make_task(repo, tree, base, m), candidates)
+            it = pool.map(functools.partial(_make_task, repo, tree, base), candidates)
             if progress:
                 from tqdm import tqdm
 

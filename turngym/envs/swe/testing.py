@@ -24,34 +24,42 @@ from turngym.envs.swe.repos import Tree
 
 __all__ = ["TestRun", "run_pytest", "set_executor", "Executor"]
 
-#: An executor runs ``argv`` in ``cwd`` with a wall-clock ``timeout`` and returns
-#: (exit code or None on timeout, combined output). Raises InfraError if it cannot run at all.
-Executor = Callable[[Sequence[str], Path, float], tuple[int | None, str]]
+#: An executor writes ``tree`` into a fresh working directory, runs ``argv`` there with a
+#: wall-clock ``timeout`` and returns (exit code or None on timeout, output, the bytes of
+#: ``JUNIT`` if it was written). It raises InfraError if it cannot run at all.
+Executor = Callable[[Tree, Sequence[str], float], tuple[int | None, str, bytes | None]]
 
-
-def _subprocess_executor(argv: Sequence[str], cwd: Path, timeout: float) -> tuple[int | None, str]:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd), **PYTEST_ENV}
-    try:
-        proc = subprocess.run(list(argv), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        out = (exc.stdout or b"") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        return None, out if isinstance(out, str) else out.decode("utf-8", "replace")
-    except OSError as exc:
-        raise InfraError(f"cannot start pytest: {exc}") from exc
-    return proc.returncode, proc.stdout + proc.stderr
-
+JUNIT = ".junit.xml"
 
 #: Environment for the child: no bytecode files in the tree, and no third-party pytest plugins
 #: (autoloading the plugins installed on the host costs ~0.8 s per run and changes behaviour).
 PYTEST_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
-_executor: Executor = _subprocess_executor
+
+def subprocess_executor(tree: Tree, argv: Sequence[str], timeout: float) -> tuple[int | None, str, bytes | None]:
+    """Run in a temporary directory with a plain subprocess: **not isolated** (tests, fallback)."""
+    with tempfile.TemporaryDirectory(prefix="turngym-swe-") as tmp:
+        root = Path(tmp)
+        tree.write_to(root)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp, **PYTEST_ENV}
+        try:
+            proc = subprocess.run(list(argv), cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout or ""
+            return None, out if isinstance(out, str) else out.decode("utf-8", "replace"), None
+        except OSError as exc:
+            raise InfraError(f"cannot start pytest: {exc}") from exc
+        junit = root / JUNIT
+        return proc.returncode, proc.stdout + proc.stderr, junit.read_bytes() if junit.exists() else None
+
+
+_executor: Executor = subprocess_executor
 
 
 def set_executor(executor: Executor | None) -> None:
-    """Route test runs through ``executor`` (e.g. the bubblewrap sandbox); None = plain subprocess."""
+    """Route test runs through ``executor`` (e.g. the sandbox); None = plain subprocess."""
     global _executor
-    _executor = executor or _subprocess_executor
+    _executor = executor or subprocess_executor
     _CACHE.clear()
 
 
@@ -94,12 +102,12 @@ def _test_id(case: ET.Element) -> str:
     return f"{cls}::{name}"
 
 
-def _parse_junit(path: Path) -> tuple[set[str], set[str], dict[str, str], bool]:
+def _parse_junit(data: bytes) -> tuple[set[str], set[str], dict[str, str], bool]:
     passed: set[str] = set()
     failed: set[str] = set()
     messages: dict[str, str] = {}
     collection_error = False
-    root = ET.parse(path).getroot()
+    root = ET.fromstring(data)
     for case in root.iter("testcase"):
         tid = _test_id(case)
         bad = case.find("failure")
@@ -130,25 +138,25 @@ def run_pytest(tree: Tree, tests: Sequence[str] | None = None, *, timeout: float
     if hit is not None:
         _CACHE.move_to_end(key)
         return hit
-    with tempfile.TemporaryDirectory(prefix="turngym-swe-") as tmp:
-        root = Path(tmp)
-        tree.write_to(root)
-        junit = root / ".junit.xml"
-        argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short", "-o", "junit_family=xunit1", f"--junitxml={junit}", *(tests or ["tests"])]
-        t0 = time.perf_counter()
-        code, output = _executor(argv, root, timeout)
-        duration = time.perf_counter() - t0
-        if code is None:
-            run = TestRun(frozenset(), frozenset(), (), False, True, output[-4000:], duration)
-        elif not junit.exists():
-            if code in (2, 3, 4):  # interrupted / internal error / usage: nothing collected
-                run = TestRun(frozenset(), frozenset(), (), True, False, output[-4000:], duration)
-            else:
-                raise InfraError(f"pytest exited {code} without a report:\n{output[-1000:]}")
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short",
+            "-o", "junit_family=xunit1", f"--junitxml={JUNIT}", *(tests or ["tests"])]
+    t0 = time.perf_counter()
+    code, output, junit = _executor(tree, argv, timeout)
+    duration = time.perf_counter() - t0
+    if code is None:
+        run = TestRun(frozenset(), frozenset(), (), False, True, output[-4000:], duration)
+    elif junit is None:
+        if code in (2, 3, 4):  # interrupted / internal error / usage: nothing collected
+            run = TestRun(frozenset(), frozenset(), (), True, False, output[-4000:], duration)
         else:
+            raise InfraError(f"pytest exited {code} without a report:\n{output[-1000:]}")
+    else:
+        try:
             passed, failed, messages, coll = _parse_junit(junit)
-            coll = coll or (code == 2 and not passed and not failed)
-            run = TestRun(frozenset(passed), frozenset(failed), tuple(sorted(messages.items())), coll, False, output[-4000:], duration)
+        except ET.ParseError as exc:
+            raise InfraError(f"unreadable JUnit report from pytest: {exc}") from exc
+        coll = coll or (code == 2 and not passed and not failed)
+        run = TestRun(frozenset(passed), frozenset(failed), tuple(sorted(messages.items())), coll, False, output[-4000:], duration)
     _CACHE[key] = run
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
