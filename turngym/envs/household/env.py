@@ -118,7 +118,7 @@ class HouseholdEnv(TurngymEnv):
     >>> env = turngym.make("turngym/Household-v0", task_types=("pick_heat_place",), difficulties=(1,))
     >>> obs, info = env.reset(seed=3)
     >>> obs.splitlines()[-3]
-    'Your task is to: put a hot potato in fridge.'
+    'Your task is to: put a hot egg in fridge.'
     >>> for _ in range(20):
     ...     obs, reward, terminated, truncated, info = env.step(env.oracle_action())
     ...     if terminated:

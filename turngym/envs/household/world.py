@@ -17,13 +17,26 @@ through a table of functions, each returning the observation text.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from turngym.envs.household.catalog import APPLIANCE, RECEPTACLES
 from turngym.envs.household.tasks import HouseholdTask, recep_type
 
-__all__ = ["World", "HouseholdState", "compile_world", "initial_state", "local_actions", "apply", "visible_objects"]
+__all__ = [
+    "World",
+    "HouseholdState",
+    "compile_world",
+    "initial_state",
+    "local_actions",
+    "admissible",
+    "lookup",
+    "apply",
+    "describe",
+    "visible_objects",
+    "READ_ONLY",
+]
 
 MIDDLE = -1  # the agent's location before its first "go to"
 HELD = -1  # an object's location while the agent carries it
@@ -61,6 +74,7 @@ class World:
 
 _CACHE: dict[str, World] = {}
 _CACHE_SIZE = 4096
+_CACHE_LOCK = threading.Lock()  # envs in threads share the cache; misses are rare, so lock them
 
 
 def compile_world(task: HouseholdTask) -> World:
@@ -69,9 +83,10 @@ def compile_world(task: HouseholdTask) -> World:
     if w is not None and (w.task is task or w.task == task):
         return w
     w = _compile(task)
-    if len(_CACHE) >= _CACHE_SIZE:
-        _CACHE.pop(next(iter(_CACHE)))  # oldest first
-    _CACHE[task.id] = w
+    with _CACHE_LOCK:
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))  # oldest first
+        _CACHE[task.id] = w
     return w
 
 
