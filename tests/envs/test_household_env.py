@@ -166,15 +166,27 @@ def test_put_aliases(put: str) -> None:
     assert obs.startswith("You put the apple 1 on the countertop 1.")
 
 
+GOT_APPLE = ("go to countertop 1", "take apple 1 from countertop 1")
+
+
 @pytest.mark.parametrize(
     "actions, bad, reason",
     [
-        ((), "take apple 1 from countertop 1", "not possible now"),
-        ((), "fly to the moon", "Unknown command"),
-        ((), "go to cabinet 9", "There is no cabinet 9"),
+        ((), "take apple 1 from countertop 1", "You are not at countertop 1: go to countertop 1 first."),
+        ((), "fly to the moon", "Unknown command 'fly to the moon'"),
+        ((), "go to cabinet 9", "There is no cabinet 9 here."),
         ((), "", "Empty command"),
-        (("go to cabinet 1",), "take apple 2 from cabinet 1", "not possible now"),  # closed
-        (("go to countertop 1", "take apple 1 from countertop 1"), "take mug 1 from countertop 1", "not possible"),  # hands full
+        ((), "go to apple 1", "go to a receptacle"),
+        (("go to cabinet 1",), "take apple 2 from cabinet 1", "The cabinet 1 is closed: open it first."),
+        (("go to cabinet 1", "open cabinet 1"), "open cabinet 1", "already open"),
+        (("go to countertop 1",), "open countertop 1", "cannot be opened"),
+        (("go to countertop 1",), "take apple 2 from countertop 1", "There is no apple 2 on the countertop 1."),
+        (GOT_APPLE, "take mug 1 from countertop 1", "already carrying the apple 1"),
+        (GOT_APPLE, "put mug 1 in/on countertop 1", "You are not carrying the mug 1."),
+        (GOT_APPLE, "heat apple 1 with countertop 1", "only heat something with a microwave"),
+        (GOT_APPLE + ("go to microwave 1",), "heat mug 1 with microwave 1", "not carrying the mug 1"),
+        ((), "use desklamp 1", "There is no desklamp 1 here."),
+        (("go to countertop 1",), "examine mug 1", "Take the mug 1 first"),
         (("go to countertop 1",), "go to countertop 1", "already at countertop 1"),
     ],
 )
@@ -353,3 +365,37 @@ def test_sample_action_draws_admissible_actions() -> None:
         assert info["action_valid"]
         if term or trunc:
             break
+
+
+def test_snapshots_pickle_for_other_processes() -> None:
+    import pickle
+
+    env = _env(HEAT)
+    for a in ("go to cabinet 1", "open cabinet 1", "take apple 2 from cabinet 1"):
+        _step(env, a)
+    snap = pickle.loads(pickle.dumps(env.snapshot()))
+    other = HouseholdEnv()
+    other.restore(snap)
+    assert other._state_key() == env._state_key()
+    assert other.admissible_actions() == env.admissible_actions()
+    assert other.step("examine apple 2")[0] == env.step("examine apple 2")[0]
+
+
+def test_envs_in_threads_do_not_interfere() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def play(worker: int) -> list[bool]:
+        env = HouseholdEnv()
+        wins = []
+        for seed in range(30):
+            env.reset(seed=1000 * worker + seed)
+            for _ in range(env.max_turns):
+                *_, term, trunc, info = env.step(env.oracle_action())
+                if term or trunc:
+                    break
+            wins.append(info["outcome"]["success"])
+        return wins
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(play, range(4)))
+    assert all(all(r) for r in results)

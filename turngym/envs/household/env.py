@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,7 +13,7 @@ from turngym.core.hashing import state_hash
 from turngym.core.spec import RewardSpec, Signal
 from turngym.core.task import Task
 from turngym.envs.household import oracle, verifier
-from turngym.envs.household.parsing import VERBS, normalize
+from turngym.envs.household.parsing import normalize
 from turngym.envs.household.tasks import SPLITS, TASK_TYPES, HouseholdTask, generate_task, task_from_id
 from turngym.envs.household.world import (
     READ_ONLY,
@@ -23,6 +22,7 @@ from turngym.envs.household.world import (
     admissible,
     apply,
     compile_world,
+    explain_invalid,
     initial_state,
     lookup,
 )
@@ -50,8 +50,6 @@ _SIGNALS = (
     Signal("revisit", 0, 1, "verifiable", "the world changed back into a state already reached this episode (a loop)", weight=-0.02),
     Signal("invalid_action", 0, 1, "verifiable", "the command was not admissible here (nothing happened)"),
 )
-_KNOWN_VERB = re.compile(r"^(?:go to|open|close|take|put|clean|heat|cool|use|examine|inventory|look)\b")
-_NAMED = re.compile(r"\b([a-z]+ \d+)\b")
 
 
 class HouseholdEnv(TurngymEnv):
@@ -208,7 +206,7 @@ class HouseholdEnv(TurngymEnv):
             op = lookup(w, s, command)
         n = verifier.n_conditions(w.task_type)
         if op is None:
-            reason = self._why_invalid(command)
+            reason = explain_invalid(w, s, command)
             return Transition(
                 obs=self._with_actions(f"Nothing happens. {reason}"),
                 valid=False,
@@ -236,23 +234,6 @@ class HouseholdEnv(TurngymEnv):
             outcome = {"reward": 1.0, "success": True, "goal_condition_rate": 1.0, "task_type": w.task_type}
             return Transition(obs=text, reward=1.0, terminated=True, signals=signals, outcome=outcome)
         return Transition(obs=self._with_actions(text), signals=signals)
-
-    def _why_invalid(self, command: str) -> str:
-        """Tell the agent why: unknown command, unknown name, or impossible here."""
-        w, s = self.world, self.state
-        assert w is not None and s is not None
-        shown = command if len(command) <= 60 else command[:57] + "..."
-        if not command:
-            return "Empty command: type one of the admissible actions."
-        if not _KNOWN_VERB.match(command):
-            return f"Unknown command {shown!r}: commands start with {', '.join(VERBS)}."
-        known = set(w.rnames) | set(w.onames) | set(w.lamp_names)
-        for name in _NAMED.findall(command):
-            if name not in known:
-                return f"There is no {name} here."
-        if command.startswith("go to ") and command[6:] == (w.rnames[s.loc] if s.loc >= 0 else None):
-            return f"You are already at {command[6:]}."
-        return f"{shown!r} is not possible now: choose one of the admissible actions."
 
     def _outcome_on_truncation(self) -> dict[str, Any]:
         w, s = self.world, self.state

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["normalize", "VERBS"]
+__all__ = ["normalize", "split_command", "VERBS"]
 
 #: The command words, for error messages.
 VERBS = ("go to", "open", "close", "take", "put", "clean", "heat", "cool", "use", "examine", "inventory", "look")
@@ -33,6 +33,20 @@ _ALIASES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     )
 )
 _WASH = re.compile(r"^wash ")
+#: Canonical commands, split into (verb, first name, second name).
+_CANONICAL: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), verb)
+    for pattern, verb in (
+        (r"^go to (.+)$", "go to"),
+        (r"^(open|close) (.+)$", ""),
+        (r"^take (.+) from (.+)$", "take"),
+        (r"^put (.+) in/on (.+)$", "put"),
+        (r"^(clean|heat|cool) (.+) with (.+)$", ""),
+        (r"^use (.+)$", "use"),
+        (r"^examine (.+)$", "examine"),
+        (r"^(inventory|look)$", ""),
+    )
+)
 
 
 def normalize(action: str, *, aliases: bool = True) -> str:
@@ -57,3 +71,18 @@ def normalize(action: str, *, aliases: bool = True) -> str:
         if new != text:
             return _WASH.sub("clean ", new)
     return text
+
+
+def split_command(command: str) -> tuple[str, ...] | None:
+    """``(verb, *names)`` of a canonical command, or None if it has no known shape.
+
+    >>> split_command("take apple 1 from countertop 2"), split_command("heat egg 1 with microwave 1")
+    (('take', 'apple 1', 'countertop 2'), ('heat', 'egg 1', 'microwave 1'))
+    >>> split_command("dance") is None
+    True
+    """
+    for pattern, verb in _CANONICAL:
+        m = pattern.match(command)
+        if m is not None:
+            return (verb, *m.groups()) if verb else m.groups()
+    return None

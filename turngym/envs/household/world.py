@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from turngym.envs.household.catalog import APPLIANCE, RECEPTACLES
+from turngym.envs.household.parsing import VERBS, split_command
 from turngym.envs.household.tasks import HouseholdTask, recep_type
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "describe",
     "visible_objects",
     "READ_ONLY",
+    "explain_invalid",
 ]
 
 MIDDLE = -1  # the agent's location before its first "go to"
@@ -394,3 +396,58 @@ def apply(w: World, s: HouseholdState, op: tuple[int, ...]) -> str:
         s.local = local_actions(w, s)
         s.key = None
     return text
+
+
+# ----------------------------------------------------------------------------- invalid commands
+def explain_invalid(w: World, s: HouseholdState, command: str) -> str:
+    """Why ``command`` (normalized, not admissible) does nothing, in words an agent can act on."""
+    shown = command if len(command) <= 60 else command[:57] + "..."
+    if not command:
+        return "Empty command: type one of the admissible actions."
+    parts = split_command(command)
+    if parts is None:
+        return f"Unknown command {shown!r}: commands start with {', '.join(VERBS)}."
+    verb, names = parts[0], parts[1:]
+    known = {**{n: "r" for n in w.rnames}, **{n: "o" for n in w.onames}, **{n: "l" for n in w.lamp_names}}
+    for name in names:
+        if name not in known:
+            return f"There is no {name} here."
+    here = w.rnames[s.loc] if s.loc >= 0 else None
+    held = w.onames[s.held] if s.held >= 0 else None
+    recep = next((n for n in names if known[n] == "r"), None)
+    obj = next((n for n in names if known[n] == "o"), None)
+    if verb == "go to":
+        if recep is None:
+            return f"You cannot go to the {names[0]}: go to a receptacle."
+        return f"You are already at {recep}." if recep == here else f"{shown!r} is not possible now."
+    if verb == "use":
+        if known[names[0]] != "l":
+            return f"You cannot use the {names[0]}: only a desklamp can be used."
+        host = w.rnames[w.lamp_at[w.lamp_names.index(names[0])]]
+        return f"The {names[0]} is on the {host}: go to {host} first."
+    if verb == "examine" and obj is not None:
+        return f"Take the {obj} first to examine it." if obj != held else f"{shown!r} is not possible now."
+    if recep is None or (verb in ("take", "put", "clean", "heat", "cool") and obj is None):
+        return f"{shown!r} does not fit: see the admissible actions for the right form."
+    if recep != here:
+        return f"You are not at {recep}: go to {recep} first."
+    r = w.rnames.index(recep)
+    openable, is_open = (w.openable >> r) & 1, (s.opened >> r) & 1
+    if verb in ("open", "close"):
+        if not openable:
+            return f"The {recep} cannot be opened or closed."
+        return f"The {recep} is already {'open' if is_open else 'closed'}."
+    if verb in ("clean", "heat", "cool"):
+        appliance = APPLIANCE[verb]
+        if w.rtypes[r] != appliance:
+            return f"You can only {verb} something with a {appliance}."
+        return f"You are not carrying the {obj}." if obj != held else f"{shown!r} is not possible now."
+    if openable and not is_open:
+        return f"The {recep} is closed: open it first."
+    if verb == "take":
+        if held is not None:
+            return f"You are already carrying the {held}: put it somewhere first."
+        return f"There is no {obj} {w.preps[r]} the {recep}."
+    if verb == "put" and obj != held:
+        return f"You are not carrying the {obj}."
+    return f"{shown!r} is not possible now: choose one of the admissible actions."
