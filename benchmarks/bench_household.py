@@ -66,11 +66,20 @@ def bench_latency(episodes: int, seed: int = 0) -> dict[str, dict[str, float]]:
             (step_random if policy_random else step_oracle).append(clock() - t0)
             if term or trunc:
                 break
+    invalid = []
+    env = HouseholdEnv(max_turns=1_000_000)
+    env.reset(seed=seed)
+    for i in range(2000):
+        action = ("take the moon", "go to cabinet 99", "put apple 1 in/on fridge 1")[i % 3]
+        t0 = clock()
+        env.step(action)
+        invalid.append(clock() - t0)
     return {
         "reset_new_task": _summary(reset_cold),
         "reset_same_task": _summary(reset_warm),
         "step_random_admissible": _summary(step_random),
         "step_oracle": _summary(step_oracle),
+        "step_invalid": _summary(invalid),
         "snapshot": _summary(snap),
         "restore": _summary(restore),
         "state_key_cached": _summary(key),

@@ -399,3 +399,24 @@ def test_envs_in_threads_do_not_interfere() -> None:
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(play, range(4)))
     assert all(all(r) for r in results)
+
+
+@pytest.mark.parametrize("task_type", ["pick_place", "pick_heat_place", "look_in_light", "pick_two_place"])
+def test_invariants_under_random_play(task_type: str) -> None:
+    """Conservation laws every step: one place per object, Σ(gained − undone) = progress."""
+    env = HouseholdEnv(task_types=(task_type,), difficulties=(1,), max_turns=150)
+    rng = np.random.default_rng(3)
+    for seed in range(15):
+        env.reset(seed=seed)
+        net = 0.0
+        for _ in range(env.max_turns):
+            *_, term, trunc, info = env.step(env.sample_action(rng))
+            s, sig = env.state, info["signals"]
+            carried = [o for o, at in enumerate(s.objloc) if at == -1]
+            assert carried == ([s.held] if s.held >= 0 else [])
+            assert all(-1 <= at < len(env.world.rnames) for at in s.objloc)
+            net += sig["goal_condition"] - sig["regression"]
+            assert net == pytest.approx(sig["progress"])
+            assert not (sig["noop"] and sig["revisit"])
+            if term or trunc:
+                break
