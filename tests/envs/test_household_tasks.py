@@ -117,3 +117,24 @@ def test_generate_tasks_cycles_types_and_difficulties() -> None:
     assert [t.task_type for t in tasks[:4]] == ["pick_place", "look_in_light"] * 2
     assert [t.difficulty for t in tasks[:4]] == [1, 1, 3, 3]
     assert len({t.id for t in tasks}) == 12
+
+
+@pytest.mark.parametrize("split, size", [("seen", 140), ("unseen", 134)])
+def test_eval_sets_are_fixed_and_cover_every_type(split: str, size: int) -> None:
+    from turngym.envs.household.tasks import EVAL_SEED_BASE, eval_tasks
+
+    tasks = eval_tasks(split)
+    assert len(tasks) == size and tasks == eval_tasks(split)
+    assert {t.task_type for t in tasks} == set(TASK_TYPES)
+    assert {t.difficulty for t in tasks} == {1, 2, 3}
+    assert all(int(t.id.rsplit("/", 1)[1]) >= EVAL_SEED_BASE for t in tasks)
+
+
+def test_training_sampler_never_draws_eval_seeds() -> None:
+    from turngym.envs.household.env import HouseholdEnv
+    from turngym.envs.household.tasks import EVAL_SEED_BASE
+
+    env = HouseholdEnv()
+    for seed in range(200):
+        _, info = env.reset(seed=seed)
+        assert int(info["task_id"].rsplit("/", 1)[1]) < EVAL_SEED_BASE

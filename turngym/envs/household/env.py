@@ -14,7 +14,7 @@ from turngym.core.spec import RewardSpec, Signal
 from turngym.core.task import Task
 from turngym.envs.household import oracle, verifier
 from turngym.envs.household.parsing import normalize
-from turngym.envs.household.tasks import SPLITS, TASK_TYPES, HouseholdTask, generate_task, task_from_id
+from turngym.envs.household.tasks import EVAL_SEED_BASE, SPLITS, TASK_TYPES, HouseholdTask, generate_task, task_from_id
 from turngym.envs.household.world import (
     READ_ONLY,
     HouseholdState,
@@ -68,6 +68,8 @@ class HouseholdEnv(TurngymEnv):
     ``task_types``), a difficulty (uniform over ``difficulties``: more receptacles,
     distractors and closed containers as it grows) and a seed. ``split="unseen"`` draws held-out
     object–receptacle goals in held-out room layouts, as ALFWorld's out-of-distribution set.
+    For a fixed benchmark pass ``tasks=eval_tasks("seen" | "unseen")`` (140 / 134 tasks, as
+    ALFWorld's valid_seen / valid_unseen; their seeds are never sampled for training).
 
     ## Action Space
     One ALFWorld command per turn, e.g. ``go to cabinet 3``, ``open fridge 1``,
@@ -175,7 +177,7 @@ class HouseholdEnv(TurngymEnv):
             return self.tasks[int(rng.integers(len(self.tasks)))]
         task_type = self.task_types[int(rng.integers(len(self.task_types)))]
         difficulty = self.difficulties[int(rng.integers(len(self.difficulties)))]
-        return generate_task(int(rng.integers(1 << 31)), task_type, self.split, difficulty)
+        return generate_task(int(rng.integers(EVAL_SEED_BASE)), task_type, self.split, difficulty)
 
     def _task_from_id(self, task_id: str) -> HouseholdTask:
         if task_id in self._by_id:

@@ -38,6 +38,8 @@ __all__ = [
     "UNSEEN_LAYOUTS",
     "generate_task",
     "generate_tasks",
+    "eval_tasks",
+    "EVAL_SEED_BASE",
     "task_from_id",
     "combos",
     "recep_type",
@@ -359,6 +361,25 @@ def generate_tasks(
         generate_task(seed + i, task_types[i % len(task_types)], split, difficulties[(i // len(task_types)) % len(difficulties)])
         for i in range(n)
     ]
+
+
+#: Seeds of the fixed evaluation sets start here; samplers draw training seeds below it.
+EVAL_SEED_BASE = 1 << 31
+_EVAL_SIZES = {"seen": 140, "unseen": 134}  # ALFWorld's valid_seen / valid_unseen sizes
+
+
+def eval_tasks(split: str = "unseen", n: int | None = None) -> list[HouseholdTask]:
+    """The fixed evaluation set of ``split`` (140 seen / 134 unseen tasks, as ALFWorld's).
+
+    Seeds start at :data:`EVAL_SEED_BASE`, above every seed an env samples for training, so
+    evaluation tasks never appear in training.
+
+    >>> tasks = eval_tasks("unseen")
+    >>> len(tasks), tasks[0].id
+    (134, 'household/unseen/pick_place/1/2147483648')
+    """
+    _check_split(split)
+    return generate_tasks(_EVAL_SIZES[split] if n is None else n, seed=EVAL_SEED_BASE, split=split)
 
 
 def task_from_id(task_id: str) -> HouseholdTask:
