@@ -35,6 +35,7 @@ __all__ = [
     "play_ours",
     "play_bfcl",
     "PERTURBATIONS",
+    "agreement",
 ]
 
 Trajectory = list[list[list[dict[str, Any]]]]
