@@ -33,7 +33,13 @@ def _pct(xs: list[float], q: float) -> float:
 
 def _summary(xs_s: list[float]) -> dict[str, float]:
     ms = [x * 1e3 for x in xs_s]
-    return {"n": len(ms), "p50_ms": _pct(ms, 0.5), "p90_ms": _pct(ms, 0.9), "p99_ms": _pct(ms, 0.99), "mean_ms": statistics.fmean(ms)}
+    return {
+        "n": len(ms),
+        "p50_ms": _pct(ms, 0.5),
+        "p90_ms": _pct(ms, 0.9),
+        "p99_ms": _pct(ms, 0.99),
+        "mean_ms": statistics.fmean(ms),
+    }
 
 
 def bench(env_id: str, tasks: list[Any] | None, episodes: int, seed: int = 0) -> dict[str, dict[str, float]]:
@@ -62,14 +68,21 @@ def bench(env_id: str, tasks: list[Any] | None, episodes: int, seed: int = 0) ->
                 replies.append(dt)
             if terminated or truncated:
                 break
-    return {"step per tool call": _summary(per_call), "reply (turn check)": _summary(replies), "reset (new task)": _summary(reset_new), "reset (cached)": _summary(reset_cached)}
+    return {
+        "step per tool call": _summary(per_call),
+        "reply (turn check)": _summary(replies),
+        "reset (new task)": _summary(reset_new),
+        "reset (cached)": _summary(reset_cached),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--episodes", type=int, default=200)
-    parser.add_argument("--agreement", action="store_true", help="also measure agreement with BFCL's checker on all 800 tasks")
+    parser.add_argument(
+        "--agreement", action="store_true", help="also measure agreement with BFCL's checker on all 800 tasks"
+    )
     args = parser.parse_args(argv)
 
     results: dict[str, Any] = {"store": bench("turngym/Tools-Store-v0", None, args.episodes)}
@@ -98,12 +111,16 @@ def main(argv: list[str] | None = None) -> int:
         if source == "agreement" or not isinstance(rows, dict):
             continue
         for name, s in rows.items():
-            print(f"{source:<18}{name:<22}{s['n']:>7}{s['p50_ms']:>10.3f}{s['p90_ms']:>10.3f}{s['p99_ms']:>10.3f}{s['mean_ms']:>10.3f}")
+            print(
+                f"{source:<18}{name:<22}{s['n']:>7}{s['p50_ms']:>10.3f}{s['p90_ms']:>10.3f}{s['p99_ms']:>10.3f}{s['mean_ms']:>10.3f}"
+            )
     if "agreement" in results:
         rep = results["agreement"]
         print(f"\nagreement with BFCL multi_turn_checker over {rep['trajectories']} trajectories {rep['by_kind']}:")
-        print(f"  episode verdict {rep['episode_agreement']:.4f}, first failing turn {rep['first_failed_turn_agreement']:.4f}; "
-              f"gold passes: ours {rep['gold_pass_ours']}, BFCL {rep['gold_pass_bfcl']}; perturbed failing (BFCL) {rep['perturbed_fail_bfcl']}")
+        print(
+            f"  episode verdict {rep['episode_agreement']:.4f}, first failing turn {rep['first_failed_turn_agreement']:.4f}; "
+            f"gold passes: ours {rep['gold_pass_ours']}, BFCL {rep['gold_pass_bfcl']}; perturbed failing (BFCL) {rep['perturbed_fail_bfcl']}"
+        )
     return 0
 
 

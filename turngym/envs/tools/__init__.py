@@ -33,7 +33,12 @@ register(
     family="tools",
     kwargs={"sources": ("bfcl",)},
 )
-for _name, _category in (("Base", "base"), ("LongContext", "long_context"), ("MissFunc", "miss_func"), ("MissParam", "miss_param")):
+for _name, _category in (
+    ("Base", "base"),
+    ("LongContext", "long_context"),
+    ("MissFunc", "miss_func"),
+    ("MissParam", "miss_param"),
+):
     register(
         f"turngym/Tools-BFCL-{_name}-v0",
         _ENTRY,

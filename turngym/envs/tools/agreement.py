@@ -133,7 +133,11 @@ def play_bfcl(task: ToolsTask, trajectory: Trajectory) -> Verdict:
     from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
 
     model = f"turngym_agreement_{next(_counter)}"
-    entry = {"id": task.meta["bfcl_id"], "initial_config": copy.deepcopy(dict(task.initial)), "involved_classes": list(task.classes)}
+    entry = {
+        "id": task.meta["bfcl_id"],
+        "initial_config": copy.deepcopy(dict(task.initial)),
+        "involved_classes": list(task.classes),
+    }
     decoded = [[[render_call(c) for c in step] for step in steps] for steps in trajectory]
     truth = [[render_call(c) for c in turn] for turn in task.gold]
     try:
@@ -149,7 +153,9 @@ def play_bfcl(task: ToolsTask, trajectory: Trajectory) -> Verdict:
     return Verdict(False, len(result["execution_result"]) - 1)  # state mismatch: the last turn run
 
 
-def agreement(env: Any, tasks: Sequence[ToolsTask], *, seed: int = 0, kinds: Sequence[str] = PERTURBATIONS) -> dict[str, Any]:
+def agreement(
+    env: Any, tasks: Sequence[ToolsTask], *, seed: int = 0, kinds: Sequence[str] = PERTURBATIONS
+) -> dict[str, Any]:
     """Play the gold and each perturbation of every task in both checkers; count agreements.
 
     Returns counts, the episode-verdict agreement rate, the first-failing-turn agreement rate,

@@ -25,7 +25,7 @@ import importlib
 import inspect
 import json
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -69,10 +69,14 @@ def _package() -> tuple[Path, dict[str, str], dict[str, str]]:
         raise BfclNotInstalled(
             f"the BFCL tool envs need the bfcl-eval package ({exc}); install it with: {BFCL_INSTALL}"
         ) from None
-    return Path(bfcl_eval.__file__).parent / "data", dict(CLASS_FILE_PATH_MAPPING), dict(MULTI_TURN_FUNC_DOC_FILE_MAPPING)
+    return (
+        Path(bfcl_eval.__file__).parent / "data",
+        dict(CLASS_FILE_PATH_MAPPING),
+        dict(MULTI_TURN_FUNC_DOC_FILE_MAPPING),
+    )
 
 
-@lru_cache(maxsize=None)
+@cache
 def _backend_class(class_name: str) -> type:
     _, modules, _ = _package()
     if class_name not in modules:
@@ -80,23 +84,25 @@ def _backend_class(class_name: str) -> type:
     try:
         module = importlib.import_module(modules[class_name])
     except ImportError as exc:  # mpmath for MathAPI
-        raise BfclNotInstalled(f"BFCL backend {class_name} cannot be imported ({exc}); install: {BFCL_INSTALL}") from None
+        raise BfclNotInstalled(
+            f"BFCL backend {class_name} cannot be imported ({exc}); install: {BFCL_INSTALL}"
+        ) from None
     return getattr(module, class_name)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _public_methods(class_name: str) -> tuple[str, ...]:
     cls = _backend_class(class_name)
     return tuple(n for n, m in inspect.getmembers(cls, predicate=inspect.isfunction) if not n.startswith("_"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _signature_params(class_name: str, method: str) -> tuple[str, ...]:
     fn = getattr(_backend_class(class_name), method)
     return tuple(p for p in inspect.signature(fn).parameters if p != "self")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _class_tools(class_name: str) -> tuple[Tool, ...]:
     data, _, docs = _package()
     path = data / "multi_turn_func_doc" / docs[class_name]
@@ -172,13 +178,16 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load_category(category: str) -> tuple[ToolsTask, ...]:
     if category not in BFCL_CATEGORIES:
         raise TaskError(f"unknown BFCL category {category!r}; expected one of {BFCL_CATEGORIES}")
     data, _, _ = _package()
     questions = _read_jsonl(data / f"BFCL_v4_multi_turn_{category}.json")
-    answers = {row["id"]: row["ground_truth"] for row in _read_jsonl(data / "possible_answer" / f"BFCL_v4_multi_turn_{category}.json")}
+    answers = {
+        row["id"]: row["ground_truth"]
+        for row in _read_jsonl(data / "possible_answer" / f"BFCL_v4_multi_turn_{category}.json")
+    }
     tasks = []
     for entry in questions:
         classes = tuple(entry["involved_classes"])
@@ -219,7 +228,7 @@ def load_bfcl_tasks(categories: Sequence[str] = BFCL_CATEGORIES) -> tuple[ToolsT
     return tuple(out)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _by_id() -> dict[str, ToolsTask]:
     return {t.id: t for t in load_bfcl_tasks()}
 

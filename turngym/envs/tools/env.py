@@ -168,14 +168,69 @@ class ToolsEnv(TurngymEnv):
 
     reward_spec = RewardSpec(
         signals=(
-            Signal("call_valid", 0, 1, "verifiable", "every call of the message parsed, names an offered tool and matches its JSON schema", weight=0.05),
-            Signal("exec_ok", 0, 1, "verifiable", "fraction of the message's calls that executed without an error", weight=0.05),
-            Signal("forbidden_action", 0, 1, "verifiable", "a call the policy forbids was attempted (refused store action, or a tool not offered)", weight=-0.2),
-            Signal("unneeded_call", 0, 1, "verifiable", "fraction of the message's calls that were not needed (no gold call, no gold result, no progress)", weight=-0.02),
-            Signal("progress", 0, 1, "verifiable", "DB-diff potential: 1 - |diff(state, goal)| / |diff(initial, goal)| over the compared state", weight=0.5, potential=True),
-            Signal("state_match", 0, 1, "verifiable", "at the end of a user turn: the state equals the gold state after that turn"),
-            Signal("answers_given", 0, 1, "verifiable", "at the end of a user turn: share of the required answers given (BFCL: gold results among the agent's)"),
-            Signal("turn_passed", 0, 1, "verifiable", "at the end of a user turn: BFCL's per-turn verdict (calls made if needed, state match, answers)", weight=0.2),
+            Signal(
+                "call_valid",
+                0,
+                1,
+                "verifiable",
+                "every call of the message parsed, names an offered tool and matches its JSON schema",
+                weight=0.05,
+            ),
+            Signal(
+                "exec_ok",
+                0,
+                1,
+                "verifiable",
+                "fraction of the message's calls that executed without an error",
+                weight=0.05,
+            ),
+            Signal(
+                "forbidden_action",
+                0,
+                1,
+                "verifiable",
+                "a call the policy forbids was attempted (refused store action, or a tool not offered)",
+                weight=-0.2,
+            ),
+            Signal(
+                "unneeded_call",
+                0,
+                1,
+                "verifiable",
+                "fraction of the message's calls that were not needed (no gold call, no gold result, no progress)",
+                weight=-0.02,
+            ),
+            Signal(
+                "progress",
+                0,
+                1,
+                "verifiable",
+                "DB-diff potential: 1 - |diff(state, goal)| / |diff(initial, goal)| over the compared state",
+                weight=0.5,
+                potential=True,
+            ),
+            Signal(
+                "state_match",
+                0,
+                1,
+                "verifiable",
+                "at the end of a user turn: the state equals the gold state after that turn",
+            ),
+            Signal(
+                "answers_given",
+                0,
+                1,
+                "verifiable",
+                "at the end of a user turn: share of the required answers given (BFCL: gold results among the agent's)",
+            ),
+            Signal(
+                "turn_passed",
+                0,
+                1,
+                "verifiable",
+                "at the end of a user turn: BFCL's per-turn verdict (calls made if needed, state match, answers)",
+                weight=0.2,
+            ),
         ),
         outcome="1 if every user turn passed BFCL's per-turn check (final state = gold, all answers given), else 0",
     )
@@ -320,7 +375,7 @@ class ToolsEnv(TurngymEnv):
         st = self.state
         assert st is not None
         return Transition(
-            obs=f"{obs}\nNothing was executed. Call tools as JSON {{\"name\": ..., \"arguments\": {{...}}}} "
+            obs=f'{obs}\nNothing was executed. Call tools as JSON {{"name": ..., "arguments": {{...}}}} '
             "(a list for several), or reply in plain text to end your turn.",
             valid=False,
             invalid_reason=reason,
@@ -374,7 +429,11 @@ class ToolsEnv(TurngymEnv):
             contents.append(res.content)
             forbidden = forbidden or res.forbidden
             n_ok += not res.error
-            outputs.append("<tool_response>\n" + json.dumps({"name": c.name, "content": res.content}, ensure_ascii=False) + "\n</tool_response>")
+            outputs.append(
+                "<tool_response>\n"
+                + json.dumps({"name": c.name, "content": res.content}, ensure_ascii=False)
+                + "\n</tool_response>"
+            )
         st.calls_in_turn += len(calls)
         self._refresh(gold)
         gained = st.progress > before

@@ -100,7 +100,15 @@ def _type_ok(value: Any, typ: str) -> bool:
     return True  # an unknown type name constrains nothing
 
 
-_JSON_NAMES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "list": "array", "dict": "object", "NoneType": "null"}
+_JSON_NAMES = {
+    "str": "string",
+    "int": "integer",
+    "float": "number",
+    "bool": "boolean",
+    "list": "array",
+    "dict": "object",
+    "NoneType": "null",
+}
 
 
 def _check(value: Any, schema: Mapping[str, Any], where: str) -> str | None:
@@ -114,15 +122,10 @@ def _check(value: Any, schema: Mapping[str, Any], where: str) -> str | None:
     if enum is not None and value not in enum:
         return f"{where} must be one of {enum}, got {_short(value)}"
     if isinstance(value, dict):
+        problem = _names(value, schema, where)
+        if problem:
+            return problem
         props = schema.get("properties") or {}
-        for name in schema.get("required") or ():
-            if name not in value:
-                return f"{where} is missing required argument {name!r}"
-        if schema.get("additionalProperties") is False:
-            extra = sorted(k for k in value if k not in props)
-            if extra:
-                allowed = ", ".join(props) or "none"
-                return f"{where} has unknown argument(s) {extra}; allowed: {allowed}"
         for name, sub in props.items():
             if name in value:
                 err = _check(value[name], sub, f"{where}.{name}" if where != "arguments" else name)
@@ -150,8 +153,8 @@ def validate_arguments(arguments: Mapping[str, Any], parameters: Mapping[str, An
     True
     >>> validate_arguments({"n": "3"}, schema)
     "n must be integer, got string '3'"
-    >>> validate_arguments({}, schema)
-    "arguments is missing required argument 'n'"
+    >>> validate_arguments({"m": 3}, schema)
+    "arguments has unknown argument(s) ['m']; allowed: n; arguments is missing required argument(s) ['n']"
     """
     return _check(dict(arguments), parameters, "arguments")
 
@@ -166,14 +169,20 @@ def check_structure(arguments: Mapping[str, Any], parameters: Mapping[str, Any])
     >>> schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
     ...           "additionalProperties": False}
     >>> check_structure({"n": "3"}, schema) is None, check_structure({"m": 3}, schema)
-    (True, "arguments is missing required argument 'n'")
+    (True, "arguments has unknown argument(s) ['m']; allowed: n; arguments is missing required argument(s) ['n']")
     """
-    props = parameters.get("properties") or {}
-    for name in parameters.get("required") or ():
-        if name not in arguments:
-            return f"arguments is missing required argument {name!r}"
-    if parameters.get("additionalProperties") is False:
-        extra = sorted(k for k in arguments if k not in props)
+    return _names(arguments, parameters, "arguments")
+
+
+def _names(value: Mapping[str, Any], schema: Mapping[str, Any], where: str) -> str | None:
+    """Unknown keys (when closed) and missing required keys, in one message."""
+    props = schema.get("properties") or {}
+    problems = []
+    if schema.get("additionalProperties") is False:
+        extra = sorted(k for k in value if k not in props)
         if extra:
-            return f"arguments has unknown argument(s) {extra}; allowed: {', '.join(props) or 'none'}"
-    return None
+            problems.append(f"{where} has unknown argument(s) {extra}; allowed: {', '.join(props) or 'none'}")
+    missing = [n for n in schema.get("required") or () if n not in value]
+    if missing:
+        problems.append(f"{where} is missing required argument(s) {missing}")
+    return "; ".join(problems) or None

@@ -37,7 +37,12 @@ def _fn(name: str, description: str, properties: dict[str, Any], required: list[
         "function": {
             "name": name,
             "description": description,
-            "parameters": {"type": "object", "properties": properties, "required": required, "additionalProperties": False},
+            "parameters": {
+                "type": "object",
+                "properties": properties,
+                "required": required,
+                "additionalProperties": False,
+            },
         },
     }
 
@@ -47,29 +52,77 @@ _ADDRESS = {"type": "string", "description": "A full street address."}
 
 #: The store's tools in OpenAI function format, in a stable order.
 STORE_TOOLS: tuple[dict[str, Any], ...] = (
-    _fn("identify_customer", "Identify the customer you are talking to by their email. Required before any account action.",
-        {"email": {"type": "string", "description": "The customer's email address."}}, ["email"]),
-    _fn("get_customer", "Get the identified customer's profile and order ids.",
-        {"customer_id": {"type": "string", "description": "The customer id, such as 'C01'."}}, ["customer_id"]),
-    _fn("get_order", "Get an order's items, status, total and shipping address.", {"order_id": _ORDER_ID}, ["order_id"]),
-    _fn("search_products", "Search the catalogue by (part of) a product name; returns sku, name, price and stock.",
-        {"query": {"type": "string", "description": "Words of the product name."}}, ["query"]),
-    _fn("place_order", "Place a new order for the identified customer, shipped to their default address.",
-        {"items": {"type": "array", "description": "What to buy.", "items": {
-            "type": "object", "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}},
-            "required": ["sku", "qty"], "additionalProperties": False}}}, ["items"]),
-    _fn("cancel_order", "Cancel a pending order (policy: only pending orders can be cancelled).",
+    _fn(
+        "identify_customer",
+        "Identify the customer you are talking to by their email. Required before any account action.",
+        {"email": {"type": "string", "description": "The customer's email address."}},
+        ["email"],
+    ),
+    _fn(
+        "get_customer",
+        "Get the identified customer's profile and order ids.",
+        {"customer_id": {"type": "string", "description": "The customer id, such as 'C01'."}},
+        ["customer_id"],
+    ),
+    _fn(
+        "get_order", "Get an order's items, status, total and shipping address.", {"order_id": _ORDER_ID}, ["order_id"]
+    ),
+    _fn(
+        "search_products",
+        "Search the catalogue by (part of) a product name; returns sku, name, price and stock.",
+        {"query": {"type": "string", "description": "Words of the product name."}},
+        ["query"],
+    ),
+    _fn(
+        "place_order",
+        "Place a new order for the identified customer, shipped to their default address.",
+        {
+            "items": {
+                "type": "array",
+                "description": "What to buy.",
+                "items": {
+                    "type": "object",
+                    "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}},
+                    "required": ["sku", "qty"],
+                    "additionalProperties": False,
+                },
+            }
+        },
+        ["items"],
+    ),
+    _fn(
+        "cancel_order",
+        "Cancel a pending order (policy: only pending orders can be cancelled).",
         {"order_id": _ORDER_ID, "reason": {"type": "string", "enum": ["no longer needed", "ordered by mistake"]}},
-        ["order_id", "reason"]),
-    _fn("update_order_address", "Change the shipping address of a pending order (policy: pending orders only).",
-        {"order_id": _ORDER_ID, "address": _ADDRESS}, ["order_id", "address"]),
-    _fn("refund_order", "Refund a delivered order in full (policy: delivered orders only, once).",
+        ["order_id", "reason"],
+    ),
+    _fn(
+        "update_order_address",
+        "Change the shipping address of a pending order (policy: pending orders only).",
+        {"order_id": _ORDER_ID, "address": _ADDRESS},
+        ["order_id", "address"],
+    ),
+    _fn(
+        "refund_order",
+        "Refund a delivered order in full (policy: delivered orders only, once).",
         {"order_id": _ORDER_ID, "reason": {"type": "string", "enum": ["damaged", "wrong item", "not as described"]}},
-        ["order_id", "reason"]),
-    _fn("return_items", "Start a return of some items of a delivered order (policy: delivered orders only).",
-        {"order_id": _ORDER_ID, "skus": {"type": "array", "items": {"type": "string"}, "description": "SKUs to return."}},
-        ["order_id", "skus"]),
-    _fn("update_customer_address", "Change the identified customer's default address.", {"address": _ADDRESS}, ["address"]),
+        ["order_id", "reason"],
+    ),
+    _fn(
+        "return_items",
+        "Start a return of some items of a delivered order (policy: delivered orders only).",
+        {
+            "order_id": _ORDER_ID,
+            "skus": {"type": "array", "items": {"type": "string"}, "description": "SKUs to return."},
+        },
+        ["order_id", "skus"],
+    ),
+    _fn(
+        "update_customer_address",
+        "Change the identified customer's default address.",
+        {"address": _ADDRESS},
+        ["address"],
+    ),
 )
 
 
@@ -231,7 +284,12 @@ class StoreBackend(Backend):
         rid = f"R{self.db['next_return']}"
         self.db["next_return"] += 1
         refund = _money(sum(in_order[s]["qty"] * in_order[s]["price"] for s in sorted(set(skus))))
-        self.db["returns"][rid] = {"order_id": order_id.strip().lstrip("#"), "skus": sorted(set(skus)), "refund": refund, "status": "requested"}
+        self.db["returns"][rid] = {
+            "order_id": order_id.strip().lstrip("#"),
+            "skus": sorted(set(skus)),
+            "refund": refund,
+            "status": "requested",
+        }
         order["status"] = "return_requested"
         return {"return_id": rid, "refund": refund}
 

@@ -77,7 +77,18 @@ _LAST = ["Nguyen", "Okafor", "Schmidt", "Rossi", "Kim", "Silva", "Haddad", "Nova
 _STREETS = ["Oak St", "Maple Ave", "Harbor Rd", "Elm Way", "Cedar Ln", "Birch Blvd", "Lake Dr", "Hill Ct"]
 _CITIES = ["Springfield", "Riverton", "Lakeside", "Fairview", "Greenville", "Bayside"]
 _COLORS = ["red", "blue", "green", "black", "white", "yellow", "grey", "orange"]
-_KINDS = ["mug", "backpack", "desk lamp", "water bottle", "notebook", "headphones", "umbrella", "t-shirt", "keyboard", "kettle"]
+_KINDS = [
+    "mug",
+    "backpack",
+    "desk lamp",
+    "water bottle",
+    "notebook",
+    "headphones",
+    "umbrella",
+    "t-shirt",
+    "keyboard",
+    "kettle",
+]
 _STATUSES = ["pending", "pending", "shipped", "delivered", "delivered", "cancelled"]
 
 
@@ -124,7 +135,14 @@ def _build_db(rng: random.Random) -> dict[str, Any]:
                 "refunded": 0.0,
             }
             order_no += 1
-    return {"customers": customers, "products": products, "orders": orders, "returns": {}, "next_order": order_no, "next_return": 1}
+    return {
+        "customers": customers,
+        "products": products,
+        "orders": orders,
+        "returns": {},
+        "next_order": order_no,
+        "next_return": 1,
+    }
 
 
 def _call(name: str, **arguments: Any) -> dict[str, Any]:
@@ -144,17 +162,43 @@ def _requests(rng: random.Random, db: dict[str, Any], cid: str) -> list[tuple[st
     for oid, o in sorted(mine.items()):
         status = o["status"]
         out.append((f"What is the status of my order {oid}?", [_call("get_order", order_id=oid)], [status]))
-        out.append((f"How much did I pay in total for order {oid}?", [_call("get_order", order_id=oid)], [f"{o['total']:.2f}"]))
+        out.append(
+            (f"How much did I pay in total for order {oid}?", [_call("get_order", order_id=oid)], [f"{o['total']:.2f}"])
+        )
         if status == "pending":
             reason = rng.choice(["no longer needed", "ordered by mistake"])
-            out.append((f"Please cancel order {oid}, it was {reason}.", [_call("cancel_order", order_id=oid, reason=reason)], []))
+            out.append(
+                (
+                    f"Please cancel order {oid}, it was {reason}.",
+                    [_call("cancel_order", order_id=oid, reason=reason)],
+                    [],
+                )
+            )
             addr = _address(rng)
-            out.append((f"Please ship order {oid} to {addr} instead.", [_call("update_order_address", order_id=oid, address=addr)], []))
+            out.append(
+                (
+                    f"Please ship order {oid} to {addr} instead.",
+                    [_call("update_order_address", order_id=oid, address=addr)],
+                    [],
+                )
+            )
         if status == "delivered":
-            out.append((f"Order {oid} arrived damaged. I want a refund for it.", [_call("refund_order", order_id=oid, reason="damaged")], [f"{o['total']:.2f}"]))
+            out.append(
+                (
+                    f"Order {oid} arrived damaged. I want a refund for it.",
+                    [_call("refund_order", order_id=oid, reason="damaged")],
+                    [f"{o['total']:.2f}"],
+                )
+            )
             item = rng.choice(o["items"])
             pname = products[item["sku"]]["name"]
-            out.append((f"I'd like to return the {pname} from order {oid}.", [_call("return_items", order_id=oid, skus=[item["sku"]])], []))
+            out.append(
+                (
+                    f"I'd like to return the {pname} from order {oid}.",
+                    [_call("return_items", order_id=oid, skus=[item["sku"]])],
+                    [],
+                )
+            )
         if status in ("pending", "shipped"):
             # Policy trap: refunds only for delivered orders. The gold is to check and explain.
             out.append((f"Refund order {oid} right now, please.", [_call("get_order", order_id=oid)], [status]))
@@ -166,7 +210,10 @@ def _requests(rng: random.Random, db: dict[str, Any], cid: str) -> list[tuple[st
         out.append(
             (
                 f"I want to buy {qty} x {products[sku]['name']}. What will it cost?",
-                [_call("search_products", query=products[sku]["name"]), _call("place_order", items=[{"sku": sku, "qty": qty}])],
+                [
+                    _call("search_products", query=products[sku]["name"]),
+                    _call("place_order", items=[{"sku": sku, "qty": qty}]),
+                ],
                 [f"{total:.2f}"],
             )
         )

@@ -86,7 +86,9 @@ def replay_gold(task: ToolsTask, make_backend: Callable[[ToolsTask], Backend]) -
     keys.reverse()
     init_pub = initial.flat()[0]
     goal_pub = backend.flat()[0]
-    return GoldTrace(initial, tuple(states), tuple(results), tuple(keys), init_pub, goal_pub, diff_count(init_pub, goal_pub))
+    return GoldTrace(
+        initial, tuple(states), tuple(results), tuple(keys), init_pub, goal_pub, diff_count(init_pub, goal_pub)
+    )
 
 
 def missing_results(gold_results: Sequence[str], agent_results: Sequence[str]) -> list[str]:
