@@ -232,10 +232,14 @@ def test_bad_config_and_ids_raise():
 def test_bfcl_missing_gives_install_command(monkeypatch):
     from turngym.envs.tools import bfcl
 
-    bfcl._package.cache_clear()
+    caches = (bfcl._package, bfcl._load_category)  # warm caches would skip the import
+    for c in caches:
+        c.cache_clear()
     monkeypatch.setitem(sys.modules, "bfcl_eval", None)
     try:
         with pytest.raises(ImportError, match="pip install --no-deps"):
             turngym.make("turngym/Tools-BFCL-v0")
+        assert turngym.make("turngym/Tools-Store-v0").reset(seed=0)  # the store needs no bfcl-eval
     finally:
-        bfcl._package.cache_clear()
+        for c in caches:
+            c.cache_clear()

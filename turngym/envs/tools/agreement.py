@@ -9,7 +9,8 @@ Python call strings and run BFCL's ``multi_turn_checker`` on them (this is the o
 failing turn, so the comparison is the episode verdict and the first failing turn.
 
 :func:`perturb` makes the trajectories the issue asks for: the gold calls with one call
-dropped, two calls of a turn swapped, or one argument altered.
+dropped, two calls of a turn swapped, one argument altered, one call repeated, or the first call
+after a turn with empty gold (BFCL's miss_param / miss_func turns) made one turn early.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ __all__ = [
 ]
 
 Trajectory = list[list[list[dict[str, Any]]]]
-PERTURBATIONS = ("drop", "swap", "alter")
+PERTURBATIONS = ("drop", "swap", "alter", "duplicate", "early")
 _counter = itertools.count()
 _TURN_IN_MESSAGE = re.compile(r"for turn (\d+)")
 
@@ -85,6 +86,16 @@ def perturb(task: ToolsTask, kind: str, rng: np.random.Generator) -> Trajectory 
     """The gold trajectory with one perturbation of ``kind``; None if the task has no place for it."""
     traj = gold_trajectory(task)
     turns = [k for k, t in enumerate(traj) if t]
+    if kind == "early":  # act in a turn whose gold is empty, before the user supplied what was missing
+        turns = [k for k in range(len(traj) - 1) if not traj[k] and traj[k + 1]]
+        if not turns:
+            return None
+        k = turns[int(rng.integers(len(turns)))]
+        moved = traj[k + 1][0].pop(0)
+        traj[k] = [[moved]]
+        if not traj[k + 1][0]:
+            traj[k + 1] = []
+        return traj
     if kind == "swap":
         turns = [k for k in turns if any(a != b for a, b in itertools.pairwise(traj[k][0]))]
     elif kind == "alter":
@@ -100,6 +111,9 @@ def perturb(task: ToolsTask, kind: str, rng: np.random.Generator) -> Trajectory 
         pairs = [i for i in range(len(calls) - 1) if calls[i] != calls[i + 1]]
         i = pairs[int(rng.integers(len(pairs)))]
         calls[i], calls[i + 1] = calls[i + 1], calls[i]
+    elif kind == "duplicate":
+        i = int(rng.integers(len(calls)))
+        calls.insert(i + 1, copy.deepcopy(calls[i]))
     elif kind == "alter":
         options = [i for i, c in enumerate(calls) if c["arguments"]]
         i = options[int(rng.integers(len(options)))]

@@ -9,10 +9,10 @@ The per-turn rule is BFCL's ``multi_turn_checker``, applied at the end of every 
    calls so far, as a multiset (BFCL's ``response_checker``); store tasks: the facts the user
    asked for are in the agent's reply.
 
-One deliberate difference: on a turn whose gold is empty (BFCL's miss_func / miss_param turns,
-where the right move is to ask or decline), BFCL skips the check; we still check the state,
-which can only fail if the agent changed the world when it should not have — BFCL then fails
-the *next* turn on the same state, so the episode verdict is the same.
+On a turn whose gold is empty (BFCL's miss_func / miss_param turns, where the right move is to
+ask or decline) BFCL checks nothing, and neither does ``turn_passed``; the env's separate
+``state_match`` signal still reports whether the agent changed the world when it should not
+have (BFCL notices only if the change is still visible at the next checked turn).
 """
 
 from __future__ import annotations
