@@ -243,3 +243,30 @@ def test_bfcl_missing_gives_install_command(monkeypatch):
     finally:
         for c in caches:
             c.cache_clear()
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        '{"name": "identify_customer", "arguments": {"email": "EMAIL"}}',  # plain JSON
+        '<tool_call>\n{"name": "identify_customer", "arguments": {"email": "EMAIL"}}\n</tool_call>',  # Hermes / Qwen
+        '<|python_tag|>{"name": "identify_customer", "parameters": {"email": "EMAIL"}}',  # Llama 3.1
+        '[TOOL_CALLS][{"name": "identify_customer", "arguments": {"email": "EMAIL"}}]',  # Mistral
+        '{"type": "function", "function": {"name": "identify_customer", "arguments": "{\\"email\\": \\"EMAIL\\"}"}}',  # OpenAI
+        'Let me look you up.\n```json\n{"name": "identify_customer", "arguments": {"email": "EMAIL"}}\n```',
+    ],
+)
+def test_native_tool_call_formats_are_understood(template):
+    t = generate_store_task(0)
+    env = make()
+    env.reset(options={"task": t})
+    obs, *_, info = env.step(template.replace("EMAIL", customer_of(t)["email"]))
+    assert info["action_valid"] and info["signals"]["exec_ok"] == 1.0, obs
+    assert env.state.backend._session == t.meta["customer_id"]
+
+
+def test_env_tools_are_openai_format():
+    env = make()
+    env.reset(seed=0)
+    assert [tl["function"]["name"] for tl in env.tools] == [tl["function"]["name"] for tl in STORE_TOOLS]
+    assert all(tl["type"] == "function" and tl["function"]["parameters"]["type"] == "object" for tl in env.tools)

@@ -2,7 +2,8 @@
 
 Tool calls are parsed by the shared :func:`turngym.core.parsing.parse_tool_calls` (a JSON
 object or list, ```json fences, or Hermes/Qwen ``<tool_call>`` blocks; OpenAI's
-``{"function": ...}`` wrapper and string-encoded arguments too). A message that holds no tool
+``{"function": ...}`` wrapper and string-encoded arguments too; Mistral's ``[TOOL_CALLS]`` and
+Llama's ``<|python_tag|>`` markers are dropped first). A message that holds no tool
 call is a reply to the user and ends the agent's turn — BFCL's harness uses the same rule (a
 response that decodes to no function call ends the turn). A message that *tries* to call a
 tool (it has a ``<tool_call>`` tag or a ``"name"`` key) but does not parse is an invalid
@@ -22,6 +23,9 @@ __all__ = ["Reply", "parse_message", "MAX_CALLS_PER_MESSAGE"]
 MAX_CALLS_PER_MESSAGE = 64
 
 _ATTEMPT = re.compile(r"<tool_call>|\"name\"\s*:")
+#: Markers some chat templates put before native tool calls (Mistral, Llama 3.1); the JSON after
+#: them is what counts, and Mistral's bracketed marker would otherwise read as a JSON list.
+_NATIVE_MARKERS = re.compile(r"\[TOOL_CALLS\]|<\|python_tag\|>")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +45,7 @@ def parse_message(text: str) -> Parsed[tuple[ToolCall, ...] | Reply]:
     >>> parse_message('{"name": "ls", "arguments": {').error
     'the tool call is not complete JSON (unbalanced braces or brackets)'
     """
-    parsed = parse_tool_calls(text, max_calls=MAX_CALLS_PER_MESSAGE)
+    parsed = parse_tool_calls(_NATIVE_MARKERS.sub(" ", text), max_calls=MAX_CALLS_PER_MESSAGE)
     if parsed.ok:
         return parsed  # type: ignore[return-value]
     error = parsed.error or ""
