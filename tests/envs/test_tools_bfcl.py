@@ -218,3 +218,11 @@ def test_random_agent_near_zero_on_bfcl():
                 break
         wins += info["outcome"]["success"]
     assert wins / 40 < 0.1
+
+
+def test_runaway_math_arguments_are_refused_not_computed():
+    task = next(t for t in ALL if "MathAPI" in t.classes)
+    backend = BfclBackend.create(task)
+    res = backend.call("power", {"base": 9, "exponent": 10**9})
+    assert res.error and "too large" in res.content
+    assert backend.call("power", {"base": 2, "exponent": 10}).content == '{"result": 1024}'

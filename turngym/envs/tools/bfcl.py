@@ -242,6 +242,16 @@ def bfcl_task(task_id: str) -> ToolsTask:
         raise TaskError(f"unknown BFCL task {task_id!r}; ids look like 'bfcl/multi_turn_base_0'") from None
 
 
+#: Arguments that make a BFCL backend compute for minutes (``power(9, 10**9)`` builds a
+#: billion-digit integer; mpmath at ``precision=10**8`` digits): refused above these bounds so
+#: one call cannot hang a rollout worker. Every ground-truth value is far below them.
+_ARGUMENT_BOUNDS = {
+    ("power", "exponent"): 10_000,
+    ("logarithm", "precision"): 10_000,
+    ("square_root", "precision"): 10_000,
+}
+
+
 class BfclBackend(Backend):
     """BFCL's backend instances for one task, called by method, compared by BFCL's rule."""
 
@@ -269,6 +279,10 @@ class BfclBackend(Backend):
         return name in self._owners
 
     def call(self, name: str, arguments: Mapping[str, Any]) -> CallResult:
+        for arg, value in arguments.items():
+            bound = _ARGUMENT_BOUNDS.get((name, arg))
+            if bound is not None and isinstance(value, (int, float)) and abs(value) > bound:
+                return CallResult(f"Error during execution: {arg}={value!r} is too large (at most {bound})", error=True)
         method = getattr(self.instances[self._owners[name]], name)
         try:
             # A fresh copy: backends keep references to argument lists (a tweet's mentions),

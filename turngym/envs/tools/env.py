@@ -519,10 +519,20 @@ class ToolsEnv(TurngymEnv):
         return self._outcome(False, final_state_match=final, reason="max_turns")
 
     def _state_key(self) -> str:
+        """The world (public and private state), the user turn, and what the verdict still needs.
+
+        Beyond the world, two episodes can only continue alike if they are at the same user
+        turn, agree on whether a call was made in it, on which of its gold results are still
+        missing (BFCL's response rule) and on whether every earlier turn passed.
+        """
         st = self.state
-        if st is None:
+        task: ToolsTask | None = self.task  # type: ignore[assignment]
+        if st is None or task is None:
             return state_hash("empty")
-        return state_hash((st.world_key, st.turn))
+        pending: tuple[str, ...] = ()
+        if task.check_results and st.turn < task.n_turns:
+            pending = tuple(sorted(missing_results(self.gold_trace(task).results[st.turn], st.results)))
+        return state_hash((st.world_key, st.turn, st.calls_in_turn > 0, pending, all(st.verdicts)))
 
     def _get_state(self) -> ToolsState:
         st = self.state
