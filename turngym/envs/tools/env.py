@@ -269,7 +269,7 @@ class ToolsEnv(TurngymEnv):
                 raise ConfigError("tasks is empty")
             self.tasks = resolved
         self._gold: OrderedDict[str, tuple[ToolsTask, GoldTrace]] = OrderedDict()
-        self._tool_cache: dict[tuple[str, bool], dict[str, Tool]] = {}
+        self._tool_cache: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[str, Tool]] = {}
         self.state: ToolsState | None = None
 
     # -- tasks -------------------------------------------------------------------------------
@@ -306,7 +306,7 @@ class ToolsEnv(TurngymEnv):
     def _all_tools(self, task: ToolsTask, *, include_excluded: bool = False) -> dict[str, Tool]:
         if task.source == "store":
             return _STORE_TOOLS
-        key = (task.id, include_excluded)
+        key = (task.classes, () if include_excluded else task.excluded)
         tools = self._tool_cache.get(key)
         if tools is None:
             from turngym.envs.tools.bfcl import bfcl_tools
