@@ -39,7 +39,8 @@ The tools you may use are listed in <tools> blocks; new ones may be added during
 Example: [{"name": "get_order", "arguments": {"order_id": "O1003"}}]"""
 
 _STORE_TOOLS = {t["function"]["name"]: t for t in STORE_TOOLS}
-_GOLD_CACHE_SIZE = 128
+#: Gold replays kept per env: all 800 BFCL tasks fit (about 50 MB), generated store tasks rotate.
+_GOLD_CACHE_SIZE = 1024
 
 
 def make_backend(task: ToolsTask) -> Backend:
