@@ -134,7 +134,9 @@ class ToolsEnv(TurngymEnv):
     | turn_passed | 0–1 | replies | BFCL's per-turn verdict: calls made if gold has any, state match, answers |
 
     A call is *needed* if it is a gold call of this or a later turn, or returned a gold result
-    of this turn, or the message it was in raised ``progress``.
+    of this turn, or the message it was in raised ``progress``. On a user turn whose gold is
+    empty (BFCL miss_func / miss_param: the right move is to ask or decline) ``turn_passed`` is
+    1, as BFCL checks nothing there; ``state_match`` still says whether the world was changed.
 
     ## Starting State
     The task's initial world (BFCL's ``initial_config`` loaded into its classes exactly as
