@@ -24,6 +24,7 @@ import copy
 import importlib
 import inspect
 import json
+import pickle
 from collections.abc import Mapping, Sequence
 from functools import cache, lru_cache
 from pathlib import Path
@@ -272,7 +273,9 @@ class BfclBackend(Backend):
         return cls(instances, _owners(task.classes))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> BfclBackend:
-        return BfclBackend(copy.deepcopy(self.instances, memo), self._owners)
+        # A pickle round trip copies these object graphs (directory trees with parent links,
+        # RNG states) about twice as fast as copy.deepcopy, and just as exactly.
+        return BfclBackend(pickle.loads(pickle.dumps(self.instances, protocol=pickle.HIGHEST_PROTOCOL)), self._owners)
 
     def knows(self, name: str) -> bool:
         """True if some involved class has a public method ``name``."""
