@@ -121,23 +121,11 @@ def test_task_id_round_trips_through_reset():
 
 
 def test_signals_on_a_known_task():
-    task = MathTask(
-        id="t",
-        prompt="Ann has 3 boxes of 4 pens and buys 5 more.",
-        gold="17",
-        chain=("12", "17"),
-        exprs=("3 * 4", "12 + 5"),
-    )
+    task = MathTask(id="t", prompt="Ann has 3 boxes of 4 pens and buys 5 more.", gold="17", chain=("12", "17"), exprs=("3 * 4", "12 + 5"))
     env = MathEnv()
     env.reset(options={"task": task})
     _, r, term, _, info = env.step("<calc>3*4</calc>")
-    assert info["signals"] == {
-        "tool_ok": 1.0,
-        "new_intermediate": 1.0,
-        "progress": 0.5,
-        "repeat_call": 0.0,
-        "answer_correct": 0.0,
-    }
+    assert info["signals"] == {"tool_ok": 1.0, "new_intermediate": 1.0, "progress": 0.5, "repeat_call": 0.0, "answer_correct": 0.0}
     _, _, _, _, info = env.step("<calc>3*4</calc>")  # the same value again: no new evidence, a repeat
     assert info["signals"]["new_intermediate"] == 0.0 and info["signals"]["repeat_call"] == 1.0
     key_before = info["state_key"]
