@@ -338,7 +338,7 @@ class GeneratedCatalog(Catalog):
             (float(r), rng.choice((
                 f"Great {t.name}, exactly as described.",
                 f"Good value for the price. The {attrs[0]} part is true.",
-                f"It is fine, but shipping took a while.",
+                "It is fine, but shipping took a while.",
                 f"My second {t.name} from {brand}; still happy.",
             )))
             for r in (rng.choice((3, 4, 4, 5, 5, 5)) for _ in range(spec.n_reviews))

@@ -32,10 +32,16 @@ def _stem(token: str) -> str:
     stem = _STEM_CACHE.get(token)
     if stem is None:
         stem = token
-        if len(token) > 4 and token.endswith("ies"):
-            stem = token[:-3] + "y"
+        if len(token) > 4 and token.endswith("ies"):  # cookies, berries -> cooki, berri
+            stem = token[:-2]
+        elif len(token) > 4 and token.endswith(("sses", "shes", "ches", "xes")):  # dresses -> dress
+            stem = token[:-2]
         elif len(token) > 3 and token.endswith("s") and not token.endswith(("ss", "us", "is")):
-            stem = token[:-1]
+            stem = token[:-1]  # shirts -> shirt
+        if len(stem) > 3 and stem.endswith("ie"):  # cookie -> cooki
+            stem = stem[:-1]
+        elif len(stem) > 3 and stem.endswith("y") and stem[-2] not in "aeiou":  # berry -> berri
+            stem = stem[:-1] + "i"
         if len(_STEM_CACHE) < 1_000_000:
             _STEM_CACHE[token] = stem
     return stem
@@ -45,7 +51,9 @@ def tokenize(text: str) -> list[str]:
     """Lowercase, split on non-alphanumerics, drop stopwords, strip plurals.
 
     >>> tokenize("I need 2 Shirts for the beach, and cookies!")
-    ['2', 'shirt', 'beach', 'cookie']
+    ['2', 'shirt', 'beach', 'cooki']
+    >>> tokenize("cookie berry berries honey") == tokenize("cookies berri berry honey")
+    True
     """
     return [_stem(t) for t in _TOKEN.findall(text.lower()) if t not in STOPWORDS]
 

@@ -5,8 +5,8 @@ and a price cap. The cap follows WebShop's rule: take the next four multiples of
 product's price, draw two of them, keep the larger (no cap when fewer than two exist). The
 instruction is rendered from templates at three paraphrase levels:
 
-* 0 — WebShop's synthetic style: "i am looking for X that is A and B, and color: red, and
-  price lower than 40.00 dollars";
+* 0 — WebShop's synthetic style: "i am looking for X that is A and B with color: red, and
+  size: large, and price lower than 40.00 dollars";
 * 1 — varied natural phrasings of the same facts;
 * 2 — as 1, with attributes replaced by synonyms where the vocabulary has them
   ("without gluten" for "gluten free"), so the literal search terms are no longer given.
@@ -112,7 +112,7 @@ def _join(words: Sequence[str]) -> str:
 def _instruction(rng: random.Random, type_name: str, category: str, attrs: Sequence[str],
                  options: Sequence[tuple[str, str]], cap: float, level: int) -> str:
     if level == 0:
-        opt = "".join(f", and {d}: {v}" for d, v in options)
+        opt = (" with " + ", and ".join(f"{d}: {v}" for d, v in options)) if options else ""
         return f"i am looking for {type_name} that is {_join(attrs)}{opt}{_price_text(cap)}"
     if level >= 2:
         syn = CATEGORIES[category].synonyms
@@ -228,13 +228,15 @@ def _parse_price(pricing: Any, rng: random.Random) -> float:
 def load_webshop_products(
     products_path: str | Path,
     attributes_path: str | Path | None = None,
+    reviews_path: str | Path | None = None,
     *,
     seed: int = 0,
 ) -> tuple[list[Product], dict[str, Mapping[str, Any]]]:
-    """Read ``items_shuffle*.json`` (and ``items_ins_v2*.json``) into products.
+    """Read ``items_shuffle*.json`` (and ``items_ins_v2*.json``, the reviews file) into products.
 
     Returns the products and the per-ASIN attribute records (``attributes``, ``instruction``,
-    ``instruction_attributes``). Products without a valid ASIN are skipped as WebShop does.
+    ``instruction_attributes``). Products without a valid ASIN, or repeating one, are skipped
+    as WebShop does; products without attributes get WebShop's ``["DUMMY_ATTR"]``.
     """
     raw = _read_json(products_path)
     if not isinstance(raw, list):
@@ -242,6 +244,17 @@ def load_webshop_products(
     attrs: dict[str, Mapping[str, Any]] = _read_json(attributes_path) if attributes_path else {}
     if not isinstance(attrs, dict):
         raise TaskError(f"{attributes_path}: expected a JSON object keyed by ASIN")
+    reviews_by_asin: dict[str, tuple[tuple[float, str], ...]] = {}
+    rating_by_asin: dict[str, Any] = {}
+    if reviews_path:
+        for rec in _read_json(reviews_path):
+            asin = str(rec.get("asin", ""))
+            reviews_by_asin[asin] = tuple(
+                (float(r.get("score", r.get("stars", 0)) or 0), str(r.get("review", r.get("body", "")) or ""))
+                for r in rec.get("reviews") or []
+                if isinstance(r, dict)
+            )
+            rating_by_asin[asin] = rec.get("average_rating")
     rng = random.Random(f"turngym-shop-webshop-prices/{seed}")
     products: list[Product] = []
     seen: set[str] = set()
@@ -264,12 +277,8 @@ def load_webshop_products(
         rec = attrs.get(asin, {})
         attributes = tuple(rec.get("attributes") or ("DUMMY_ATTR",))
         title = str(item.get("name") or "")
-        reviews = tuple(
-            (float(r.get("score", 0) or 0), str(r.get("body") or r.get("title") or ""))
-            for r in (item.get("Reviews") or item.get("reviews") or [])
-            if isinstance(r, dict)
-        )
-        rating = item.get("average_rating")
+        reviews = reviews_by_asin.get(asin, ())
+        rating = rating_by_asin.get(asin, item.get("average_rating"))
         try:
             rating_value = float(str(rating).split()[0]) if rating not in (None, "", "N.A.") else None
         except ValueError:
@@ -297,8 +306,7 @@ def load_webshop_products(
 
 
 def _task(catalog: Catalog, p: Product, i: int, kind: str, instruction: str, attributes: Sequence[str],
-          options: Sequence[tuple[str, str]], rng: random.Random) -> ShopTask:
-    cap = price_cap(p.price, rng)
+          options: Sequence[tuple[str, str]], cap: float) -> ShopTask:
     return ShopTask(
         id=f"shop/{catalog.key}/{kind}/{i}",
         prompt=instruction.strip().rstrip(".") + _price_text(cap),
@@ -320,6 +328,7 @@ def load_webshop(
     products_path: str | Path,
     attributes_path: str | Path | None = None,
     human_goals_path: str | Path | None = None,
+    reviews_path: str | Path | None = None,
     *,
     seed: int = 233,
     key: str | None = None,
@@ -329,10 +338,11 @@ def load_webshop(
     With ``human_goals_path`` (``items_human_ins.json``: ASIN → list of ``{instruction,
     instruction_attributes, instruction_options}``) the tasks are the human goals; otherwise
     they are WebShop's synthetic goals: one per option combination of every product whose
-    ``items_ins_v2`` record has an instruction, the options appended as ", and color: red".
+    ``items_ins_v2`` record has an instruction, the options appended as " with color: red, and
+    size: large".
     Goals without attributes are skipped, as WebShop does. Price caps are drawn with ``seed``.
     """
-    products, attrs = load_webshop_products(products_path, attributes_path, seed=seed)
+    products, attrs = load_webshop_products(products_path, attributes_path, reviews_path, seed=seed)
     catalog = ProductListCatalog(products, key or f"webshop-{Path(products_path).stem}")
     rng = random.Random(f"turngym-shop-webshop-goals/{seed}")
     tasks: list[ShopTask] = []
@@ -346,17 +356,20 @@ def load_webshop(
                 if not goal_attrs or not goal.get("instruction"):
                     continue
                 opts = [("", str(v)) for v in goal.get("instruction_options") or []]
-                tasks.append(_task(catalog, p, len(tasks), "human", goal["instruction"], goal_attrs, opts, rng))
+                cap = price_cap(p.price, rng)
+                tasks.append(_task(catalog, p, len(tasks), "human", goal["instruction"], goal_attrs, opts, cap))
         return catalog, tasks
     for p in products:
         rec = attrs.get(p.asin) or {}
         text, goal_attrs = rec.get("instruction"), rec.get("instruction_attributes") or []
         if not text or not goal_attrs:
             continue
-        dims = [dim for dim, _ in p.options]
-        for combo in itertools.product(*(values for _, values in p.options)):
+        cap = price_cap(p.price, rng)  # one cap per product, shared by its option combinations
+        by_dim = dict(p.options)
+        dims = sorted(by_dim)
+        for combo in itertools.product(*(by_dim[d] for d in dims)):
             opts = list(zip(dims, combo))
-            opt_text = "".join(f", and {d}: {v}" for d, v in opts)
+            opt_text = (" with " + ", and ".join(f"{d}: {v}" for d, v in opts)) if opts else ""
             tasks.append(_task(catalog, p, len(tasks), "synthetic", text.strip().rstrip(".") + opt_text,
-                               goal_attrs, opts, rng))
+                               goal_attrs, opts, cap))
     return catalog, tasks

@@ -15,6 +15,10 @@ The outcome reward is WebShop's ``get_reward`` (``web_agent_site/engine/goal.py`
   0.1; 0 if it is zero. WebShop parses nouns with spaCy; here nouns are structured (the
   product type's head nouns), or content words of the title for loaded products.
 
+WebShop's history has two option rules; we follow the goal-centred one (each goal option is
+matched at most once, so R <= 1). The other counts each *purchased* option, with exact
+matching for "size" and a substring fallback into the product text, and can exceed 1.
+
 Fuzzy matching uses :mod:`rapidfuzz` with thefuzz's default preprocessing (lowercase,
 non-alphanumerics to spaces), which is what WebShop's ``thefuzz`` calls do.
 """
