@@ -188,9 +188,15 @@ class GeneratedCatalog(Catalog):
         rng = random.Random(f"turngym-shop-catalog/{self.seed}")
         self._brands = {c: self._make_brands(rng, 40) for c in CATEGORIES}
         self._attr_pool = {c: cat.attributes for c, cat in CATEGORIES.items()}
-        self._types_by_category: dict[str, list[int]] = {}
+        # Per product type: the ids (into its category's pool) of the attributes it may have.
+        self._type_attrs = [
+            tuple(CATEGORIES[t.category].attributes.index(a) for a in CATEGORIES[t.category].groups[t.group])
+            for t in PRODUCT_TYPES
+        ]
+        self._siblings: list[list[int]] = []  # same attribute group first, else same category
         for i, t in enumerate(PRODUCT_TYPES):
-            self._types_by_category.setdefault(t.category, []).append(i)
+            same = [j for j, u in enumerate(PRODUCT_TYPES) if j != i and (u.category, u.group) == (t.category, t.group)]
+            self._siblings.append(same or [j for j, u in enumerate(PRODUCT_TYPES) if j != i and u.category == t.category])
         self._asin_offset = rng.randrange(_ASIN_MOD)
         self.specs: list[_Spec] = self._generate(rng)
         self.kinds: bytes = bytes(self._kinds)  # 0 = base product, 1-4 = distractor kind
@@ -213,8 +219,7 @@ class GeneratedCatalog(Catalog):
     def _base(self, rng: random.Random) -> _Spec:
         type_id = rng.randrange(len(PRODUCT_TYPES))
         t = PRODUCT_TYPES[type_id]
-        pool = self._attr_pool[t.category]
-        attrs = tuple(rng.sample(range(len(pool)), rng.randint(2, 5)))
+        attrs = tuple(rng.sample(self._type_attrs[type_id], rng.randint(2, 5)))
         lo, hi = t.price
         price = round(rng.uniform(lo, hi)) - 0.01 if rng.random() < 0.7 else round(rng.uniform(lo, hi), 2)
         return _Spec(
@@ -240,9 +245,8 @@ class GeneratedCatalog(Catalog):
         """A near miss of ``base``: one attribute, option value, the price or the type differs."""
         t = PRODUCT_TYPES[base.type_id]
         kind = rng.randint(1, 4)
-        if kind == 1:  # swap one attribute for another of the category
-            pool = self._attr_pool[t.category]
-            unused = [a for a in range(len(pool)) if a not in base.attrs]
+        if kind == 1:  # swap one attribute for another the type could have
+            unused = [a for a in self._type_attrs[base.type_id] if a not in base.attrs]
             attrs = list(base.attrs)
             attrs[rng.randrange(len(attrs))] = rng.choice(unused)
             return base._replace(attrs=tuple(attrs)), kind
@@ -257,8 +261,7 @@ class GeneratedCatalog(Catalog):
                 opts[d] = tuple(sorted(values))
                 return base._replace(options=tuple(opts)), kind
         if kind == 4:  # a sibling product type with the same brand, attributes and text
-            siblings = [i for i in self._types_by_category[t.category] if i != base.type_id]
-            new_t = rng.choice(siblings)
+            new_t = rng.choice(self._siblings[base.type_id])
             return base._replace(type_id=new_t, options=self._sample_options(rng, PRODUCT_TYPES[new_t])), kind
         # kind 3 (and the fallback): the same product, priced well above the base
         return base._replace(price=round(base.price * rng.uniform(1.3, 2.2), 2)), 3

@@ -98,9 +98,16 @@ def _price_text(cap: float) -> str:
 def _option_phrase(rng: random.Random, dim: str, value: str) -> str:
     if dim == "color":
         return rng.choice((f"in {value}", f"{value} color", f"in the color {value}"))
-    if value.startswith(dim) or dim in ("pack",):
+    if dim in value.split() or dim == "pack":  # "size 8", "espresso roast", "2 pack"
         return value
     return rng.choice((f"{dim} {value}", f"{value} {dim}", f"with {dim} {value}"))
+
+
+def _a(noun: str) -> str:
+    """The indefinite article for ``noun`` ("" for plurals such as "running shoes")."""
+    if noun.endswith("s") and not noun.endswith("ss"):
+        return noun
+    return ("an " if noun[:1] in "aeiou" else "a ") + noun
 
 
 def _join(words: Sequence[str]) -> str:
@@ -131,12 +138,12 @@ def _instruction(rng: random.Random, type_name: str, category: str, attrs: Seque
     )
     template = rng.randrange(4)
     if template == 0:
-        return f"i need a {type_name} that is {_join(attrs)}{with_opts}{budget}"
+        return f"i need {_a(type_name)} that is {_join(attrs)}{with_opts}{budget}"
     if template == 1:
-        return f"find me {_join(attrs)} {type_name}{with_opts}{budget}"
+        return f"find me {_a(_join(attrs) + ' ' + type_name)}{with_opts}{budget}"
     if template == 2:
-        return f"i want to buy a {type_name}{with_opts}; it should be {_join(attrs)}{budget}"
-    return f"looking for a {type_name} for my home, {_join(attrs)}{with_opts}{budget}"
+        return f"i want to buy {_a(type_name)}{with_opts}; it should be {_join(attrs)}{budget}"
+    return f"looking for {_a(type_name)}: {_join(attrs)}{with_opts}{budget}"
 
 
 def generate_task(catalog: Catalog, seed: int, paraphrase: int = 1) -> ShopTask:
