@@ -325,6 +325,10 @@ def test_task_ids_regenerate_and_serialize():
     other = generate_task(get_catalog(0, 10_000, 0.5), 1, 1)
     with pytest.raises(TaskError, match="belongs to catalog"):
         env.reset(options={"task": other.id})
+    with pytest.raises(TaskError, match="drawn from catalog"):
+        env.reset(options={"task": other})
+    with pytest.raises(ConfigError, match="another catalog"):
+        ShopEnv(difficulty="easy", tasks=[other])
 
 
 def test_goals_follow_the_target_product():

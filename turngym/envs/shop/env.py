@@ -184,9 +184,9 @@ class ShopEnv(TurngymEnv):
         if self.tasks is not None:
             if not self.tasks:
                 raise ConfigError("tasks is empty")
-            stray = [t.id for t in self.tasks if catalog.index_of(t.asin) is None][:3]
+            stray = [t.id for t in self.tasks if t.catalog not in ("", catalog.key) or catalog.index_of(t.asin) is None][:3]
             if stray:
-                raise ConfigError(f"tasks name products missing from the catalog {catalog.key!r}: {stray}")
+                raise ConfigError(f"tasks from another catalog or naming products missing from the catalog {catalog.key!r}: {stray}")
         self._by_id = {t.id: t for t in self.tasks} if self.tasks else {}
         self.state = ShopState()
         self._goal_index = -1
@@ -208,6 +208,11 @@ class ShopEnv(TurngymEnv):
     def _reset(self, task: Task, options: Mapping[str, Any]) -> str:
         if not isinstance(task, ShopTask):
             raise ConfigError(f"ShopEnv needs a ShopTask, got {type(task).__name__}")
+        if task.catalog not in ("", self.catalog.key):
+            raise TaskError(
+                f"task {task.id!r} was drawn from catalog {task.catalog!r} but this env uses {self.catalog.key!r}; "
+                "make the env with the matching catalog_seed / n_products / distractor_density"
+            )
         goal = self.catalog.index_of(task.asin)
         if goal is None:
             raise TaskError(f"task {task.id!r}: product {task.asin} is not in catalog {self.catalog.key!r}")
@@ -393,8 +398,9 @@ class ShopEnv(TurngymEnv):
 
     def _set_state(self, payload: ShopState) -> None:
         self.state = payload
-        if self.task is not None:
-            self._goal_index = self.catalog.index_of(self.goal.asin) or 0
+        if self.task is not None:  # the snapshot may come from another task's episode
+            goal = self.catalog.index_of(self.goal.asin)
+            self._goal_index = -1 if goal is None else goal
             self._goal_terms = goal_terms(self.goal)
             self._potential_cache.clear()
 
