@@ -95,3 +95,18 @@ def test_malformed_files_raise_task_errors(tmp_path):
     catalog, tasks = load_webshop(PRODUCTS, ATTRIBUTES)
     with pytest.raises(ConfigError, match="missing from the catalog"):
         ShopEnv(catalog=catalog, tasks=[tasks[0].__class__(id="x", prompt="p", asin="B0NOPE0000")])
+
+
+def test_option_values_click_case_and_space_insensitively():
+    catalog, tasks = load_webshop(PRODUCTS, ATTRIBUTES, HUMAN)
+    env = ShopEnv(catalog=catalog, tasks=tasks)
+    env.reset(options={"task": tasks[1].id})  # the t-shirt: black, large
+    env.step("search[men's cotton t-shirt]")
+    env.step("click[B08L5WHFT9]")
+    *_, info = env.step("click[ Navy  |  WHITE ]")
+    assert info["action_valid"] and env.state.chosen == (("color", "navy | white"),)
+    assert info["signals"]["option_match"] == 0.0  # navy is not the black asked for
+    env.step("click[black]")
+    env.step("click[large]")
+    *_, info = env.step("click[buy now]")
+    assert info["outcome"]["reward"] == 1.0 and info["outcome"]["options"] == {"color": "black", "size": "large"}

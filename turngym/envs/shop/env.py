@@ -299,10 +299,12 @@ class ShopEnv(TurngymEnv):
             if prev.page != "search":
                 return self._invalid("search[...] works only on the search page; click[back to search] first")
             return self._search(act.arg)
-        if act.arg not in self.clickables():
+        # The parser lowercases and collapses spaces; compare listed buttons the same way.
+        target = next((c for c in self.clickables() if " ".join(c.split()) == act.arg), None)
+        if target is None:
             where = "the search page has no buttons; use search[QUERY]" if prev.page == "search" else "see Available actions"
             return self._invalid(f"{act.arg!r} is not clickable here ({where})")
-        return self._click(act.arg)
+        return self._click(target)
 
     def _search(self, query: str) -> Transition:
         prev = self.state
