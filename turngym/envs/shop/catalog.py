@@ -153,7 +153,7 @@ class _Spec(NamedTuple):
 
 # ASINs: a bijection of the catalog index onto 8 base-36 digits (no lookup table needed).
 _ASIN_MOD = 36**8
-_ASIN_MUL = 1_000_003  # coprime to 36
+_ASIN_MUL = 1_743_541_808_807  # ≈ golden ratio × modulus, coprime to 36: neighbours get unrelated ids
 _ASIN_INV = pow(_ASIN_MUL, -1, _ASIN_MOD)
 _B36 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
