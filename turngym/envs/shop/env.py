@@ -66,6 +66,15 @@ class ShopEnv(TurngymEnv):
     distractors) searched with BM25 (``bm25s``; no JVM, no spaCy, no downloads). Real WebShop
     data can be plugged in with :func:`~turngym.envs.shop.tasks.load_webshop`.
 
+    Where it differs from WebShop, and why: BM25 comes from ``bm25s`` with a light plural
+    stemmer instead of Lucene/Porter (ties go to the lower catalog index, and only products
+    sharing a term with the query are listed, as Lucene does); the type factor's nouns are the
+    product type's head nouns instead of a spaCy parse (content words of the title for loaded
+    products); colors are normalized on whole words; options follow WebShop's goal-centred
+    rule, so the reward never exceeds 1; an invalid action is a no-op as in WebShop, but it
+    costs the declared penalty (``invalid_action_penalty``, -0.1 by default; pass
+    ``invalid_action_policy="continue"`` for WebShop's reward-0 no-op).
+
     ## Task Distribution
     A goal drawn from the catalog: a target product, 1–3 of its attributes, each of its option
     dimensions with probability 0.75, and a price cap by WebShop's rule; the instruction is
