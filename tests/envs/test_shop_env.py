@@ -386,3 +386,17 @@ def test_search_ranks_by_bm25_with_deterministic_ties():
     top = cat.product(hits[0])
     assert "shampoo" in top.title.lower()
     assert cat.search("") == [] and cat.search("the of and") == []
+
+
+def test_search_scores_equal_bm25s_and_ranking_is_by_score():
+    index = get_catalog(0, 1000, 0.2).index
+    for query in ("sulfate free shampoo lavender 8 oz", "bluetooth headphones black", "gluten free gluten free cookies"):
+        ids = index.query_ids(query)
+        ours = index.scores(ids)
+        np.testing.assert_allclose(ours, index.bm25.get_scores(ids), rtol=1e-6)
+        hits = index.search_ids(ids)
+        ranked = ours[hits]
+        assert np.all(np.diff(ranked) <= 0)  # best first
+        assert ranked[-1] >= np.sort(ours)[-len(hits)]  # nothing better was left out
+        ties = [(a, b) for a, b in zip(hits, hits[1:]) if ours[a] == ours[b]]
+        assert all(a < b for a, b in ties)  # equal scores: lower catalog index first

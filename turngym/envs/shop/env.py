@@ -312,7 +312,8 @@ class ShopEnv(TurngymEnv):
         target = next((c for c in self.clickables() if " ".join(c.split()) == act.arg), None)
         if target is None:
             where = "the search page has no buttons; use search[QUERY]" if prev.page == "search" else "see Available actions"
-            return self._invalid(f"{act.arg!r} is not clickable here ({where})")
+            shown = act.arg if len(act.arg) <= 80 else act.arg[:77] + "..."
+            return self._invalid(f"{shown!r} is not clickable here ({where})")
         return self._click(target)
 
     def _search(self, query: str) -> Transition:

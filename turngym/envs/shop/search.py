@@ -73,9 +73,10 @@ class SearchIndex:
             corpus_ids.append([setdefault(tok, len(vocab)) for tok in tokenize(doc)])
         self.n_docs = len(corpus_ids)
         self.vocab = vocab
-        self._bm25 = bm25s.BM25(method="lucene", k1=1.2, b=0.75)
-        self._bm25.index((corpus_ids, dict(vocab)), show_progress=False, create_empty_token=False)
-        scores = self._bm25.scores
+        #: The bm25s model (Lucene's BM25 variant); :meth:`scores` reads its score matrix.
+        self.bm25 = bm25s.BM25(method="lucene", k1=1.2, b=0.75)
+        self.bm25.index((corpus_ids, dict(vocab)), show_progress=False, create_empty_token=False)
+        scores = self.bm25.scores
         self._data: np.ndarray = scores["data"]
         self._indices: np.ndarray = scores["indices"]
         self._indptr: np.ndarray = scores["indptr"]
@@ -89,16 +90,24 @@ class SearchIndex:
         """Catalog indices of the top ``k`` documents for ``query``, best first."""
         return self.search_ids(self.query_ids(query), k)
 
-    def search_ids(self, token_ids: Sequence[int], k: int = SEARCH_RETURN_N) -> list[int]:
-        """Top ``k`` documents for already-tokenized query ids, best first, ties by index."""
-        if not token_ids:
-            return []
+    def scores(self, token_ids: Sequence[int]) -> np.ndarray:
+        """BM25 score of every document for the query ``token_ids`` (bm25s's ``get_scores``).
+
+        bm25s accumulates with ``np.add.at``; a term's postings hold each document once, so a
+        fancy-indexed ``+=`` gives the same sums several times faster.
+        """
         scores = np.zeros(self.n_docs, dtype=np.float32)
         indptr, indices, data = self._indptr, self._indices, self._data
         for t in token_ids:
             start, end = indptr[t], indptr[t + 1]
-            # Postings of one term hold each document at most once, so fancy-index += is exact.
             scores[indices[start:end]] += data[start:end]
+        return scores
+
+    def search_ids(self, token_ids: Sequence[int], k: int = SEARCH_RETURN_N) -> list[int]:
+        """Top ``k`` documents for already-tokenized query ids, best first, ties by index."""
+        if not token_ids:
+            return []
+        scores = self.scores(token_ids)
         hits = np.flatnonzero(scores > 0)
         if hits.size > k:
             # Keep everything tied with the k-th score, then sort by (-score, index).
