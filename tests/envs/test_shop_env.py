@@ -6,7 +6,7 @@ import pytest
 
 import turngym
 from turngym.core.errors import ConfigError, TaskError
-from turngym.envs.shop.catalog import GeneratedCatalog, get_catalog
+from turngym.envs.shop.catalog import GeneratedCatalog, get_catalog, product_document
 from turngym.envs.shop.env import ShopEnv
 from turngym.envs.shop.oracle import first_result_action
 from turngym.envs.shop.tasks import ShopTask, generate_task
@@ -400,3 +400,8 @@ def test_search_scores_equal_bm25s_and_ranking_is_by_score():
         assert ranked[-1] >= np.sort(ours)[-len(hits)]  # nothing better was left out
         ties = [(a, b) for a, b in zip(hits, hits[1:]) if ours[a] == ours[b]]
         assert all(a < b for a, b in ties)  # equal scores: lower catalog index first
+
+
+def test_indexed_text_is_the_rendered_products_text():
+    cat = get_catalog(0, 1000, 0.2)
+    assert all(cat._document(i) == product_document(cat.product(i)) for i in range(0, 1000, 7))

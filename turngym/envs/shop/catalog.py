@@ -202,7 +202,7 @@ class GeneratedCatalog(Catalog):
         self.kinds: bytes = bytes(self._kinds)  # 0 = base product, 1-4 = distractor kind
         del self._kinds
         self.product = functools.lru_cache(maxsize=16_384)(self._render)  # type: ignore[method-assign]
-        self.index = SearchIndex(product_document(self._render(i)) for i in range(self.n_products))
+        self.index = SearchIndex(self._document(i) for i in range(self.n_products))
 
     # -- generation ----------------------------------------------------------------------
     @staticmethod
@@ -310,18 +310,17 @@ class GeneratedCatalog(Catalog):
         return i if i < self.n_products else None
 
     # -- rendering -----------------------------------------------------------------------
-    def _render(self, i: int) -> Product:
-        spec = self.specs[i]
+    def _text(self, spec: _Spec) -> tuple[str, list[str], str, tuple[tuple[str, tuple[str, ...]], ...], random.Random]:
+        """Title, bullets, description and options of ``spec``, and its RNG (for the reviews)."""
         t = PRODUCT_TYPES[spec.type_id]
         pool = self._attr_pool[t.category]
         brand = self._brands[t.category][spec.brand_id]
         attrs = [pool[a] for a in spec.attrs]
         rng = random.Random(spec.text_seed)
         n_title = 1 if len(attrs) <= 2 else 2
-        type_title = _title_case(t.name)
         head = " ".join(_title_case(a) for a in attrs[:n_title])
         tail = rng.choice(("", " for Everyday Use", " - Premium Quality", " by " + brand, " (New Version)"))
-        title = f"{brand} {head} {type_title}{tail}"
+        title = f"{brand} {head} {_title_case(t.name)}{tail}"
         bullets = [f"{a.upper()}: this {t.name} is {a}, as our customers asked for." for a in attrs[n_title:]]
         bullets.append(rng.choice((
             f"WHAT YOU GET: one {t.name} from {brand} and our friendly customer service.",
@@ -329,14 +328,26 @@ class GeneratedCatalog(Catalog):
             f"GUARANTEE: if you do not love this {t.name}, we will make it right.",
         )))
         fillers = rng.sample(FILLER_SENTENCES, 2)
-        description = (
-            f"The {brand} {t.name} is {', '.join(attrs[:-1]) + ' and ' + attrs[-1] if len(attrs) > 1 else attrs[0]}. "
-            f"{fillers[0]} {fillers[1]}"
-        )
+        listed = ", ".join(attrs[:-1]) + " and " + attrs[-1] if len(attrs) > 1 else attrs[0]
+        description = f"The {brand} {t.name} is {listed}. {fillers[0]} {fillers[1]}"
         options = tuple(
             (dim.split(":")[0], tuple(OPTION_VALUES[dim.split(":")[1]][v] for v in values))
             for dim, values in zip(t.options, spec.options)
         )
+        return title, bullets, description, options, rng
+
+    def _document(self, i: int) -> str:
+        """The indexed text of product ``i`` (as :func:`product_document`, without rendering it all)."""
+        title, bullets, description, options, _ = self._text(self.specs[i])
+        opts = " ".join(f"{dim}: {', '.join(values)}." for dim, values in options)
+        return f"{title}. {description} {bullets[0]} {opts}"
+
+    def _render(self, i: int) -> Product:
+        spec = self.specs[i]
+        t = PRODUCT_TYPES[spec.type_id]
+        title, bullets, description, options, rng = self._text(spec)
+        attrs = [self._attr_pool[t.category][a] for a in spec.attrs]
+        brand = self._brands[t.category][spec.brand_id]
         reviews = tuple(
             (float(r), rng.choice((
                 f"Great {t.name}, exactly as described.",
