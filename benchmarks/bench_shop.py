@@ -5,7 +5,8 @@ from a cold start (the catalog cache is per process):
 
 * ``build_s`` — generating the catalog and building the BM25 index (``get_catalog``);
 * ``rss_mb`` / ``peak_rss_mb`` — resident memory of the whole process (Python, numpy,
-  bm25s, catalog, index) after the build, and its peak during the build;
+  bm25s, catalog, index) after the build, and its peak during the build; ``catalog_mb`` —
+  what the build added to the resident memory;
 * ``reset``, ``search``, ``click`` — per-call latency (p50 / p99, milliseconds) of
   ``env.reset``, of a ``search[...]`` step with the oracle's query (BM25 over the catalog,
   top 50, page rendering, all signals) and of ``click[...]`` steps (item pages, options);
@@ -153,7 +154,7 @@ def main() -> None:
         return
     cols = [
         ("difficulty", "{}"), ("n_products", "{:,}"), ("build_s", "{:.2f}"), ("rss_mb", "{:.0f}"),
-        ("peak_rss_mb", "{:.0f}"), ("reset_p50_ms", "{:.3f}"), ("search_p50_ms", "{:.3f}"),
+        ("catalog_mb", "{:.0f}"), ("peak_rss_mb", "{:.0f}"), ("reset_p50_ms", "{:.3f}"), ("search_p50_ms", "{:.3f}"),
         ("search_p99_ms", "{:.3f}"), ("click_p50_ms", "{:.3f}"), ("oracle_steps_per_s", "{:,.0f}"),
     ]
     print(" | ".join(c for c, _ in cols))
