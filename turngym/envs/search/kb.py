@@ -371,16 +371,18 @@ def _render(rng: random.Random, e: Entity, kb: dict[str, Entity]) -> list[tuple[
         pron, poss = a["pronoun"], a["possessive"]
         verb = "are" if pron == "they" else "is"
         Pron = pron.capitalize()
+        occ = a["occupation"]
+        art = "an" if occ[0] in "aeiou" else "a"
         overview = rng.choice((
-            f"{name} (born {a['birth_year']}), also known as {e.aliases[0]}, {verb} a {a['occupation']}. "
+            f"{name} (born {a['birth_year']}), also known as {e.aliases[0]}, is {art} {occ}. "
             f"{Pron} {verb} remembered for {a['trait']}.",
-            f"{name} {verb} a {a['occupation']} born in the year {a['birth_year']}. Sometimes credited as "
+            f"{name} is {art} {occ} born in the year {a['birth_year']}. Sometimes credited as "
             f"{e.aliases[0]}, {pron} {verb} known for {a['trait']}.",
         ))
         facts_1 = ["born_in"]
         early = rng.choice((f"{name} was born in {nm('born_in')}.", f"{name} was born and raised in {nm('born_in')}."))
         if "alma_mater" in r:
-            early += f" {Pron} studied at {nm('alma_mater')} before starting out as a {a['occupation']}."
+            early += f" {Pron} studied at {nm('alma_mater')} before starting {poss} career."
             facts_1.append("alma_mater")
         else:
             early += f" {Pron} had no formal schooling and taught {'themselves' if pron == 'they' else ('herself' if pron == 'she' else 'himself')}."
