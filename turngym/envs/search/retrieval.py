@@ -28,6 +28,7 @@ import json
 import os
 import re
 import threading
+from functools import lru_cache
 from collections.abc import Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -185,6 +186,16 @@ class BM25Retriever:
 
 
 # ----------------------------------------------------------------------------------- dense
+@lru_cache(maxsize=2)
+def _load_encoder(model_dir: str, device: str) -> tuple[Any, Any]:
+    """Tokenizer and model, loaded once per process (inference only, so sharing is safe)."""
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    model = AutoModel.from_pretrained(model_dir, local_files_only=True).to(device).eval()
+    return tokenizer, model
+
+
 class DenseRetriever:
     """Exact inner-product search over MiniLM sentence embeddings (CPU by default).
 
@@ -213,7 +224,7 @@ class DenseRetriever:
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         try:
             import torch
-            from transformers import AutoModel, AutoTokenizer
+            import transformers  # noqa: F401
         except ImportError as exc:
             raise ConfigError(
                 f"DenseRetriever needs torch and transformers ({exc}); install them with "
@@ -234,8 +245,7 @@ class DenseRetriever:
         self.device = device
         self.batch_size = batch_size
         self.max_length = max_length
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-        self.model = AutoModel.from_pretrained(str(model_dir), local_files_only=True).to(device).eval()
+        self.tokenizer, self.model = _load_encoder(str(model_dir), device)
         self.passages = tuple(passages)
         self.embeddings = self.encode([p.contents.replace("\n", " ") for p in self.passages])
 
@@ -290,7 +300,8 @@ def _passage_from_doc(doc: Any) -> Passage:
             raise InfraError(f"retrieval server document lacks 'contents' (or 'title'+'text'): keys {sorted(doc)}")
         contents = f'"{title}"\n{text}' if title is not None else str(text)
     pid = doc.get("id", doc.get("doc_id"))
-    return Passage(str(pid) if pid is not None else contents.split("\n", 1)[0], str(contents))
+    passage = Passage("", str(contents))
+    return Passage(str(pid) if pid is not None else passage.title, passage.contents)
 
 
 class RemoteRetriever:
@@ -381,7 +392,7 @@ class RetrievalServer:
         return f"http://{host}:{port}/retrieve"
 
     def start(self) -> RetrievalServer:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="turngym-retrieval", daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="turngym-retrieval", daemon=True)
         self._thread.start()
         return self
 
