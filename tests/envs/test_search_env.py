@@ -68,15 +68,16 @@ def _assert_gap(stats: dict[int, dict[str, float]]) -> None:
     for hops, s in stats.items():
         assert s["oracle"] == 1.0, f"oracle failed on {hops}-hop tasks: {s}"
         assert s["oracle_recall"] == 1.0, f"oracle missed gold passages on {hops}-hop tasks: {s}"
-    # Retrieve-once works for some single lookups, and (almost) never once a bridge is needed.
-    assert stats[1]["naive"] > 0.25
+    # Retrieve-once works for some single lookups, and rarely once a bridge is needed (its
+    # wins are comparison questions where the top passage happens to be the winner's).
+    assert stats[1]["naive"] > 0.3
     for hops in (2, 3, 4):
-        assert stats[hops]["naive"] < 0.1, stats
-        assert stats[hops]["naive"] < stats[1]["naive"] / 4
+        assert stats[hops]["naive"] < 0.12, stats
+        assert stats[hops]["naive"] < stats[1]["naive"] / 4, stats
 
 
 def test_oracle_solves_all_and_naive_baseline_is_far_lower(env):
-    _assert_gap(_oracle_and_baseline(env, generate_tasks(env.kb, 120, seed=7)))
+    _assert_gap(_oracle_and_baseline(env, generate_tasks(env.kb, 200, seed=7)))
 
 
 @pytest.mark.slow

@@ -218,6 +218,17 @@ class _Names:
         return _word(rng, rng.randint(*syllables))
 
 
+def _strip_affixes(name: str, suffixes: tuple[str, ...], prefixes: tuple[str, ...] = ()) -> str:
+    """The root of a place name, so look-alikes are built from roots, not from full names."""
+    for p in prefixes:
+        if name.startswith(p):
+            return name[len(p) :]
+    for suf in sorted(suffixes, key=len, reverse=True):
+        if suf and name.endswith(suf) and len(name) > len(suf) + 2:
+            return name[: -len(suf)]
+    return name
+
+
 def _generate_world(rng: random.Random, n: int, similar: float) -> list[Entity]:
     """Draw ``n`` entities with their attributes and relations (no text yet)."""
     names = _Names(rng, similar)
@@ -234,9 +245,8 @@ def _generate_world(rng: random.Random, n: int, similar: float) -> list[Entity]:
 
     countries: list[dict[str, Any]] = []
     for _ in range(n_country):
-        root = names.root(roots, (2, 2))
-        roots.append(root)
-        name = names.take(lambda: root + rng.choice(_COUNTRY_SUFFIX))  # noqa: B023
+        name = names.take(lambda: names.root(roots, (2, 2)) + rng.choice(_COUNTRY_SUFFIX))
+        roots.append(_strip_affixes(name, _COUNTRY_SUFFIX))
         form = rng.choice(_FORMS)
         unit = rng.choice(_UNITS)
         currency = names.take(lambda: f"{_word(rng, 2)} {unit}")  # noqa: B023
@@ -245,27 +255,26 @@ def _generate_world(rng: random.Random, n: int, similar: float) -> list[Entity]:
                               attrs={"form": form, "currency": currency, "independence": rng.randint(1600, 1990)},
                               rels={}))
     cities: list[dict[str, Any]] = []
-    for _ in range(n_city):
-        root = names.root(roots, (1, 2))
-        roots.append(root)
-
-        def city_name(root: str = root) -> str:
+    for i in range(n_city):
+        def city_name() -> str:
+            root = names.root(roots, (1, 2))
             if rng.random() < 0.2:
                 return rng.choice(_CITY_PREFIX) + root
             return root + rng.choice(_CITY_SUFFIX)
 
         name = names.take(city_name)
+        roots.append(_strip_affixes(name, _CITY_SUFFIX, _CITY_PREFIX))
         river_root = names.take(lambda: _word(rng, rng.randint(1, 2)))
         cities.append(dict(id=next(ids), type="city", kind="city", name=name, aliases=(),
                            attrs={"founded": rng.randint(800, 1850), "river": f"{river_root} River",
                                   "population": rng.randint(8, 900) * 1000},
-                           rels={"country": rng.choice(countries)["id"]}))
+                           # the first cities cover every country, so each has a capital of its own
+                           rels={"country": (countries[i] if i < n_country else rng.choice(countries))["id"]}))
+    in_country: dict[str, list[dict[str, Any]]] = {}
+    for x in cities:
+        in_country.setdefault(x["rels"]["country"], []).append(x)
     for c in countries:
-        own = [x for x in cities if x["rels"]["country"] == c["id"]]
-        if not own:  # every country needs a city to be its capital
-            own = [rng.choice(cities)]
-            own[0]["rels"]["country"] = c["id"]
-        c["rels"]["capital"] = rng.choice(own)["id"]
+        c["rels"]["capital"] = rng.choice(in_country[c["id"]])["id"]
 
     persons: list[dict[str, Any]] = []
     for _ in range(n_person):
@@ -326,12 +335,15 @@ def _generate_world(rng: random.Random, n: int, similar: float) -> list[Entity]:
         medium = _OCCUPATIONS[p["attrs"]["occupation"]]
         if medium is not None:
             by_medium[medium].append(p)
+    houses_by_kind: dict[str, list[dict[str, Any]]] = {}
+    for o in orgs:
+        houses_by_kind.setdefault(o["kind"], []).append(o)
     works: list[dict[str, Any]] = []
     titles: list[str] = []
     for _ in range(n_work):
         kind = rng.choice(("novel", "film", "album"))
         creator = rng.choice(by_medium[kind] or persons)
-        houses = [o for o in orgs if o["kind"] == _WORK_BY[kind]] or orgs
+        houses = houses_by_kind.get(_WORK_BY[kind]) or orgs
 
         def title() -> str:
             u = rng.random()
@@ -380,7 +392,8 @@ def _render(rng: random.Random, e: Entity, kb: dict[str, Entity]) -> list[tuple[
             f"{e.aliases[0]}, {pron} {verb} known for {a['trait']}.",
         ))
         facts_1 = ["born_in"]
-        early = rng.choice((f"{name} was born in {nm('born_in')}.", f"{name} was born and raised in {nm('born_in')}."))
+        early = rng.choice((f"{name} was born and raised in {nm('born_in')}.",
+                            f"Born and raised in {nm('born_in')}, {name} left home young."))
         if "alma_mater" in r:
             early += f" {Pron} studied at {nm('alma_mater')} before starting {poss} career."
             facts_1.append("alma_mater")

@@ -143,14 +143,15 @@ class BM25Retriever:
 
     Args:
         passages: the corpus.
-        k1, b: BM25 parameters (Lucene defaults).
+        k1, b: BM25 parameters; the defaults are Anserini/Pyserini's (k1=0.9, b=0.4), i.e. what
+            Search-R1's BM25 server uses.
 
     >>> r = BM25Retriever([Passage("a", '"Oss"\\nThe Oss is a river.'), Passage("b", '"Tarn"\\nTarn is a lake.')])
     >>> [h.passage.id for h in r.search("river Oss", k=3)]
     ['a']
     """
 
-    def __init__(self, passages: Sequence[Passage], *, k1: float = 1.5, b: float = 0.75) -> None:
+    def __init__(self, passages: Sequence[Passage], *, k1: float = 0.9, b: float = 0.4) -> None:
         import bm25s
 
         if not passages:

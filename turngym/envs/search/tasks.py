@@ -102,7 +102,7 @@ _COMPARE = {
 }
 #: the word that picks a fact's passage out of the entity's passages (the oracle's query).
 _KEYWORD = {
-    "born_in": "born", "alma_mater": "studied", "employer": "worked", "headquarters": "based",
+    "born_in": "born raised", "alma_mater": "studied", "employer": "worked", "headquarters": "based",
     "founder": "founded", "founded": "founded", "country": "city", "river": "river", "capital": "capital",
     "currency": "currency", "birth_year": "born", "creator": None, "year": None,
     "publisher": {"novel": "published", "film": "produced", "album": "released"},
