@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 import turngym
@@ -85,6 +86,21 @@ def test_oracle_solves_500_tasks_and_naive_baseline_by_hops(env):
     stats = _oracle_and_baseline(env, generate_tasks(env.kb, 500, seed=11))
     _assert_gap(stats)
     assert sum(s["n"] for s in stats.values()) == 500
+
+
+def test_random_policy_stays_far_below_the_oracle(env):
+    rng = np.random.default_rng(0)
+    wins, recalls = 0, []
+    for seed in range(40):
+        env.reset(seed=seed)
+        while True:
+            *_, term, trunc, info = env.step(env.sample_action(rng))
+            assert not env.reward_spec.violations(info["signals"])
+            if term or trunc:
+                break
+        wins += info["outcome"]["success"]
+        recalls.append(info["signals"]["support_recall"])
+    assert wins <= 2 and np.mean(recalls) < 0.7
 
 
 def test_tasks_have_gold_support_and_answers_not_in_question():

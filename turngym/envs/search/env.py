@@ -322,6 +322,12 @@ class SearchQAEnv(TurngymEnv):
     def _set_state(self, payload: SearchState) -> None:
         self.state = payload
 
+    def close(self) -> None:
+        """Close the HTTP client of a remote retriever (local indexes are shared; kept)."""
+        if isinstance(self.retriever, RemoteRetriever):
+            self.retriever.close()
+        super().close()
+
     # -- policies --------------------------------------------------------------------------
     def oracle_action(self) -> str:
         return oracle.oracle_action(self)

@@ -28,9 +28,9 @@ import json
 import os
 import re
 import threading
-from functools import lru_cache
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
