@@ -210,6 +210,7 @@ def bm_miss(corpus: list[Passage], query: str, title: str) -> bool:
     return all(h.passage.title != title for h in BM25Retriever(corpus).search(query, 3))
 
 
+@pytest.mark.slow
 @dense
 def test_env_with_dense_retriever_runs_the_oracle():
     env = turngym.make("turngym/SearchQA-v0", kb_entities=40, retriever="dense", min_hops=1, max_hops=2)
