@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import subprocess
+import sys
 from collections import defaultdict
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -154,6 +159,20 @@ def test_knowledge_base_is_seeded_and_has_look_alike_names():
     firsts = [n.split()[0] for n in persons]
     assert len(set(persons)) == len(persons)
     assert len(set(surnames)) < len(surnames) and len(set(firsts)) < len(firsts)  # shared name parts
+
+
+def test_knowledge_base_and_tasks_are_identical_across_processes():
+    """Seeded from strings, never from hash(): another interpreter (other hash seed) agrees."""
+    code = (
+        "import hashlib;from turngym.envs.search.kb import build_kb;"
+        "from turngym.envs.search.tasks import generate_tasks;kb=build_kb(2, 300);"
+        "print(hashlib.sha256(repr((kb.passages, generate_tasks(kb, 50))).encode()).hexdigest())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONHASHSEED": "123"}, cwd=Path(turngym.__file__).parent.parent)
+    kb = build_kb(2, 300)
+    here = hashlib.sha256(repr((kb.passages, generate_tasks(kb, 50))).encode()).hexdigest()
+    assert out.stdout.strip() == here
 
 
 def test_envs_share_one_index():

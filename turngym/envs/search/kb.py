@@ -31,7 +31,7 @@ precisely, and lexical retrieval surfaces plausible wrong passages.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -201,13 +201,14 @@ class _Names:
         self.similar = similar
         self.used: set[str] = set()
 
-    def take(self, make: Any) -> str:
+    def take(self, make: Callable[[], str]) -> str:
+        """A name from ``make`` not used before (retrying; the name space is ~1e6 per kind)."""
         for _ in range(200):
             name = make()
             if name not in self.used:
                 self.used.add(name)
                 return name
-        raise RuntimeError("name space exhausted")  # pragma: no cover - 200 tries at ~1e6 names each
+        raise ConfigError("knowledge base too large: could not draw a fresh name in 200 tries")  # pragma: no cover
 
     def root(self, roots: list[str], syllables: tuple[int, int] = (2, 3)) -> str:
         """A new root word, or (with probability ``similar``) a look-alike of an existing one."""
