@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 import turngym
-from turngym.envs.search.baselines import NaiveRAGPolicy
+from turngym.envs.search.baselines import naive_action
 from turngym.envs.search.kb import build_kb
 from turngym.envs.search.retrieval import BM25Retriever
 from turngym.envs.search.tasks import generate_tasks
@@ -91,10 +91,12 @@ def bench_policies(n_tasks: int, kb_entities: int, seed: int) -> dict[str, Any]:
                 break
         s["oracle"] += info["outcome"]["success"]
         s["oracle_support_recall"] += info["outcome"]["support_recall"]
-        naive, obs = NaiveRAGPolicy(), None
-        env.reset(options={"task": task})
+        obs, _ = env.reset(options={"task": task})
+        messages = [{"role": "user", "content": obs}]
         for _ in range(2):
-            obs, _, term, trunc, info = env.step(naive.act(task.prompt, obs))
+            action = naive_action(messages)
+            obs, _, term, trunc, info = env.step(action)
+            messages += [{"role": "assistant", "content": action}, {"role": "user", "content": obs}]
         s["naive"] += info["outcome"]["success"]
         s["naive_f1"] += info["outcome"]["f1"]
         s[f"n_{task.kind}"] += 1

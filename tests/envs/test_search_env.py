@@ -15,7 +15,7 @@ import pytest
 
 import turngym
 from turngym.core.errors import ConfigError, TaskError
-from turngym.envs.search.baselines import NaiveRAGPolicy, first_entity
+from turngym.envs.search.baselines import first_entity, naive_action
 from turngym.envs.search.env import SearchQAEnv, shared_retriever
 from turngym.envs.search.kb import build_kb
 from turngym.envs.search.tasks import SearchTask, generate_task, generate_tasks
@@ -60,11 +60,12 @@ def _oracle_and_baseline(env: SearchQAEnv, tasks: list[SearchTask]) -> dict[int,
         s["n"] += 1
         s["oracle"] += info["outcome"]["success"]
         s["oracle_recall"] += info["outcome"]["support_recall"]
-        naive = NaiveRAGPolicy()
-        obs = None
-        env.reset(options={"task": task})
+        obs, _ = env.reset(options={"task": task})
+        messages = [{"role": "user", "content": obs}]
         for _ in range(2):
-            obs, _, term, trunc, info = env.step(naive.act(task.prompt, obs))
+            action = naive_action(messages)
+            obs, _, term, trunc, info = env.step(action)
+            messages += [{"role": "assistant", "content": action}, {"role": "user", "content": obs}]
         assert term
         s["naive"] += info["outcome"]["success"]
     return {h: {k: (v / s["n"] if k != "n" else v) for k, v in s.items()} for h, s in stats.items()}
@@ -279,3 +280,15 @@ def test_first_entity_skips_question_words():
     assert first_entity("It first appeared in 1971.", "When did X appear?") == "1971"
     assert first_entity("Vellamir Press was founded by Orsa Vellamir.", "Who founded Vellamir Press?") == "Orsa Vellamir"
     assert first_entity("no names here", "") is None
+
+
+def test_naive_rag_agent_runs_through_the_rollout_engine():
+    from turngym.agents.registry import make_agent
+    from turngym.rollout.runner import run_episodes
+
+    tasks = generate_tasks(build_kb(0, 1200), 40, seed=9, min_hops=1, max_hops=1)
+    agent = make_agent("naive-rag")
+    episodes = run_episodes(lambda: turngym.make(ENV_ID), agent, list(range(40)), batch_size=8, tasks=tasks)
+    assert all(len(ep.turns) == 2 for ep in episodes)
+    wins = sum(ep.success for ep in episodes)
+    assert 0.3 * 40 < wins < 40  # finds many single-hop answers, not all

@@ -11,10 +11,12 @@ It reads only the observation text (like an agent would), never the task's gold.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from turngym.envs.search.verifier import normalize_answer
 
-__all__ = ["first_entity", "naive_answer", "NaiveRAGPolicy"]
+__all__ = ["first_entity", "naive_answer", "naive_action", "NaiveRAGAgent"]
 
 # A run of capitalised words (with "of"/"the" inside, e.g. "University of Tarn"), or a year.
 _ENTITY = re.compile(r"\b[A-Z][\w'’-]*(?:\s+(?:of\s+|the\s+)?[A-Z][\w'’-]*)*|\b\d{3,4}\b")
@@ -48,13 +50,34 @@ def naive_answer(question: str, observation: str) -> str:
     return first_entity(m.group(1), exclude=question) or "unknown"
 
 
-class NaiveRAGPolicy:
-    """Turn 1: ``<search>question</search>``; turn 2: answer with :func:`naive_answer`.
+def naive_action(messages: Sequence[Mapping[str, str]]) -> str:
+    """The baseline's next action from the conversation alone (no access to the env or gold).
 
-    Call :meth:`act` with the question and the latest observation (None on the first turn).
+    The first user message holds ``Question: …``; before any search the baseline searches the
+    question verbatim, after it answers from the latest observation.
+
+    >>> naive_action([{"role": "user", "content": "Question: Who founded Tarn Press?"}])
+    '<search> Who founded Tarn Press? </search>'
+    """
+    users = [m["content"] for m in messages if m.get("role") == "user"]
+    if not users:
+        return "<answer> unknown </answer>"
+    question = users[0].split("Question:", 1)[-1].strip()
+    if len(users) == 1:
+        return f"<search> {question} </search>"
+    return f"<answer> {naive_answer(question, users[-1])} </answer>"
+
+
+class NaiveRAGAgent:
+    """Search the question once, answer with the top passage's first new entity.
+
+    A non-privileged :class:`~turngym.agents.base.Policy`: it reads only the messages, so it
+    runs anywhere a model would (``turngym eval turngym/SearchQA-v0 --agent naive-rag``).
     """
 
-    def act(self, question: str, observation: str | None) -> str:
-        if observation is None:
-            return f"<search> {question} </search>"
-        return f"<answer> {naive_answer(question, observation)} </answer>"
+    name = "naive-rag"
+
+    def act(self, batch: Sequence[Any]) -> list[Any]:
+        from turngym.agents.base import Action
+
+        return [Action(naive_action(inp.messages)) for inp in batch]
