@@ -242,6 +242,8 @@ def test_task_ids_regenerate_and_check_the_knowledge_base(env):
         other.reset(options={"task": task.id})
     with pytest.raises(TaskError):
         env.reset(options={"task": "nope"})
+    with pytest.raises(ConfigError, match="kb_entities=1200"):
+        other.reset(options={"task": task})  # the object, not the id: checked too
 
 
 def test_state_key_depends_on_seen_passages_not_history(env):

@@ -254,6 +254,15 @@ class SearchQAEnv(TurngymEnv):
     def _reset(self, task: Task, options: Mapping[str, Any]) -> str:
         if not isinstance(task, SearchTask):
             raise ConfigError(f"SearchQAEnv needs a SearchTask, got {type(task).__name__}")
+        meta = task.meta
+        if self.kb is not None and meta.get("source") == "generated" and (
+            (meta.get("kb_seed"), meta.get("kb_entities")) != (self.kb.seed, self.kb.size)
+        ):
+            raise ConfigError(
+                f"task {task.id!r} was generated from knowledge base {meta.get('kb_seed')}-{meta.get('kb_entities')}, "
+                f"this env searches {self.kb.seed}-{self.kb.size}; make the env with "
+                f"kb_seed={meta.get('kb_seed')}, kb_entities={meta.get('kb_entities')}"
+            )
         self.state = SearchState()
         return f"Question: {task.prompt}"
 

@@ -249,6 +249,7 @@ class DenseRetriever:
         self.tokenizer, self.model = _load_encoder(str(model_dir), device)
         self.passages = tuple(passages)
         self.embeddings = self.encode([p.contents.replace("\n", " ") for p in self.passages])
+        self._cached_query = lru_cache(maxsize=4096)(self._query_embedding)
 
     def __len__(self) -> int:
         return len(self.passages)
@@ -272,10 +273,14 @@ class DenseRetriever:
                 chunks.append(torch.nn.functional.normalize(pooled, dim=-1).cpu().numpy())
         return np.concatenate(chunks).astype(np.float32)
 
+    def _query_embedding(self, query: str) -> np.ndarray:
+        return self.encode([query])[0]
+
     def batch_search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         if not queries:
             return []
-        sims = self.encode(list(queries)) @ self.embeddings.T
+        # Rollout groups repeat queries (same task, same first search): embed each string once.
+        sims = np.stack([self._cached_query(q) for q in queries]) @ self.embeddings.T
         out = []
         k = min(k, len(self.passages))
         for row in sims:
