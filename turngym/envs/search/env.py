@@ -294,7 +294,7 @@ class SearchQAEnv(TurngymEnv):
                 terminated=True,
                 signals={"answer_em": em, "answer_f1": f1, "support_recall": recall},
                 outcome={"reward": em, "success": bool(em), "em": em, "f1": f1, "answer": act.body,
-                         "gold": task.gold, "support_recall": recall, "searches": len(self.state.queries)},
+                         "gold": task.gold, "support_recall": recall, "distinct_queries": len(self.state.queries)},
             )
         return self._search(task, act.body)
 
@@ -315,7 +315,7 @@ class SearchQAEnv(TurngymEnv):
             signals={
                 "new_evidence": 1.0 if new else 0.0,
                 "support_recall": self._recall(found),
-                "answer_in_context": 1.0 if answer_in_text(task.answers, text) else 0.0,
+                "answer_in_context": 1.0 if answer_in_text(task.answers, " ".join(h.passage.contents for h in hits)) else 0.0,
                 "repeat_query": 1.0 if nq in state.queries else 0.0,
                 "redundant_docs": redundant,
             },
