@@ -104,7 +104,7 @@ def test_idle_session_is_closed_and_the_client_recovers_on_reset():
 
 
 def test_request_timeout_is_an_infra_error_and_closes_the_session():
-    with _probe_server(request_timeout_s=0.3) as srv:
+    with _probe_server(request_timeout_s=0.3, executor="thread") as srv:
         env = RemoteEnv(srv.url, MATH, retries=1, backoff=0.05)
         env.reset(seed=0)
         *_, term, trunc, info = env.step("<sleep>1.0")
@@ -213,3 +213,22 @@ def test_remote_envs_are_usable_from_many_threads():
         for t in threads:
             t.join(30)
         assert results == [True] * 8
+
+
+def test_auto_executor_runs_fast_envs_inline_and_moves_slow_ones_to_the_pool():
+    with _probe_server(executor="auto", inline_below_ms=2.0) as srv:
+        env = RemoteEnv(srv.url, MATH)
+        assert srv.manager.executor_of(MATH) == "thread"  # measured on the pool first
+        for k in range(40):
+            if env.done:
+                env.reset(seed=k)
+            env.step("<calc>1+1</calc>")
+        assert srv.manager.executor_of(MATH) == "inline"
+        health = httpx.get(f"{srv.http_url}/health", timeout=5).json()
+        assert health["executors"] == {MATH: "inline"}
+        for k in range(12):
+            if env.done:
+                env.reset(seed=k)
+            env.step("<sleep>0.01")
+        assert srv.manager.executor_of(MATH) == "thread"
+        env.close()

@@ -151,6 +151,7 @@ async def _health(request: Request) -> Response:
         "sessions": mgr.active,
         "max_sessions": mgr.config.max_sessions,
         "envs": list(mgr.served()),
+        "executors": {env_id: mgr.executor_of(env_id) for env_id in mgr.served()},
         "stats": mgr.stats,
     })
 

@@ -73,8 +73,10 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-sessions", type=int, default=1024, help="open sessions per worker")
     p.add_argument("--idle-timeout", type=float, default=300.0, help="close sessions idle this many seconds")
     p.add_argument("--request-timeout", type=float, default=60.0, help="longest env call (thread executor)")
-    p.add_argument("--executor", choices=("thread", "inline"), default="thread",
-                   help="run env calls on a thread pool (timeouts enforced) or on the event loop (fastest)")
+    p.add_argument("--executor", choices=("auto", "thread", "inline"), default="auto",
+                   help="env calls on a thread pool (timeouts enforced), on the event loop (fastest), "
+                   "or auto: inline for envs whose calls average under --inline-below-ms")
+    p.add_argument("--inline-below-ms", type=float, default=1.0)
     p.add_argument("--threads", type=int, default=16, help="thread pool size per worker")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
@@ -96,6 +98,7 @@ def run_command(args: argparse.Namespace) -> int:
         idle_timeout_s=args.idle_timeout,
         request_timeout_s=args.request_timeout,
         executor=args.executor,
+        inline_below_ms=args.inline_below_ms,
         threads=args.threads,
         env_kwargs=_parse_kv(args.env_arg),
     )

@@ -4,12 +4,18 @@ The :class:`SessionManager` is the only thing in the server that owns envs. Both
 formats (turngym's and OpenEnv's) open sessions through it, so ``max_sessions`` counts every
 connection and graceful shutdown closes every env exactly once.
 
-Env calls run on a thread pool by default (``executor="thread"``): a slow env (a sandbox,
-a retriever) then never stalls the event loop, and a call that overruns ``request_timeout``
-is abandoned, answered with :class:`~turngym.server.errors.RequestTimeout`, and its session
-closed (the env is in an unknown state). Envs whose steps take microseconds, such as
-``turngym/Math-v0``, are faster with ``executor="inline"``: the call runs on the event loop,
-saving a thread hop per request, at the price of no per-request timeout.
+How env calls run (``executor``):
+
+* ``"thread"``: on a thread pool. A slow env (a sandbox, a retriever) never stalls the event
+  loop, and a call that overruns ``request_timeout_s`` is abandoned, answered with
+  :class:`~turngym.server.errors.RequestTimeout`, and its session closed (the env is then in
+  an unknown state).
+* ``"inline"``: on the event loop. For envs whose steps take microseconds (``turngym/Math-v0``)
+  this saves a thread hop per request, roughly doubling throughput, but nothing can time out.
+* ``"auto"`` (default): per env id, the first calls run on the pool while their duration is
+  measured (an exponential moving average); an env whose calls average under
+  ``inline_below_ms`` moves inline, and moves back to the pool if it slows down. Env
+  construction and ``close`` always use the pool.
 """
 
 from __future__ import annotations
@@ -45,8 +51,8 @@ class ServerConfig:
         max_sessions: open sessions (connections) at once; more are refused with ``ServerBusy``.
         idle_timeout_s: a session with no request for this long is closed (its env too).
         request_timeout_s: the longest one env call may take (thread executor only).
-        executor: ``"thread"`` (env calls on a thread pool, timeouts enforced) or
-            ``"inline"`` (on the event loop: fastest for microsecond envs, no timeouts).
+        executor: ``"auto"``, ``"thread"`` or ``"inline"`` (see the module docstring).
+        inline_below_ms: ``auto`` runs an env inline while its calls average less than this.
         threads: size of the thread pool (``executor="thread"``).
         max_snapshots: snapshot handles kept per session; older ones are evicted first.
         env_kwargs: constructor arguments applied to every env (clients may add their own).
@@ -56,7 +62,8 @@ class ServerConfig:
     max_sessions: int = 1024
     idle_timeout_s: float = 300.0
     request_timeout_s: float = 60.0
-    executor: Literal["thread", "inline"] = "thread"
+    executor: Literal["auto", "thread", "inline"] = "auto"
+    inline_below_ms: float = 1.0
     threads: int = 16
     max_snapshots: int = 1024
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
@@ -68,8 +75,8 @@ class ServerConfig:
             raise ConfigError(f"max_sessions must be >= 1, got {self.max_sessions}")
         if self.idle_timeout_s <= 0 or self.request_timeout_s <= 0:
             raise ConfigError("idle_timeout_s and request_timeout_s must be > 0")
-        if self.executor not in ("thread", "inline"):
-            raise ConfigError(f"executor must be 'thread' or 'inline', got {self.executor!r}")
+        if self.executor not in ("auto", "thread", "inline"):
+            raise ConfigError(f"executor must be 'auto', 'thread' or 'inline', got {self.executor!r}")
         if self.threads < 1 or self.max_snapshots < 1:
             raise ConfigError("threads and max_snapshots must be >= 1")
 
@@ -128,11 +135,12 @@ class SessionManager:
         self._ids = itertools.count(1)
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._reaper: asyncio.Task[None] | None = None
+        self._cost: dict[str, _CallCost] = {}
         self.stats = {"opened": 0, "closed": 0, "refused": 0, "timeouts": 0, "idle_closed": 0}
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        if self.config.executor == "thread":
+        if self.config.executor != "inline":
             self._pool = concurrent.futures.ThreadPoolExecutor(self.config.threads, thread_name_prefix="turngym-env")
         for env_id in self.config.env_ids:  # build each env once: bad ids/kwargs fail at startup
             env = await self.run(self.factories[env_id], **self.config.env_kwargs)
@@ -232,6 +240,15 @@ class SessionManager:
         """An env call on behalf of ``session``; a timeout marks the session broken."""
         session.last_active = time.monotonic()
         try:
+            if self.config.executor == "auto":
+                cost = self._cost.setdefault(session.env_id, _CallCost(self.config.inline_below_ms / 1e3))
+                if cost.inline:
+                    t0 = time.perf_counter()
+                    try:
+                        return fn(*args, **kwargs)
+                    finally:
+                        cost.add(time.perf_counter() - t0)
+                return await self.run(_timed, cost, fn, *args, **kwargs)
             return await self.run(fn, *args, **kwargs)
         except RequestTimeout as exc:
             session.broken = str(exc)  # the handler answers, then ends the session
@@ -239,5 +256,40 @@ class SessionManager:
         finally:
             session.last_active = time.monotonic()
 
+    def executor_of(self, env_id: str) -> str:
+        """Where ``env_id``'s calls run now: ``"inline"`` or ``"thread"``."""
+        if self.config.executor != "auto":
+            return self.config.executor
+        cost = self._cost.get(env_id)
+        return "inline" if cost is not None and cost.inline else "thread"
+
     def served(self) -> Sequence[str]:
         return tuple(self.factories)
+
+
+class _CallCost:
+    """Moving average of one env id's call durations, deciding ``auto``'s executor."""
+
+    WARMUP = 32
+    ALPHA = 0.05
+
+    def __init__(self, inline_below_s: float) -> None:
+        self.threshold = inline_below_s
+        self.mean = 0.0
+        self.n = 0
+        self.inline = False
+
+    def add(self, seconds: float) -> None:
+        self.n += 1
+        self.mean = seconds if self.n == 1 else self.mean + self.ALPHA * (seconds - self.mean)
+        if self.n >= self.WARMUP:
+            # hysteresis: leave the loop fast when slow, return only when clearly fast
+            self.inline = self.mean < (self.threshold if self.inline else self.threshold / 2)
+
+
+def _timed(cost: _CallCost, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    t0 = time.perf_counter()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        cost.add(time.perf_counter() - t0)  # a float store: safe from the worker thread
