@@ -12,6 +12,9 @@ import time
 
 import httpx
 import pytest
+
+pytest.importorskip("uvicorn", reason="needs the server extra: pip install 'turngym[server]'")
+pytest.importorskip("starlette", reason="needs the server extra: pip install 'turngym[server]'")
 from websockets.asyncio.client import connect
 
 import turngym

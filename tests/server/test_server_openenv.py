@@ -5,6 +5,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
+pytest.importorskip("uvicorn", reason="needs the server extra: pip install 'turngym[server]'")
+pytest.importorskip("starlette", reason="needs the server extra: pip install 'turngym[server]'")
+
 import turngym
 from turngym.server.testing import ServerThread
 

@@ -8,6 +8,9 @@ import httpx
 import numpy as np
 import pytest
 
+pytest.importorskip("uvicorn", reason="needs the server extra: pip install 'turngym[server]'")
+pytest.importorskip("starlette", reason="needs the server extra: pip install 'turngym[server]'")
+
 import turngym
 from turngym.agents import OracleAgent, RandomAgent
 from turngym.core.errors import ConfigError, ResetNeeded, SnapshotError, UnknownEnvError

@@ -32,8 +32,11 @@ from typing import Any, TypeVar
 
 import gymnasium as gym
 import numpy as np
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+try:
+    from websockets.asyncio.client import ClientConnection, connect
+    from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+except ImportError:  # pragma: no cover - depends on the installed extras
+    raise ImportError("remote envs need websockets>=13: pip install 'turngym[server]'") from None
 
 from turngym.core.errors import ConfigError, EnvCheckError, InfraError, ResetNeeded, SnapshotError
 from turngym.core.registry import env_info
