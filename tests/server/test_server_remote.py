@@ -176,3 +176,31 @@ def test_health_and_env_listing(server):
     envs = httpx.get(f"{server.http_url}/v1/envs", timeout=10).json()["envs"]
     assert [e["env_id"] for e in envs] == ENV_IDS
     assert all(e["reward_spec"]["signals"] for e in envs)
+
+
+def test_malformed_frames_get_error_replies_and_the_session_survives(server):
+    import asyncio
+
+    from websockets.asyncio.client import connect
+
+    from turngym.server.protocol import dumps, loads
+
+    async def talk():
+        async with connect(server.url + "/v1/session") as ws:
+            await ws.send("not json")
+            first = loads(await ws.recv())
+            assert first["ok"] is False and "make" in first["error"]["message"]
+        async with connect(server.url + "/v1/session") as ws:
+            await ws.send(dumps({"op": "make", "env_id": "turngym/Math-v0", "kwargs": {}}).encode())  # binary frame
+            assert loads(await ws.recv())["ok"]
+            replies = []
+            for frame in ("{broken", dumps({"op": "fly"}), dumps([1, 2]), dumps({"op": "reset", "seed": "x"})):
+                await ws.send(frame)
+                replies.append(loads(await ws.recv()))
+            assert [r["ok"] for r in replies] == [False] * 4
+            assert "unknown op" in replies[1]["error"]["message"]
+            assert replies[3]["error"]["type"] == "ConfigError"
+            await ws.send(dumps({"op": "reset", "seed": 0}))
+            assert loads(await ws.recv())["ok"]
+
+    asyncio.run(talk())

@@ -46,6 +46,15 @@ class _Json(JSONResponse):
         return dumps(content).encode()
 
 
+async def receive_frame(ws: WebSocket) -> str | bytes:
+    """The next text or binary frame (both carry JSON); raises WebSocketDisconnect at the end."""
+    message = await ws.receive()
+    if message["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(message.get("code", 1000), message.get("reason"))
+    data = message.get("text")
+    return data if data is not None else message.get("bytes") or b""
+
+
 def attach(session: Session, ws: WebSocket) -> None:
     """Let the manager close this session's socket (idle timeout, shutdown)."""
 
@@ -61,7 +70,10 @@ async def _session_ws(ws: WebSocket) -> None:
     await ws.accept()
     session: Session | None = None
     try:
-        first = loads(await ws.receive_text())
+        try:
+            first = loads(await receive_frame(ws))
+        except ValueError:
+            first = None
         if not isinstance(first, dict) or first.get("op") != "make":
             await ws.send_text(dumps({"ok": False, "error": {"type": "ConfigError", "turngym": True,
                                       "message": "the first frame of a session must be {'op': 'make', 'env_id': ...}"}}))
@@ -82,7 +94,7 @@ async def _session_ws(ws: WebSocket) -> None:
         spec = spec_to_wire(session.env, env_id)  # per session: client kwargs may change it
         await ws.send_text(dumps({"ok": True, "session": session.id, "spec": spec}))
         while True:
-            raw = await ws.receive_text()
+            raw = await receive_frame(ws)
             try:
                 msg = loads(raw)
                 op = msg.get("op") if isinstance(msg, dict) else None

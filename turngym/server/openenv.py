@@ -128,7 +128,7 @@ def _state(session: Session) -> dict[str, Any]:
 
 
 async def _serve(ws: WebSocket, env_id: str) -> None:
-    from turngym.server.app import attach
+    from turngym.server.app import attach, receive_frame
 
     mgr: SessionManager = ws.app.state.manager
     await ws.accept()
@@ -144,7 +144,7 @@ async def _serve(ws: WebSocket, env_id: str) -> None:
             return
         attach(session, ws)
         while True:
-            raw = await ws.receive_text()
+            raw = await receive_frame(ws)
             try:
                 msg = loads(raw)
             except ValueError as exc:

@@ -93,6 +93,8 @@ class Session:
     closed: bool = False
     #: Set when the env can no longer be trusted (a call overran its timeout).
     broken: str | None = None
+    #: Env calls in flight (the idle reaper never closes an env under a running call).
+    busy: int = 0
     #: Called by the manager to drop the connection (idle timeout, shutdown, request timeout).
     disconnect: Callable[[int, str], Any] | None = None
     episode_id: str | None = None
@@ -218,7 +220,7 @@ class SessionManager:
             await asyncio.sleep(min(limit / 4, 5.0))
             now = time.monotonic()
             for session in list(self.sessions.values()):
-                if session.env is not None and now - session.last_active > limit:
+                if session.env is not None and not session.busy and now - session.last_active > limit:
                     self.stats["idle_closed"] += 1
                     await self._drop(session, 4408, f"idle for more than {limit:g} s")
 
@@ -239,6 +241,7 @@ class SessionManager:
     async def call(self, session: Session, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """An env call on behalf of ``session``; a timeout marks the session broken."""
         session.last_active = time.monotonic()
+        session.busy += 1
         try:
             if self.config.executor == "auto":
                 cost = self._cost.setdefault(session.env_id, _CallCost(self.config.inline_below_ms / 1e3))
@@ -254,6 +257,7 @@ class SessionManager:
             session.broken = str(exc)  # the handler answers, then ends the session
             raise
         finally:
+            session.busy -= 1
             session.last_active = time.monotonic()
 
     def executor_of(self, env_id: str) -> str:
