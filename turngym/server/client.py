@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 import gymnasium as gym
 import numpy as np
+
 try:
     from websockets.asyncio.client import ClientConnection, connect
     from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
