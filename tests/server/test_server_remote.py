@@ -204,3 +204,22 @@ def test_malformed_frames_get_error_replies_and_the_session_survives(server):
             assert loads(await ws.recv())["ok"]
 
     asyncio.run(talk())
+
+
+def test_serve_command_and_config_validation():
+    from turngym.cli import build_parser
+    from turngym.server.sessions import ServerConfig
+
+    args = build_parser().parse_args(["serve", "turngym/Math-v0", "--port", "9", "--max-sessions", "5",
+                                      "--executor", "inline", "--env-arg", "max_turns=3"])
+    assert (args.env_ids, args.port, args.max_sessions, args.executor) == (["turngym/Math-v0"], 9, 5, "inline")
+    assert args.host == "127.0.0.1"  # loopback unless asked otherwise
+    for bad in ({"max_sessions": 0}, {"executor": "gpu"}, {"idle_timeout_s": 0}):
+        with pytest.raises(ConfigError):
+            ServerConfig(env_ids=("turngym/Math-v0",), **bad)
+    with pytest.raises(ConfigError, match="at least one"):
+        ServerConfig(env_ids=())
+    with pytest.raises(UnknownEnvError, match="Did you mean"):
+        from turngym.server.app import create_app
+
+        create_app(["turngym/Maths-v0"])

@@ -16,6 +16,8 @@ op                      request fields                                          
 ``release``             ``handle``                                                  —
 ``oracle_action``       —                                                           ``action``
 ``sample_action``       ``rng`` (the caller's generator state, see :func:`rng_to_wire`)  ``action``, ``rng`` (advanced)
+``render``              —                                                           ``render``
+``task``                —                                                           ``task`` (see :func:`task_to_wire`)
 ``close``               —                                                           — (the server then closes the socket)
 ======================  ==========================================================  ======================================
 
