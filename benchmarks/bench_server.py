@@ -37,7 +37,8 @@ sys.path.insert(0, ROOT)
 from turngym.server.client import AsyncRemoteEnv  # noqa: E402
 from turngym.server.testing import free_port  # noqa: E402
 
-# Actions by family: cheap, valid turns that exercise parsing, the verifier and signals.
+# Actions by family: cheap, valid turns that exercise parsing, the verifier and signals
+# (other families play actions sampled from their own grammar).
 ACTIONS = {
     "math": ["<calc>12 * 7 - 5</calc>", "<calc>(3 + 4) ** 2</calc>", "<answer>42</answer>"],
     "shop": ["search[red shoes]", "click[1]", "click[buy now]"],
@@ -56,6 +57,16 @@ class Level:
     connect_p50_ms: float
     step_p50_ms: float
     step_p99_ms: float
+    server_cpu_us_per_step: float = float("nan")  # connects and resets included
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc), to normalise for a busy machine."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -148,11 +159,23 @@ def start_server(env_id: str, port: int, max_sessions: int, executor: str, worke
     raise SystemExit("the server did not come up within 60 s")
 
 
+def _sampled_actions(env_id: str, n: int = 64) -> list[str]:
+    """For families without a fixed action list: draws from the env's own action grammar."""
+    import numpy as np
+
+    import turngym
+
+    env = turngym.make(env_id)
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    return [env.sample_action(rng) for _ in range(n)]
+
+
 def bench_env(args: argparse.Namespace, env_id: str) -> dict:
     import turngym
 
     family = turngym.env_info(env_id).family
-    actions = ACTIONS.get(family) or ["hello"]
+    actions = ACTIONS.get(family) or _sampled_actions(env_id)
     port = free_port()
     proc = start_server(env_id, port, max(args.levels) + 16, args.executor, args.workers)
     url = f"ws://127.0.0.1:{port}"
@@ -168,12 +191,15 @@ def bench_env(args: argparse.Namespace, env_id: str) -> dict:
         for n in args.levels:
             if time.monotonic() - started > args.time_budget:
                 break
+            cpu0 = _cpu_seconds(proc.pid)
             level = runner(run_level(url, env_id, n, args.steps, actions, args.timeout))
+            level.server_cpu_us_per_step = (_cpu_seconds(proc.pid) - cpu0) / max(level.steps, 1) * 1e6
             levels.append(level)
             if not args.json:
                 print(f"  {env_id} N={n:>5}: success {level.success:6.1%}  {level.steps_per_s:7.0f} steps/s  "
                       f"P50 {level.step_p50_ms:6.1f} ms  P99 {level.step_p99_ms:7.1f} ms  "
-                      f"connect P50 {level.connect_p50_ms:6.1f} ms", file=sys.stderr, flush=True)
+                      f"connect P50 {level.connect_p50_ms:6.1f} ms  server CPU {level.server_cpu_us_per_step:5.0f} us/step",
+                      file=sys.stderr, flush=True)
             if level.success < 0.95:
                 break
         paced = None
@@ -221,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--time-budget", type=float, default=240.0, help="stop starting new levels after this (s)")
     p.add_argument("--paced-sessions", type=int, default=1000,
                    help="sessions of the paced run (0: skip), each thinking between steps like an LLM agent")
-    p.add_argument("--paced-rate", type=float, default=2000.0, help="offered steps/s of the paced run")
+    p.add_argument("--paced-rate", type=float, default=2500.0, help="offered steps/s of the paced run")
     p.add_argument("--paced-steps", type=int, default=10, help="steps per session in the paced run")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
