@@ -51,3 +51,34 @@ def test_ray_rollout_passes_env_kwargs_and_tasks(local_ray):
                            num_workers=3)
     assert [ep.task_id for ep in eps] == task_ids
     assert all(len(ep.turns) <= 2 for ep in eps)
+
+
+class _KillerOracle:
+    """Test double: the oracle, except that at turn ``at`` it kills the actor behind the first env."""
+
+    name = "killer-oracle"
+
+    def __init__(self, at: int) -> None:
+        self.oracle = OracleAgent()
+        self.turns = 0
+        self.at = at
+
+    def act(self, batch):
+        self.turns += 1
+        if self.turns == self.at:
+            ray.kill(batch[0].env.worker, no_restart=True)
+        return self.oracle.act(batch)
+
+
+def test_a_dead_env_worker_is_an_infra_error_and_the_rollout_goes_on(local_ray):
+    env_id = "turngym/Math-v0"
+    seeds = list(range(24))
+    eps = run_episodes_ray(env_id, _KillerOracle(at=3), seeds, num_workers=2, batch_size=4)
+    assert [ep.seed for ep in eps] == seeds
+    lost = [ep for ep in eps if ep.infra_error]
+    kept = [ep for ep in eps if not ep.infra_error]
+    assert lost and kept
+    assert all(ep.success for ep in kept)  # the live worker's episodes are scored as usual
+    assert any(ep.turns and ep.turns[-1].infra_error for ep in lost)  # in flight when it died
+    local = {ep.seed: ep for ep in run_episodes(lambda: turngym.make(env_id), OracleAgent(), seeds, env_id=env_id)}
+    assert _dicts(kept) == _dicts([local[ep.seed] for ep in kept])
