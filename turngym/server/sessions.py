@@ -24,6 +24,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import logging
+import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -176,7 +177,8 @@ class SessionManager:
             raise ServerBusy(
                 f"server at capacity ({self.config.max_sessions} sessions); retry later or start more servers"
             )
-        sid = f"s{next(self._ids)}"
+        # unique across workers and restarts: a snapshot handle never matches another session's
+        sid = f"s{next(self._ids)}-{secrets.token_hex(6)}"
         self.sessions[sid] = Session(sid, env_id, None, time.monotonic())
         return sid
 
