@@ -40,6 +40,12 @@ class ProbeMathEnv(MathEnv):
             time.sleep(float(action[len("<sleep>"):]))
         return super()._step(action)
 
+    def step(self, action):
+        obs, reward, term, trunc, info = super().step(action)
+        if action == "<unencodable>":
+            info["handle"] = object()  # an env bug: info that cannot cross the wire
+        return obs, reward, term, trunc, info
+
     def close(self):
         ProbeMathEnv.closed.append(id(self))
         super().close()
@@ -234,4 +240,16 @@ def test_auto_executor_runs_fast_envs_inline_and_moves_slow_ones_to_the_pool():
                 env.reset(seed=k)
             env.step("<sleep>0.01")
         assert srv.manager.executor_of(MATH) == "thread"
+        env.close()
+
+
+def test_an_env_bug_is_a_clear_error_and_the_session_survives():
+    from turngym.server.errors import RemoteEnvError
+
+    with _probe_server() as srv:
+        env = RemoteEnv(srv.url, MATH)
+        env.reset(seed=0)
+        with pytest.raises(RemoteEnvError, match="TypeError.*object.*on the server"):
+            env.step("<unencodable>")
+        assert env.step("<calc>3*3</calc>")[0] == "<result>9</result>"
         env.close()

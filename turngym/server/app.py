@@ -104,10 +104,10 @@ async def _session_ws(ws: WebSocket) -> None:
                 handler = OPS.get(op)  # type: ignore[arg-type]
                 if handler is None:
                     raise ValueError(f"unknown op {op!r}; expected one of {sorted(OPS)} or 'close'")
-                reply = await handler(mgr, session, msg)
+                text = dumps(await handler(mgr, session, msg))  # inside the try: unencodable info is an error too
             except Exception as exc:  # every failure becomes an error frame; the session lives on
-                reply = error_frame(exc)
-            await ws.send_text(dumps(reply))
+                text = dumps(error_frame(exc))
+            await ws.send_text(text)
             if session.broken:
                 await ws.close(code=4504, reason=session.broken[:120])
                 break

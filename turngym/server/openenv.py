@@ -174,6 +174,7 @@ async def _serve(ws: WebSocket, env_id: str) -> None:
                 else:
                     await ws.send_text(_error(f"Unknown message type: {kind}", "UNKNOWN_TYPE"))
                     continue
+                text = dumps(reply)  # inside the try: unencodable info is an error frame too
             except _Invalid as exc:
                 await ws.send_text(_error(str(exc), "VALIDATION_ERROR"))
                 continue
@@ -182,7 +183,7 @@ async def _serve(ws: WebSocket, env_id: str) -> None:
                 if session.broken:
                     break
                 continue
-            await ws.send_text(dumps(reply))
+            await ws.send_text(text)
     except (WebSocketDisconnect, RuntimeError):
         pass
     finally:
