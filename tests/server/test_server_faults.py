@@ -225,7 +225,8 @@ def test_remote_envs_are_usable_from_many_threads():
 
 
 def test_auto_executor_runs_fast_envs_inline_and_moves_slow_ones_to_the_pool():
-    with _probe_server(executor="auto", inline_below_ms=2.0) as srv:
+    # generous threshold: pool timings include GIL waits (server and client share this process)
+    with _probe_server(executor="auto", inline_below_ms=30.0) as srv:
         env = RemoteEnv(srv.url, MATH)
         assert srv.manager.executor_of(MATH) == "thread"  # measured on the pool first
         for k in range(40):
@@ -238,7 +239,7 @@ def test_auto_executor_runs_fast_envs_inline_and_moves_slow_ones_to_the_pool():
         for k in range(12):
             if env.done:
                 env.reset(seed=k)
-            env.step("<sleep>0.01")
+            env.step("<sleep>0.12")
         assert srv.manager.executor_of(MATH) == "thread"
         env.close()
 
