@@ -189,10 +189,24 @@ def _markdown(s: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ---------------------------------------------------------------------------------- serve
+def _setup_serve(p: argparse.ArgumentParser) -> None:
+    from turngym.server.serve import setup_parser
+
+    setup_parser(p)
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from turngym.server.serve import run_command
+
+    return run_command(args)
+
+
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "envs": ("list registered environments", _setup_envs, _run_envs),
     "play": ("step an environment by hand in the terminal", _setup_play, _run_play),
     "eval": ("evaluate an agent on an environment", _setup_eval, _run_eval),
+    "serve": ("serve environments over WebSocket/HTTP (turngym and OpenEnv protocols)", _setup_serve, _run_serve),
 }
 
 
