@@ -261,7 +261,7 @@ class Sandbox(ABC):
                 s.write_files(files)
             return s.run_python(source, args=args, stdin=stdin)
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, not abstract
         """Release backend resources (sessions close themselves)."""
 
     def __enter__(self) -> Sandbox:
