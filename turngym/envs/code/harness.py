@@ -13,6 +13,7 @@ bound to the entry point and ``_check`` (strict, type-aware equality) available.
 """
 
 import builtins
+import functools
 import json
 import linecache
 import os
@@ -130,7 +131,7 @@ def _run_problem(p, emit, per_test_s, error_chars):
         err = setup_error
         if err is None:
             try:
-                _timed(per_test_s, lambda: exec(compile(code, fname, "exec"), dict(base)))
+                _timed(per_test_s, functools.partial(exec, compile(code, fname, "exec"), dict(base)))
             except _Timeout:
                 err = f"TimeoutError: the test took more than {per_test_s:g} s"
             except BaseException as exc:
