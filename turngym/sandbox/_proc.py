@@ -8,9 +8,11 @@ time of the tree.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import resource
+import select
 import selectors
 import signal
 import subprocess
@@ -67,6 +69,56 @@ def classify_failure(sig: int | None, cpu_s: float, limits: Limits, stderr: str)
     return None
 
 
+class _NsWatcher:
+    """Reads bubblewrap's JSON status stream and holds a pidfd on the namespace's init.
+
+    The pidfd is normally opened while bubblewrap still runs (so it names the right process);
+    if the stream is only read after bubblewrap exited, the wait is bounded by a timeout.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        os.set_blocking(fd, False)
+        self._buf = b""
+        self.init_pidfd: int | None = None
+        self.closed = False
+
+    def feed(self) -> bool:
+        """Consume what is available; False once there is nothing more to read for now."""
+        try:
+            data = os.read(self.fd, 4096)
+        except BlockingIOError:
+            return False
+        if not data:
+            self.closed = True
+            return False
+        self._buf += data
+        while b"\n" in self._buf and self.init_pidfd is None:
+            line, self._buf = self._buf.split(b"\n", 1)
+            try:
+                pid = json.loads(line).get("child-pid")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(pid, int):
+                try:
+                    self.init_pidfd = os.pidfd_open(pid)
+                except OSError:  # already gone: nothing to wait for
+                    pass
+        return True
+
+    def wait_gone(self, timeout: float) -> None:
+        """Block until the namespace init (and so everything in the namespace) has exited."""
+        while self.init_pidfd is None and self.feed():
+            pass
+        try:
+            if self.init_pidfd is not None:
+                select.select([self.init_pidfd], [], [], timeout)
+        finally:
+            if self.init_pidfd is not None:
+                os.close(self.init_pidfd)
+            os.close(self.fd)
+
+
 def _killpg(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
@@ -85,6 +137,7 @@ def run_process(
     backend: str,
     signal_in_exit_code: bool = False,
     user: int | None = None,
+    status_pipe: tuple[int, int] | None = None,
 ) -> RunResult:
     """Run ``argv`` to completion or until a limit; never raises for the program's failures.
 
@@ -92,6 +145,11 @@ def run_process(
         signal_in_exit_code: the launcher reports a child killed by signal N as exit 128+N
             (bubblewrap does); decode it back into ``signal``.
         user: uid/gid to switch to before exec (rlimit backend running as root).
+        status_pipe: ``(read_fd, write_fd)`` of bubblewrap's ``--json-status-fd``. Its
+            ``child-pid`` is the sandbox's PID-namespace init; the run only counts as over once
+            that process is gone, because bubblewrap reports the command's exit before the
+            kernel has finished killing what else lived in the namespace (daemons).
+            Both fds are closed by this function.
     Raises:
         SandboxError: the launcher itself could not be started.
     """
@@ -107,12 +165,18 @@ def run_process(
             start_new_session=True,
             preexec_fn=preexec,
             close_fds=True,
+            pass_fds=(status_pipe[1],) if status_pipe else (),
             user=user,
             group=user,
             extra_groups=[] if user is not None else None,
         )
     except OSError as exc:
+        if status_pipe:
+            os.close(status_pipe[0])
         raise SandboxError(f"{backend}: could not start {argv[0]!r}: {exc}") from exc
+    finally:
+        if status_pipe:
+            os.close(status_pipe[1])
     pgid = proc.pid
     try:
         pidfd = os.pidfd_open(proc.pid)
@@ -130,6 +194,9 @@ def run_process(
         bufs[fd] = bytearray()
         sel.register(fd, selectors.EVENT_READ)
     sel.register(pidfd, selectors.EVENT_READ)
+    ns_watch = _NsWatcher(status_pipe[0]) if status_pipe else None
+    if ns_watch is not None:
+        sel.register(ns_watch.fd, selectors.EVENT_READ)
     pending = memoryview(stdin) if stdin else None
     if proc.stdin is not None:
         os.set_blocking(proc.stdin.fileno(), False)
@@ -163,7 +230,11 @@ def run_process(
                 break
             for key, mask in events:
                 fd = key.fd
-                if fd == pidfd:
+                if ns_watch is not None and fd == ns_watch.fd:
+                    ns_watch.feed()
+                    if ns_watch.closed or ns_watch.init_pidfd is not None:
+                        sel.unregister(fd)
+                elif fd == pidfd:
                     exited = True
                     sel.unregister(pidfd)
                     _killpg(pgid)  # nothing from the run may outlive it
@@ -211,6 +282,8 @@ def run_process(
     finally:
         os.close(pidfd)
     proc.returncode = 0  # reaped by wait4; stop Popen.__del__ from waiting again
+    if ns_watch is not None:
+        ns_watch.wait_gone(timeout=2.0)
     duration = time.monotonic() - start
     cpu = usage.ru_utime + usage.ru_stime
 

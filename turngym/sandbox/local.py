@@ -339,7 +339,7 @@ class BubblewrapSandbox(_LocalSandbox):
         return args
 
     def _argv(self, session: LocalSession, argv: Sequence[str], limits: Limits) -> list[str]:
-        full = [*self._prefix, "--size", str(limits.tmp_mb << 20), "--tmpfs", "/tmp",
+        full = [*self._prefix, "--perms", "1777", "--size", str(limits.tmp_mb << 20), "--tmpfs", "/tmp",
                 "--bind", session.host_dir, "/work", "--chdir", "/work"]
         if session.uid is not None:
             u = str(session.uid)
@@ -349,8 +349,12 @@ class BubblewrapSandbox(_LocalSandbox):
         return full
 
     def _execute(self, session: LocalSession, argv: Sequence[str], *, stdin: bytes | None, limits: Limits, env: Mapping[str, str]) -> RunResult:
+        status_pipe = os.pipe()
+        full = self._argv(session, argv, limits)
+        full[1:1] = ["--json-status-fd", str(status_pipe[1])]
         return run_process(
-            self._argv(session, argv, limits),
+            full,
+            status_pipe=status_pipe,
             cwd=session.host_dir,
             env={**_base_env("/work"), **env},
             stdin=stdin,
