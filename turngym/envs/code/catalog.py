@@ -8,7 +8,7 @@ cases, 3 = dynamic programming, search or parsing.
 Hidden tests are generated from a seeded RNG per (template, variant) and their expected
 values computed by the reference solution (trusted code, run on the host at generation time).
 Tests compare strictly (same types, recursively), so an object whose ``__eq__`` always returns
-True does not pass. The generated set is shipped as ``data/tasks.jsonl``;
+True does not pass. The generated set is shipped as ``builtin_tasks.jsonl``;
 :func:`build_catalog` regenerates it exactly (a test checks they agree).
 """
 
@@ -326,7 +326,7 @@ def _call(entry: str, args: tuple[Any, ...]) -> str:
 
 
 def build_catalog() -> list[dict[str, Any]]:
-    """Every template x variant as a task dict (the rows of ``data/tasks.jsonl``).
+    """Every template x variant as a task dict (the rows of ``builtin_tasks.jsonl``).
 
     Deterministic: the RNG of each (template, variant) is seeded from its id.
     """

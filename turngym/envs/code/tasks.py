@@ -30,7 +30,7 @@ __all__ = [
     "BUILTIN_TASKS_FILE",
 ]
 
-BUILTIN_TASKS_FILE = "data/tasks.jsonl"
+BUILTIN_TASKS_FILE = "builtin_tasks.jsonl"
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def load_builtin_tasks(levels: Iterable[int] | None = None) -> list[CodeTask]:
 
 
 def write_builtin_tasks(path: str | Path) -> int:
-    """Regenerate ``data/tasks.jsonl`` from :mod:`~turngym.envs.code.catalog`."""
+    """Regenerate ``builtin_tasks.jsonl`` from :mod:`~turngym.envs.code.catalog`."""
     from turngym.envs.code.catalog import build_catalog
 
     rows = build_catalog()

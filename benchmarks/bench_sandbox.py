@@ -1,0 +1,105 @@
+"""Sandbox latency and throughput: a trivial Python run, bubblewrap vs a bare subprocess.
+
+    python benchmarks/bench_sandbox.py            # table
+    python benchmarks/bench_sandbox.py --json     # machine-readable
+    python benchmarks/bench_sandbox.py -n 300 --workers 2
+
+Rows:
+  bare-subprocess      subprocess.run of the same interpreter command, no sandbox at all
+  rlimit               RlimitSandbox.run_python (rlimits + group kill; not isolated)
+  bubblewrap           BubblewrapSandbox.run_python, one-shot (fresh workdir per run)
+  bubblewrap-session   the same in one persistent session (no workdir create/delete)
+
+Latency is measured sequentially (p50/p99 over n runs); throughput with ``--workers``
+threads issuing runs concurrently (2 = this machine's cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from turngym.sandbox import BubblewrapSandbox, NotIsolatedWarning, PythonRuntime, RlimitSandbox
+
+SOURCE = "print(1)"
+
+
+def _percentile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def measure(fn: Callable[[], object], n: int, workers: int) -> dict[str, float]:
+    for _ in range(5):
+        fn()  # warm caches
+    lat = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        lat.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(lambda _: fn(), range(n)))
+    wall = time.perf_counter() - t
+    return {
+        "p50_ms": 1000 * statistics.median(lat),
+        "p99_ms": 1000 * _percentile(lat, 0.99),
+        "mean_ms": 1000 * statistics.fmean(lat),
+        "runs_per_s": n / wall,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-n", type=int, default=200, help="runs per measurement")
+    ap.add_argument("--workers", type=int, default=2, help="concurrent runs for the throughput figure")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = ap.parse_args()
+
+    py = PythonRuntime()
+    argv = [*py.argv(), "-c", SOURCE]
+    env = {"PATH": "/usr/bin:/bin", **py.env()}
+
+    def bare() -> None:
+        r = subprocess.run(argv, env=env, capture_output=True)
+        assert r.stdout == b"1\n"
+
+    bw = BubblewrapSandbox()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotIsolatedWarning)
+        rl = RlimitSandbox()
+    session = bw.open_session()
+
+    def check(res) -> None:  # type: ignore[no-untyped-def]
+        assert res.ok and res.stdout == "1\n", res
+
+    rows = {
+        "bare-subprocess": measure(bare, args.n, args.workers),
+        "rlimit": measure(lambda: check(rl.run_python(SOURCE)), args.n, args.workers),
+        "bubblewrap": measure(lambda: check(bw.run_python(SOURCE)), args.n, args.workers),
+        "bubblewrap-session": measure(lambda: check(session.run_python(SOURCE)), args.n, args.workers),
+    }
+    session.close()
+    bw.close()
+    rl.close()
+    base = rows["bare-subprocess"]["p50_ms"]
+    for r in rows.values():
+        r["p50_vs_bare"] = r["p50_ms"] / base
+    if args.json:
+        print(json.dumps({"n": args.n, "workers": args.workers, "python": sys.version.split()[0], "rows": rows}, indent=2))
+        return
+    print(f"trivial Python run ({SOURCE!r}), n={args.n}, throughput with {args.workers} workers")
+    print(f"{'backend':<20} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'runs/s':>8} {'p50/bare':>9}")
+    for name, r in rows.items():
+        print(f"{name:<20} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['mean_ms']:8.1f} {r['runs_per_s']:8.1f} {r['p50_vs_bare']:9.2f}")
+
+
+if __name__ == "__main__":
+    main()
