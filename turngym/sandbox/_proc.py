@@ -22,23 +22,39 @@ from collections.abc import Callable, Mapping, Sequence
 from turngym.sandbox.errors import SandboxError
 from turngym.sandbox.limits import LimitName, Limits, RunResult
 
-__all__ = ["run_process", "rlimit_setter", "classify_failure"]
+__all__ = ["run_process", "rlimit_setter", "rlimit_argv", "classify_failure"]
 
 _CHUNK = 1 << 16
 _DRAIN_S = 0.5
 
 
+def _rlimit_pairs(limits: Limits) -> list[tuple[int, str, tuple[int, int]]]:
+    cpu = max(1, math.ceil(limits.cpu_s))
+    return [
+        (resource.RLIMIT_CPU, "--cpu", (cpu, cpu + 1)),
+        (resource.RLIMIT_AS, "--as", (limits.memory_mb << 20,) * 2),
+        (resource.RLIMIT_FSIZE, "--fsize", (limits.file_size_mb << 20,) * 2),
+        (resource.RLIMIT_NPROC, "--nproc", (limits.processes,) * 2),
+        (resource.RLIMIT_NOFILE, "--nofile", (limits.open_files,) * 2),
+        (resource.RLIMIT_CORE, "--core", (0, 0)),
+    ]
+
+
+def rlimit_argv(prlimit: str, limits: Limits) -> list[str]:
+    """A ``prlimit ... --`` prefix applying ``limits`` before exec-ing the launcher.
+
+    Preferred over :func:`rlimit_setter`: a ``preexec_fn`` forces a full ``fork`` of this
+    (large) interpreter, where an argv prefix lets ``subprocess`` use ``vfork`` — a few ms per run.
+
+    >>> rlimit_argv("prlimit", Limits(cpu_s=1.5, memory_mb=1, processes=8))[:3]
+    ['prlimit', '--cpu=2:3', '--as=1048576:1048576']
+    """
+    return [prlimit, *(f"{flag}={soft}:{hard}" for _, flag, (soft, hard) in _rlimit_pairs(limits)), "--"]
+
+
 def rlimit_setter(limits: Limits) -> Callable[[], None]:
     """A ``preexec_fn`` applying ``limits`` as rlimits in the child (inherited by everything)."""
-    cpu = max(1, math.ceil(limits.cpu_s))
-    pairs = [
-        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
-        (resource.RLIMIT_AS, (limits.memory_mb << 20,) * 2),
-        (resource.RLIMIT_FSIZE, (limits.file_size_mb << 20,) * 2),
-        (resource.RLIMIT_NPROC, (limits.processes,) * 2),
-        (resource.RLIMIT_NOFILE, (limits.open_files,) * 2),
-        (resource.RLIMIT_CORE, (0, 0)),
-    ]
+    pairs = [(which, value) for which, _, value in _rlimit_pairs(limits)]
 
     def apply() -> None:
         for which, value in pairs:
@@ -107,11 +123,15 @@ class _NsWatcher:
         return True
 
     def wait_gone(self, timeout: float) -> None:
-        """Block until the namespace init (and so everything in the namespace) has exited."""
+        """Kill the namespace init and block until it (so everything in the namespace) is gone."""
         while self.init_pidfd is None and self.feed():
             pass
         try:
             if self.init_pidfd is not None:
+                try:
+                    signal.pidfd_send_signal(self.init_pidfd, signal.SIGKILL)
+                except OSError:  # already exited
+                    pass
                 select.select([self.init_pidfd], [], [], timeout)
         finally:
             if self.init_pidfd is not None:
@@ -133,7 +153,7 @@ def run_process(
     env: Mapping[str, str],
     stdin: bytes | None,
     limits: Limits,
-    preexec: Callable[[], None],
+    preexec: Callable[[], None] | None,
     backend: str,
     signal_in_exit_code: bool = False,
     user: int | None = None,

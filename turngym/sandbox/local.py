@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from turngym.core.errors import ConfigError
-from turngym.sandbox._proc import rlimit_setter, run_process
+from turngym.sandbox._proc import rlimit_argv, rlimit_setter, run_process
 from turngym.sandbox.base import Files, PythonRuntime, Sandbox, Session, WorkdirSnapshot, check_relpath
 from turngym.sandbox.errors import NotIsolatedWarning, SandboxError, SandboxUnavailable
 from turngym.sandbox.limits import Limits, RunResult
@@ -301,6 +301,7 @@ class BubblewrapSandbox(_LocalSandbox):
             )
         super().__init__(limits, python=python, root=root)
         self._setpriv = shutil.which("setpriv") if self._as_root else None
+        self._prlimit = shutil.which("prlimit")
         if self._as_root and self._setpriv is None:
             raise SandboxUnavailable("running as root needs util-linux's `setpriv` to drop to a session uid; install util-linux")
         self._prefix = self._build_prefix(ro_binds)
@@ -352,6 +353,8 @@ class BubblewrapSandbox(_LocalSandbox):
         status_pipe = os.pipe()
         full = self._argv(session, argv, limits)
         full[1:1] = ["--json-status-fd", str(status_pipe[1])]
+        if self._prlimit:
+            full = rlimit_argv(self._prlimit, limits) + full
         return run_process(
             full,
             status_pipe=status_pipe,
@@ -359,7 +362,7 @@ class BubblewrapSandbox(_LocalSandbox):
             env={**_base_env("/work"), **env},
             stdin=stdin,
             limits=limits,
-            preexec=rlimit_setter(limits),
+            preexec=None if self._prlimit else rlimit_setter(limits),
             backend=self.name,
             signal_in_exit_code=True,
         )
