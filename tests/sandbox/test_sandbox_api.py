@@ -200,6 +200,8 @@ def test_rate_limiter_spaces_creations():
 
 
 def test_pool_reuses_wiped_sessions_and_caps_idle(sandbox):
+    if not sandbox.reusable_sessions:
+        pytest.skip(f"{sandbox.name} sessions are not safely reusable here")
     pool = SandboxPool(sandbox, max_idle=1, creation_rate=1000.0)
     a, b = pool.acquire(), pool.acquire()
     a.write_files({"secret": "from episode 1"})
@@ -211,3 +213,16 @@ def test_pool_reuses_wiped_sessions_and_caps_idle(sandbox):
     assert pool.stats["reused"] == 1
     pool.close()
     assert a.closed
+
+
+def test_pool_never_reuses_sessions_the_backend_cannot_wipe_safely():
+    sb = _rlimit()
+    sb.drops_uid = False  # as when running as root with a private interpreter: no uid to reap by
+    pool = SandboxPool(sb, max_idle=4)
+    with pool.session() as s:
+        pass
+    assert s.closed and pool.stats["discarded"] == 1
+    with pool.session() as t:
+        assert t is not s
+    pool.close()
+    sb.close()

@@ -121,7 +121,7 @@ class DockerSession(Session):
 
     def reset(self) -> None:
         self._check_open()
-        self._exec(["sh", "-c", "kill -9 -1 2>/dev/null; find /work -mindepth 1 -delete"])
+        self._exec(["sh", "-c", "kill -9 -1 2>/dev/null; find /work /tmp -mindepth 1 -delete 2>/dev/null; true"])
 
     def _execute(self, argv: Sequence[str], *, stdin: bytes | None, limits: Limits, env: Mapping[str, str]) -> RunResult:
         if stdin:

@@ -22,8 +22,8 @@ import secrets
 import shutil
 import stat
 import tempfile
-import threading
 import warnings
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
@@ -246,7 +246,8 @@ class _LocalSandbox(Sandbox):
         self._as_root = os.geteuid() == 0
         self._root = tempfile.mkdtemp(prefix=f"turngym-{self.name}-", dir=root)
         os.chmod(self._root, 0o711)  # sessions can reach their own dir, not list others'
-        self._lock = threading.Lock()
+        # A sandbox that is never closed still removes its directory when collected.
+        self._finalizer = weakref.finalize(self, shutil.rmtree, self._root, True)
 
     def _session_uid(self) -> int | None:
         return _UID_BASE + secrets.randbelow(_UID_SPAN) if self._as_root else None
@@ -266,7 +267,7 @@ class _LocalSandbox(Sandbox):
         raise NotImplementedError
 
     def close(self) -> None:
-        shutil.rmtree(self._root, ignore_errors=True)
+        self._finalizer()
 
 
 class BubblewrapSandbox(_LocalSandbox):
@@ -421,6 +422,11 @@ class RlimitSandbox(_LocalSandbox):
             stacklevel=2,
         )
         self.drops_uid = self._as_root and _others_can_exec(self.python.executable)
+
+    @property
+    def reusable_sessions(self) -> bool:  # type: ignore[override]
+        """Only with a private uid can every leftover process be found and killed."""
+        return self.drops_uid
 
     @property
     def enforces_process_limit(self) -> bool:

@@ -111,11 +111,13 @@ class SandboxPool:
             raise SandboxError("the sandbox pool is closed")
         with self._lock:
             session = self._idle.pop() if self._idle else None
-        if session is not None:
-            self.stats["reused"] += 1
-            return session
-        self.stats["waited_s"] += self.limiter.acquire()
-        self.stats["created"] += 1
+            if session is not None:
+                self.stats["reused"] += 1
+                return session
+        waited = self.limiter.acquire()
+        with self._lock:
+            self.stats["waited_s"] += waited
+            self.stats["created"] += 1
         return self.sandbox.open_session(self.limits)
 
     def release(self, session: Session) -> None:
@@ -130,7 +132,7 @@ class SandboxPool:
             if keep and len(self._idle) < self.max_idle:
                 self._idle.append(session)
                 return
-        self.stats["discarded"] += 1
+            self.stats["discarded"] += 1
         session.close()
 
     @contextmanager
