@@ -226,3 +226,13 @@ def test_pool_never_reuses_sessions_the_backend_cannot_wipe_safely():
         assert t is not s
     pool.close()
     sb.close()
+
+
+def test_cli_lists_backends_and_runs_code(capsys):
+    from turngym.cli import main
+
+    assert main(["sandbox"]) == 0
+    listing = capsys.readouterr().out
+    assert listing.splitlines()[0].startswith("bubblewrap") and "docker" in listing
+    assert main(["sandbox", "--python", "print(6 * 7)"]) == 0
+    assert capsys.readouterr().out == "42\n"

@@ -310,7 +310,7 @@ class BubblewrapSandbox(_LocalSandbox):
 
     def _build_prefix(self, ro_binds: Sequence[str]) -> list[str]:
         args = [self._bwrap or "bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
-                "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+                "--unshare-ipc", "--unshare-uts", "--hostname", "sandbox", "--unshare-cgroup-try"]
         if not self._as_root:
             args.append("--unshare-user")
         bound: list[str] = []
