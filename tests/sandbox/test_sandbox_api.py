@@ -236,3 +236,18 @@ def test_cli_lists_backends_and_runs_code(capsys):
     assert listing.splitlines()[0].startswith("bubblewrap") and "docker" in listing
     assert main(["sandbox", "--python", "print(6 * 7)"]) == 0
     assert capsys.readouterr().out == "42\n"
+
+
+def test_copy_in_and_changed_paths(sandbox, tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "pkg" / "mod.py").write_text("def f():\n    return 1\n")
+    (repo / "test_mod.py").write_text("from pkg.mod import f\nassert f() == 1\nprint('ok')\n")
+    (repo / "link").symlink_to("/etc/passwd")
+    with sandbox.open_session() as s:
+        assert s.copy_in(repo, "repo") == 2
+        before = s.snapshot()
+        res = s.run(f"cd repo && {sandbox.python.executable} -S -B test_mod.py")
+        assert res.ok and res.stdout == "ok\n", res.summary()
+        s.write_files({"repo/pkg/mod.py": "def f():\n    return 2\n"})
+        assert s.snapshot().changed_paths(before) == ["repo/pkg/mod.py"]

@@ -105,6 +105,18 @@ class WorkdirSnapshot:
     def size_bytes(self) -> int:
         return sum(len(d) for _, _, d in self.entries)
 
+    def changed_paths(self, other: WorkdirSnapshot) -> list[str]:
+        """Paths added, removed or modified (content or mode) between ``self`` and ``other``.
+
+        >>> a = WorkdirSnapshot((("x", 0o644, b"1"), ("y", 0o644, b"2")))
+        >>> b = WorkdirSnapshot((("x", 0o644, b"1"), ("y", 0o644, b"3"), ("z", 0o644, b"")))
+        >>> a.changed_paths(b)
+        ['y', 'z']
+        """
+        mine = {p: (m, d) for p, m, d in self.entries}
+        theirs = {p: (m, d) for p, m, d in other.entries}
+        return sorted(p for p in mine.keys() | theirs.keys() if mine.get(p) != theirs.get(p))
+
 
 class Session(ABC):
     """A persistent working directory in a sandbox (files survive between commands)."""
@@ -134,6 +146,35 @@ class Session(ABC):
     @abstractmethod
     def reset(self) -> None:
         """Delete every file in the workdir (the session stays usable)."""
+
+    def copy_in(self, src: str | os.PathLike[str], dest: str = ".", *, batch_bytes: int = 32 << 20) -> int:
+        """Copy a host directory tree into the workdir under ``dest``; returns the file count.
+
+        Regular files only (symlinks and special files are skipped); modes are not kept.
+        """
+        self._check_open()
+        root = os.fspath(src)
+        if not os.path.isdir(root):
+            raise ConfigError(f"copy_in: {root!r} is not a directory")
+        prefix = "" if dest in ("", ".") else check_relpath(dest) + "/"
+        batch: dict[str, bytes] = {}
+        size = count = 0
+        for dirpath, _dirs, names in os.walk(root):
+            for name in names:
+                path = os.path.join(dirpath, name)
+                if os.path.islink(path) or not os.path.isfile(path):
+                    continue
+                with open(path, "rb") as fh:
+                    data = fh.read()
+                batch[prefix + os.path.relpath(path, root)] = data
+                size += len(data)
+                count += 1
+                if size >= batch_bytes:
+                    self.write_files(batch)
+                    batch, size = {}, 0
+        if batch:
+            self.write_files(batch)
+        return count
 
     def list_files(self) -> list[str]:
         """Relative paths of every file in the workdir, sorted."""
