@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -92,10 +93,14 @@ def main() -> None:
     base = rows["bare-subprocess"]["p50_ms"]
     for r in rows.values():
         r["p50_vs_bare"] = r["p50_ms"] / base
+    load = os.getloadavg()[0]
+    cores = len(os.sched_getaffinity(0))
     if args.json:
-        print(json.dumps({"n": args.n, "workers": args.workers, "python": sys.version.split()[0], "rows": rows}, indent=2))
+        print(json.dumps({"n": args.n, "workers": args.workers, "cores": cores, "loadavg_1m": load,
+                          "python": sys.version.split()[0], "rows": rows}, indent=2))
         return
-    print(f"trivial Python run ({SOURCE!r}), n={args.n}, throughput with {args.workers} workers")
+    print(f"trivial Python run ({SOURCE!r}), n={args.n}, throughput with {args.workers} workers; "
+          f"{cores} cores, load average {load:.1f} (other work on the machine inflates every row)")
     print(f"{'backend':<20} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'runs/s':>8} {'p50/bare':>9}")
     for name, r in rows.items():
         print(f"{name:<20} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['mean_ms']:8.1f} {r['runs_per_s']:8.1f} {r['p50_vs_bare']:9.2f}")
