@@ -239,3 +239,16 @@ def test_many_files_hit_the_disk_limit(any_backend):
 def test_output_of_a_contained_attack_is_still_reported(any_backend):
     res = any_backend.run_python("import sys\nprint('before', flush=True)\nwhile True:\n    pass", limits=FAST.replace(wall_s=0.5))
     assert res.limit_hit in ("wall", "cpu") and res.stdout == "before\n"
+
+
+def test_deep_and_locked_trees_do_not_break_the_host_side(bwrap):
+    with bwrap.open_session() as s:  # 1100 levels: deeper than Python's recursion limit
+        res = s.run_python(
+            "import os\nfor i in range(1100):\n    os.mkdir('d')\n    os.chdir('d')\nopen('leaf', 'w').write('x')\n"
+            "os.chdir('/' if False else os.environ['HOME'])\nos.mkdir('locked')\nopen('locked/f', 'w').write('y')\nos.chmod('locked', 0)"
+        )
+        assert res.ok, res.summary()
+        files = s.list_files()  # bounded walk, no RecursionError
+        assert "locked/f" in files
+        s.reset()
+        assert s.list_files() == []

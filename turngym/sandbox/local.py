@@ -21,10 +21,12 @@ import os
 import secrets
 import shutil
 import stat
+import subprocess
+import sys
 import tempfile
 import warnings
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import ClassVar
 
 from turngym.core.errors import ConfigError
@@ -39,6 +41,49 @@ _PATH = "/usr/local/bin:/usr/bin:/bin"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # uids handed to sessions when running as root: a high range no distribution allocates.
 _UID_BASE, _UID_SPAN = 0x40000000, 1 << 28
+
+
+#: Host-side walks stop this deep: sandboxed code can nest directories faster than a
+#: recursive walk (or PATH_MAX) tolerates.
+MAX_WALK_DEPTH = 64
+
+
+def _walk(root: str) -> Iterator[tuple[str, int, list[os.DirEntry[str]]]]:
+    """Iterative, link-safe walk: ``(relative dir, its fd, its entries)`` for every dir.
+
+    Subdirectories are opened with ``O_NOFOLLOW`` relative to the root fd; only called when
+    no sandboxed process is running, so the tree cannot change underneath.
+    """
+    root_fd = os.open(root, _DIR_FLAGS)
+    try:
+        stack = [""]
+        while stack:
+            rel = stack.pop()
+            try:
+                fd = os.open(rel, _DIR_FLAGS, dir_fd=root_fd) if rel else os.dup(root_fd)
+            except OSError:
+                continue  # vanished, or a path too long: skip it
+            try:
+                with os.scandir(fd) as it:
+                    entries = list(it)
+                yield rel, fd, entries
+                if rel.count("/") < MAX_WALK_DEPTH:
+                    stack.extend(f"{rel}/{e.name}" if rel else e.name for e in entries if e.is_dir(follow_symlinks=False))
+            finally:
+                os.close(fd)
+    finally:
+        os.close(root_fd)
+
+
+def _rmtree(path: str) -> None:
+    """Delete a tree a sandbox wrote (modes may be 000, nesting deeper than Python recurses)."""
+    try:
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(path, onexc=lambda func, p, exc: _force_remove(func, p))
+        else:
+            shutil.rmtree(path, onerror=lambda func, p, info: _force_remove(func, p))
+    except RecursionError:
+        subprocess.run(["rm", "-rf", "--one-file-system", path], check=False, capture_output=True)
 
 
 def _base_env(home: str) -> dict[str, str]:
@@ -106,8 +151,10 @@ class LocalSession(Session):
             try:
                 try:
                     st = os.lstat(name, dir_fd=dfd)
-                    if not stat.S_ISREG(st.st_mode):  # a planted link, fifo or dir: replace it
-                        shutil.rmtree(name, dir_fd=dfd) if stat.S_ISDIR(st.st_mode) else os.unlink(name, dir_fd=dfd)
+                    if stat.S_ISDIR(st.st_mode):  # a planted dir, link or fifo: replace it
+                        _rmtree(os.path.join(self.host_dir, rel))
+                    elif not stat.S_ISREG(st.st_mode):
+                        os.unlink(name, dir_fd=dfd)
                 except FileNotFoundError:
                     pass
                 fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dfd)
@@ -141,10 +188,10 @@ class LocalSession(Session):
     def snapshot(self) -> WorkdirSnapshot:
         self._check_open()
         entries: list[tuple[str, int, bytes]] = []
-        for dirpath, _dirs, names, dfd in os.fwalk(self.host_dir, follow_symlinks=False):
-            rel_dir = os.path.relpath(dirpath, self.host_dir)
-            for name in names:
-                rel = name if rel_dir == "." else os.path.join(rel_dir, name)
+        for rel_dir, dfd, dir_entries in _walk(self.host_dir):
+            for e in dir_entries:
+                name = e.name
+                rel = f"{rel_dir}/{name}" if rel_dir else name
                 st = os.lstat(name, dir_fd=dfd)
                 if stat.S_ISLNK(st.st_mode):
                     entries.append((rel, 0, os.readlink(name, dir_fd=dfd).encode()))
@@ -178,17 +225,17 @@ class LocalSession(Session):
         self._check_open()
         for entry in os.scandir(self.host_dir):
             if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, onerror=_force_remove)
+                _rmtree(entry.path)
             else:
                 os.unlink(entry.path)
 
     def disk_usage(self) -> int:
         """Bytes the workdir occupies on disk (blocks, so sparse files count what they use)."""
         total = 0
-        for _dirpath, _dirs, names, dfd in os.fwalk(self.host_dir, follow_symlinks=False):
-            for name in names:
+        for _rel, _fd, entries in _walk(self.host_dir):
+            for e in entries:
                 try:
-                    total += os.lstat(name, dir_fd=dfd).st_blocks * 512
+                    total += e.stat(follow_symlinks=False).st_blocks * 512
                 except FileNotFoundError:
                     pass
         return total
@@ -208,10 +255,10 @@ class LocalSession(Session):
         super().close()
         if self.sandbox.reap_by_uid and self.uid is not None:
             _kill_uid(self.uid)
-        shutil.rmtree(self.host_dir, onerror=_force_remove)
+        _rmtree(self.host_dir)
 
 
-def _force_remove(func, path, exc_info) -> None:  # type: ignore[no-untyped-def]
+def _force_remove(func: Callable[[str], object], path: str) -> None:
     """rmtree error hook: a sandboxed program may have chmod-ed a dir to 000."""
     try:
         os.chmod(os.path.dirname(path), 0o700)
@@ -247,7 +294,7 @@ class _LocalSandbox(Sandbox):
         self._root = tempfile.mkdtemp(prefix=f"turngym-{self.name}-", dir=root)
         os.chmod(self._root, 0o711)  # sessions can reach their own dir, not list others'
         # A sandbox that is never closed still removes its directory when collected.
-        self._finalizer = weakref.finalize(self, shutil.rmtree, self._root, True)
+        self._finalizer = weakref.finalize(self, _rmtree, self._root)
 
     def _session_uid(self) -> int | None:
         return _UID_BASE + secrets.randbelow(_UID_SPAN) if self._as_root else None
