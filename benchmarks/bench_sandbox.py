@@ -10,8 +10,8 @@ Rows:
   bubblewrap           BubblewrapSandbox.run_python, one-shot (fresh workdir per run)
   bubblewrap-session   the same in one persistent session (no workdir create/delete)
 
-Latency is measured sequentially (p50/p99 over n runs); throughput with ``--workers``
-threads issuing runs concurrently (2 = this machine's cores).
+Latency is measured sequentially, round-robin over the rows (p50/p99 over n runs each);
+throughput with ``--workers`` threads issuing runs concurrently (2 = this machine's cores).
 """
 
 from __future__ import annotations
@@ -37,24 +37,25 @@ def _percentile(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
-def measure(fn: Callable[[], object], n: int, workers: int) -> dict[str, float]:
-    for _ in range(5):
-        fn()  # warm caches
-    lat = []
+def latencies(fns: dict[str, Callable[[], object]], n: int) -> dict[str, list[float]]:
+    """Round-robin over the backends, so load changes on a shared machine hit all alike."""
+    for fn in fns.values():
+        for _ in range(5):
+            fn()  # warm caches
+    lat: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        lat.append(time.perf_counter() - t)
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            lat[name].append(time.perf_counter() - t)
+    return lat
+
+
+def throughput(fn: Callable[[], object], n: int, workers: int) -> float:
     t = time.perf_counter()
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(lambda _: fn(), range(n)))
-    wall = time.perf_counter() - t
-    return {
-        "p50_ms": 1000 * statistics.median(lat),
-        "p99_ms": 1000 * _percentile(lat, 0.99),
-        "mean_ms": 1000 * statistics.fmean(lat),
-        "runs_per_s": n / wall,
-    }
+    return n / (time.perf_counter() - t)
 
 
 def main() -> None:
@@ -81,12 +82,20 @@ def main() -> None:
     def check(res) -> None:  # type: ignore[no-untyped-def]
         assert res.ok and res.stdout == "1\n", res
 
-    rows = {
-        "bare-subprocess": measure(bare, args.n, args.workers),
-        "rlimit": measure(lambda: check(rl.run_python(SOURCE)), args.n, args.workers),
-        "bubblewrap": measure(lambda: check(bw.run_python(SOURCE)), args.n, args.workers),
-        "bubblewrap-session": measure(lambda: check(session.run_python(SOURCE)), args.n, args.workers),
+    fns: dict[str, Callable[[], object]] = {
+        "bare-subprocess": bare,
+        "rlimit": lambda: check(rl.run_python(SOURCE)),
+        "bubblewrap": lambda: check(bw.run_python(SOURCE)),
+        "bubblewrap-session": lambda: check(session.run_python(SOURCE)),
     }
+    rows = {}
+    for name, lat in latencies(fns, args.n).items():
+        rows[name] = {
+            "p50_ms": 1000 * statistics.median(lat),
+            "p99_ms": 1000 * _percentile(lat, 0.99),
+            "mean_ms": 1000 * statistics.fmean(lat),
+            "runs_per_s": throughput(fns[name], args.n, args.workers),
+        }
     session.close()
     bw.close()
     rl.close()
