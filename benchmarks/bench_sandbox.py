@@ -9,6 +9,7 @@ Rows:
   rlimit               RlimitSandbox.run_python (rlimits + group kill; not isolated)
   bubblewrap           BubblewrapSandbox.run_python, one-shot (fresh workdir per run)
   bubblewrap-session   the same in one persistent session (no workdir create/delete)
+  bubblewrap-warm      WarmPython.run: fork of a warm interpreter inside a live session
 
 Latency is measured sequentially, round-robin over the rows (p50/p99 over n runs each);
 throughput with ``--workers`` threads issuing runs concurrently (2 = this machine's cores).
@@ -27,7 +28,7 @@ import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from turngym.sandbox import BubblewrapSandbox, NotIsolatedWarning, PythonRuntime, RlimitSandbox
+from turngym.sandbox import BubblewrapSandbox, NotIsolatedWarning, PythonRuntime, RlimitSandbox, WarmPython
 
 SOURCE = "print(1)"
 
@@ -78,6 +79,7 @@ def main() -> None:
         warnings.simplefilter("ignore", NotIsolatedWarning)
         rl = RlimitSandbox()
     session = bw.open_session()
+    warm = WarmPython(bw.open_session())
 
     def check(res) -> None:  # type: ignore[no-untyped-def]
         assert res.ok and res.stdout == "1\n", res
@@ -87,6 +89,7 @@ def main() -> None:
         "rlimit": lambda: check(rl.run_python(SOURCE)),
         "bubblewrap": lambda: check(bw.run_python(SOURCE)),
         "bubblewrap-session": lambda: check(session.run_python(SOURCE)),
+        "bubblewrap-warm": lambda: check(warm.run(SOURCE)),
     }
     rows = {}
     for name, lat in latencies(fns, args.n).items():
@@ -97,6 +100,8 @@ def main() -> None:
             "runs_per_s": throughput(fns[name], args.n, args.workers),
         }
     session.close()
+    warm.close()
+    warm.session.close()
     bw.close()
     rl.close()
     base = rows["bare-subprocess"]["p50_ms"]

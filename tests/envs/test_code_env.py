@@ -129,6 +129,7 @@ def test_mbpp_loader(tmp_path, sandbox):
     env = turngym.make("turngym/Code-v0", tasks=str(path), sandbox=sandbox)
     env.reset(seed=0)
     assert env.task.id.startswith("mbpp/")
+    env.close()
 
 
 # -- harness ----------------------------------------------------------------------------------
@@ -248,6 +249,7 @@ def test_feedback_names_mode_hides_test_bodies(sandbox):
     env = turngym.make("turngym/Code-v0", sandbox=sandbox, feedback="names")
     env.reset(options={"task": "code/caesar/1"})
     obs, *_ = env.step("```python\ndef caesar(s):\n    return s\n```")
+    env.close()
     assert "Failing: " in obs and "_check" not in obs and "expected" not in obs
 
 
@@ -278,6 +280,20 @@ def test_same_seed_same_episode(sandbox):
             out.append((o, r, te, tr, info["signals"], info["state_key"]))
             if te or tr:
                 break
+        env.close()
         return out
 
     assert episode() == episode()
+
+
+def test_one_shot_and_warm_execution_agree(sandbox):
+    outs = []
+    for warm in (False, True):
+        env = turngym.make("turngym/Code-v0", sandbox=sandbox, warm=warm)
+        env.reset(options={"task": "code/rle/2"})
+        step1 = env.step("```python\ndef rle(s):\n    return s\n```")
+        step2 = env.step("<run>from solution import rle\nprint(rle('aab'))\nopen('junk', 'w')</run>")
+        step3 = env.step(env.oracle_action())
+        outs.append([(o, r, t, i["signals"]) for o, r, t, _, i in (step1, step2, step3)])
+        env.close()
+    assert outs[0] == outs[1]

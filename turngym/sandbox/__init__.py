@@ -14,7 +14,8 @@
 
 Backends: :class:`BubblewrapSandbox` (namespaces + rlimits, the default),
 :class:`DockerSandbox` (one container per session, when an engine answers) and
-:class:`RlimitSandbox` (limits only, **not isolated**). Failures of the sandbox itself raise
+:class:`RlimitSandbox` (limits only, **not isolated**). :class:`WarmPython` runs Python by
+forking a warm interpreter inside a bubblewrap session (~1–2 ms instead of ~15). Failures of the sandbox itself raise
 :class:`SandboxError`, an :class:`~turngym.core.errors.InfraError`.
 """
 
@@ -24,6 +25,7 @@ from turngym.sandbox.factory import BACKENDS, available_backends, make_sandbox
 from turngym.sandbox.limits import LIMIT_NAMES, Limits, RunResult
 from turngym.sandbox.local import BubblewrapSandbox, LocalSession, RlimitSandbox
 from turngym.sandbox.pool import RateLimiter, SandboxPool
+from turngym.sandbox.warm import WarmPython
 
 __all__ = [
     "Sandbox",
@@ -39,6 +41,7 @@ __all__ = [
     "DockerSandbox",
     "SandboxPool",
     "RateLimiter",
+    "WarmPython",
     "make_sandbox",
     "available_backends",
     "BACKENDS",

@@ -307,8 +307,7 @@ def run_process(
                         bufs[fd] += data[: max(room, 0)]
                         total = cap
                         truncated = True
-                        if not exited:
-                            killed_for = "output"
+                        killed_for = "output"
                         break
                     bufs[fd] += data
                     total += len(data)

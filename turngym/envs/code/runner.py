@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
-from turngym.sandbox import Limits, Sandbox, SandboxError
+from turngym.sandbox import Limits, RunResult, Sandbox, SandboxError
 
 __all__ = ["Problem", "TestResult", "Evaluation", "evaluate", "evaluate_many"]
 
@@ -88,11 +89,13 @@ def evaluate_many(
     per_test_s: float = 2.0,
     error_chars: int = 600,
     limits: Limits | None = None,
+    run_python: Callable[..., RunResult] | None = None,
 ) -> list[Evaluation]:
     """Evaluate every problem in one sandbox run; results in input order.
 
     ``limits`` defaults to the sandbox's, with the wall/CPU budget raised to cover every
-    test's own timeout and the output cap to the result volume.
+    test's own timeout and the output cap to the result volume. ``run_python`` replaces
+    ``sandbox.run_python`` (e.g. a :class:`~turngym.sandbox.WarmPython`'s ``run``).
     """
     if not problems:
         return []
@@ -112,7 +115,8 @@ def evaluate_many(
         "per_test_s": per_test_s,
         "error_chars": error_chars,
     }
-    res = sandbox.run_python(_harness_source(), stdin=nonce + "\n" + json.dumps(payload), limits=limits)
+    run = run_python or sandbox.run_python
+    res = run(_harness_source(), stdin=nonce + "\n" + json.dumps(payload), limits=limits)
     events = []
     for line in res.stdout.splitlines():
         if line.startswith(nonce):
@@ -146,6 +150,6 @@ def evaluate_many(
     return out
 
 
-def evaluate(sandbox: Sandbox, problem: Problem, **kwargs: float | int | Limits | None) -> Evaluation:
+def evaluate(sandbox: Sandbox, problem: Problem, **kwargs: Any) -> Evaluation:
     """Evaluate one problem (see :func:`evaluate_many`)."""
     return evaluate_many(sandbox, [problem], **kwargs)[0]  # type: ignore[arg-type]
