@@ -102,3 +102,14 @@ def test_needs_a_bubblewrap_session():
     with sb.open_session() as s, pytest.raises(ConfigError):
         WarmPython(s)
     sb.close()
+
+
+def test_a_run_cannot_take_over_or_blame_the_worker(warm):
+    forge = "import os\nos.write(os.open(f'/proc/{os.getppid()}/fd/1', os.O_WRONLY), b'{}\\n')"
+    res = warm.run(forge)
+    assert not res.ok and "PermissionError" in res.stderr
+    res = warm.run("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
+    assert not res.ok and "killed or stalled" in res.stderr  # the run's failure, no SandboxError
+    res = warm.run("import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)", limits=FAST.replace(wall_s=0.5))
+    assert res.limit_hit == "wall"
+    assert warm.run("print('recovered')").stdout == "recovered\n"

@@ -21,8 +21,20 @@ import time  # noqa: E402
 import traceback  # noqa: E402
 
 
+def _set_dumpable(flag):
+    """prctl(PR_SET_DUMPABLE): a non-dumpable worker cannot be ptraced, nor its /proc/PID/fd
+    and memory opened, by the runs it forks (same uid), so a run cannot forge the next reply."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, flag, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _child(req, fds):
     r_in, w_out, w_err = fds
+    _set_dumpable(1)
     os.setsid()
     os.dup2(r_in, 0)
     os.dup2(w_out, 1)
@@ -184,6 +196,7 @@ def _run(req):
 
 
 def main():
+    _set_dumpable(0)
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     out.write(b'{"ready": true}\n')
     out.flush()

@@ -39,7 +39,7 @@ from turngym.sandbox.local import BubblewrapSandbox, LocalSession, _base_env
 __all__ = ["WarmPython"]
 
 _STARTUP_S = 10.0
-_SLACK_S = 5.0
+_SLACK_S = 2.0
 
 
 def _kill_group(pgid: int) -> None:
@@ -166,13 +166,21 @@ class WarmPython:
         with self._lock:
             proc = self._proc or self._start()
             assert proc.stdin is not None
+            started = time.monotonic()
             try:
                 proc.stdin.write(json.dumps(req).encode() + b"\n")
                 proc.stdin.flush()
-            except OSError as exc:
+                resp = json.loads(self._read_line(lim.wall_s + _SLACK_S))
+            except (OSError, SandboxError, ValueError) as exc:
+                # The worker started fine, so a worker that dies or stalls mid-run was killed or
+                # stopped by the run itself (same uid): that is the program's failure, not the
+                # sandbox's -- otherwise code could turn any bad episode into an infra error.
                 self.close()
-                raise SandboxError(f"warm worker: cannot send the request ({exc})") from exc
-            resp = json.loads(self._read_line(lim.wall_s + _SLACK_S))
+                return RunResult(
+                    stdout="", stderr=f"[sandbox] the program killed or stalled its interpreter ({exc})\n",
+                    exit_code=None, signal=signal.SIGKILL, limit_hit="wall" if "no answer" in str(exc) else None,
+                    duration_s=time.monotonic() - started, backend="bubblewrap-warm",
+                )
         status = int(resp["status"])
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
         code = None if sig is not None else os.WEXITSTATUS(status)
