@@ -149,6 +149,31 @@ def test_harness_is_not_fooled(sandbox):
     assert run("def f():\n    return 3").passed == (True, False)
 
 
+def test_value_tests_are_judged_on_the_host_and_expected_values_never_enter_the_sandbox(sandbox):
+    task = CodeTask(id="t", prompt="", gold="", entry_point="f", tests=(("v", "candidate()", "'SECRET-4711'"),))
+
+    def run(code: str):
+        return evaluate(sandbox, _problem(task, code), per_test_s=1.0).results[0]
+
+    assert run("def f():\n    return 'SECRET-4711'").passed
+    snoop = (  # looks through every container in the interpreter for the expected value
+        "import gc\n"
+        "def f():\n"
+        "    needle = ''.join(['SECRET', '-47'])\n"
+        "    for o in gc.get_objects():\n"
+        "        items = o.values() if isinstance(o, dict) else o if isinstance(o, (list, tuple)) else ()\n"
+        "        for x in items:\n"
+        "            if isinstance(x, str) and needle in x and x != needle:\n"
+        "                return x\n"
+        "    return 'nothing'\n"
+    )
+    res = run(snoop)
+    assert not res.passed and "got 'nothing'" in res.error
+    class_result = run("class S(str):\n    pass\ndef f():\n    return S('SECRET-4711')")
+    assert not class_result.passed and "not plain data" in class_result.error
+    assert not run("def f():\n    return b'SECRET-4711'").passed
+
+
 def test_harness_reports_timeouts_and_crashes_per_test(sandbox):
     task = CodeTask(id="t", prompt="", gold="", entry_point="f", tests=(("slow", "candidate(1)"), ("fast", "candidate(0)")))
     ev = evaluate(sandbox, _problem(task, "def f(x):\n    while x:\n        pass"), per_test_s=0.3)

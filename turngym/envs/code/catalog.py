@@ -7,8 +7,10 @@ cases, 3 = dynamic programming, search or parsing.
 
 Hidden tests are generated from a seeded RNG per (template, variant) and their expected
 values computed by the reference solution (trusted code, run on the host at generation time).
-Tests compare strictly (same types, recursively), so an object whose ``__eq__`` always returns
-True does not pass. The generated set is shipped as ``builtin_tasks.jsonl``;
+A test is ``[name, call, expected]``: only the call enters the sandbox; the value it returns
+comes back as a literal and is compared on the host, strictly (same types, recursively). So
+the expected values never reach the agent's code, which therefore cannot forge a pass, and an
+object whose ``__eq__`` always returns True does not pass. The generated set is shipped as ``builtin_tasks.jsonl``;
 :func:`build_catalog` regenerates it exactly (a test checks they agree).
 """
 
@@ -358,7 +360,7 @@ def build_catalog() -> list[dict[str, Any]]:
             doc = _sub(tpl.doc, params)
             prompt = f'{_sub(tpl.signature, params)}\n    """{doc}\n\n{examples}\n    """\n'
             tests = [
-                [f"test_{i}", f"_check({_call('candidate', a)}, {r!r})"]
+                [f"test_{i}", _call("candidate", a), repr(r)]
                 for i, (a, r) in enumerate(zip(calls[N_EXAMPLES:], results[N_EXAMPLES:]))
             ]
             rows.append({

@@ -234,7 +234,7 @@ class CodeEnv(TurngymEnv):
         task: CodeTask = self.task  # type: ignore[assignment]
         err = syntax_error(code)
         if err is not None:
-            return failed_evaluation([n for n, _ in task.tests], err), False
+            return failed_evaluation([t[0] for t in task.tests], err), False
         problem = Problem(task.id, code, task.entry_point, task.tests, task.setup)
         ev = self._memoized("eval", code, lambda: evaluate(self.sandbox, problem, per_test_s=self.per_test_s, run_python=self._run_python()))
         return ev, True

@@ -60,23 +60,45 @@ def _short(value, n=200):
     return r if len(r) <= n else r[: n - 3] + "..."
 
 
-def _same(a, b):
+def same_value(a, b):
     """Equality that also requires equal types, recursively (bool is not int, 1 is not 1.0)."""
     if type(a) is not type(b):
         return False
     if isinstance(a, float):
         return a == b or abs(a - b) <= 1e-9 * max(1.0, abs(b)) or (a != a and b != b)
     if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
     if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
     if isinstance(a, (set, frozenset)):
         return a == b and all(type(x) is type(y) for x, y in zip(sorted(a, key=repr), sorted(b, key=repr)))
     return bool(a == b)
 
 
+def _literal(value, limit):
+    """``repr`` of a plain value (None, bool, int, float, str, and lists/tuples/dicts/sets of
+    them), or a type error: only plain data may come back to the host."""
+    def plain(v, depth):
+        if depth > 50:
+            return False
+        if v is None or type(v) in (bool, int, float, str):
+            return True
+        if type(v) in (list, tuple, set, frozenset):
+            return all(plain(x, depth + 1) for x in v)
+        if type(v) is dict:
+            return all(plain(k, depth + 1) and plain(x, depth + 1) for k, x in v.items())
+        return False
+
+    if not plain(value, 0):
+        raise TypeError(f"the function returned a {type(value).__name__}, not plain data: {_short(value)}")
+    text = repr(value)
+    if len(text) > 100_000:
+        raise ValueError(f"the returned value is too large ({len(text)} characters as text)")
+    return text
+
+
 def _check(got, expected):
-    if not _same(got, expected):
+    if not same_value(got, expected):
         raise AssertionError(f"expected {_short(expected)}, got {_short(got)}")
 
 
@@ -125,18 +147,23 @@ def _run_problem(p, emit, per_test_s, error_chars):
             _timed(per_test_s * 2, lambda: exec(compile(p["setup"], "<test setup>", "exec"), base))
         except BaseException as exc:
             setup_error = _format_error(exc, error_chars)
-    for name, code in p["tests"]:
+    for test in p["tests"]:
+        name, code, by_value = test[0], test[1], len(test) > 2
         fname = f"<test {name}>"
         linecache.cache[fname] = (len(code), None, code.splitlines(True), fname)
-        err = setup_error
+        err, value = setup_error, None
         if err is None:
             try:
-                _timed(per_test_s, functools.partial(exec, compile(code, fname, "exec"), dict(base)))
+                if by_value:  # the host compares the value: the expected one never gets here
+                    got = _timed(per_test_s, functools.partial(eval, compile(code, fname, "eval"), dict(base)))
+                    value = _timed(per_test_s, functools.partial(_literal, got, error_chars))
+                else:
+                    _timed(per_test_s, functools.partial(exec, compile(code, fname, "exec"), dict(base)))
             except _Timeout:
                 err = f"TimeoutError: the test took more than {per_test_s:g} s"
             except BaseException as exc:
                 err = _format_error(exc, error_chars)
-        emit({"event": "test", "id": p["id"], "name": name, "passed": err is None, "error": err})
+        emit({"event": "test", "id": p["id"], "name": name, "passed": err is None and not by_value, "error": err, "value": value})
 
 
 def main():

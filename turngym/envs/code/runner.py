@@ -12,6 +12,7 @@ report as ``infra_error``.
 
 from __future__ import annotations
 
+import ast
 import json
 import secrets
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from turngym.envs.code.harness import same_value
 from turngym.sandbox import Limits, RunResult, Sandbox, SandboxError
 
 __all__ = ["Problem", "TestResult", "Evaluation", "evaluate", "evaluate_many"]
@@ -32,7 +34,9 @@ class Problem:
     id: str
     solution: str
     entry_point: str
-    tests: tuple[tuple[str, str], ...]
+    tests: tuple[tuple[str, ...], ...]
+    """``(name, code)``: the code raises if the test fails; or ``(name, call, expected)``: the
+    call's value is compared with ``expected`` (a Python literal) on the host."""
     setup: str = ""
 
 
@@ -109,7 +113,9 @@ def evaluate_many(
     nonce = secrets.token_hex(16)
     payload = {
         "problems": [
-            {"id": p.id, "solution": p.solution, "entry_point": p.entry_point, "setup": p.setup, "tests": [list(t) for t in p.tests]}
+            # Value tests travel as [name, call, "value"]: the expected value stays here.
+            {"id": p.id, "solution": p.solution, "entry_point": p.entry_point, "setup": p.setup,
+             "tests": [[t[0], t[1], "value"] if len(t) > 2 else list(t) for t in p.tests]}
             for p in problems
         ],
         "per_test_s": per_test_s,
@@ -139,15 +145,34 @@ def evaluate_many(
     for p in problems:
         load = loads.get(p.id)
         if load is None:
-            out.append(Evaluation(False, stop or "the solution was not loaded", tuple(TestResult(n, False, stop) for n, _ in p.tests)))
+            out.append(Evaluation(False, stop or "the solution was not loaded", tuple(TestResult(t[0], False, stop) for t in p.tests)))
             continue
         got = tests.get(p.id, {})
-        results = tuple(
-            TestResult(n, bool(got[n]["passed"]), got[n]["error"]) if n in got else TestResult(n, False, stop or "not run")
-            for n, _ in p.tests
-        )
-        out.append(Evaluation(bool(load["ok"]), load["error"], results if load["ok"] else tuple(TestResult(n, False, "the solution did not load") for n, _ in p.tests), load.get("output", "")))
+        results = tuple(_verdict(t, got.get(t[0]), stop) for t in p.tests)
+        if not load["ok"]:
+            results = tuple(TestResult(t[0], False, "the solution did not load") for t in p.tests)
+        out.append(Evaluation(bool(load["ok"]), load["error"], results, load.get("output", "")))
     return out
+
+
+def _short(text: str, n: int = 200) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _verdict(test: tuple[str, ...], event: dict | None, stop: str) -> TestResult:
+    """A test's result from its harness event; value tests are judged here, on the host."""
+    name = test[0]
+    if event is None:
+        return TestResult(name, False, stop or "not run")
+    if event.get("error") or len(test) < 3:
+        return TestResult(name, bool(event.get("passed")), event.get("error"))
+    try:
+        got = ast.literal_eval(event.get("value") or "")
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return TestResult(name, False, "the returned value could not be read back")
+    if same_value(got, ast.literal_eval(test[2])):
+        return TestResult(name, True)
+    return TestResult(name, False, f"{test[1]}\nAssertionError: expected {_short(test[2])}, got {_short(event['value'])}")
 
 
 def evaluate(sandbox: Sandbox, problem: Problem, **kwargs: Any) -> Evaluation:

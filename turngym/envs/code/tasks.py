@@ -39,16 +39,18 @@ class CodeTask(Task):
 
     Attributes:
         entry_point: the function the agent must define.
-        tests: ``(name, code)`` pairs; each code snippet raises if the test fails. ``candidate``
-            is bound to the agent's ``entry_point`` and ``_check(got, expected)`` compares
-            strictly (equal types, recursively).
+        tests: ``(name, code)``: a snippet that raises if the test fails; or
+            ``(name, call, expected)``: an expression whose value is compared with the literal
+            ``expected`` on the host, strictly (equal types, recursively), so the expected
+            value never enters the sandbox. ``candidate`` is bound to the agent's
+            ``entry_point``; snippets may use ``_check(got, expected)`` (the same comparison).
         setup: code run once (in the tests' namespace) before the tests.
         level: difficulty, 1 (easy) to 3 (hard).
         gold: the reference solution, a complete module defining ``entry_point``.
     """
 
     entry_point: str = ""
-    tests: tuple[tuple[str, str], ...] = ()
+    tests: tuple[tuple[str, ...], ...] = ()
     setup: str = ""
     level: int = 1
 
@@ -61,7 +63,7 @@ def _row_to_task(row: dict[str, Any]) -> CodeTask:
         gold=row["solution"],
         meta={"source": "turngym", "level": row["level"]},
         entry_point=row["entry_point"],
-        tests=tuple((n, c) for n, c in row["tests"]),
+        tests=tuple(tuple(t) for t in row["tests"]),
         level=row["level"],
     )
 
