@@ -102,6 +102,12 @@ class CodeEnv(TurngymEnv):
     Terminated by a submission; truncated after ``max_turns`` (default 8).
 
     ## Arguments
+    ``tasks`` and ``levels`` (above); ``sandbox``: a backend name or a :class:`Sandbox`
+    (default ``"auto"``); ``per_test_s``: each hidden test's time limit (2 s);
+    ``feedback``: ``"traceback"`` or ``"names"`` (hide test bodies and values);
+    ``max_feedback_chars``: cap on feedback text (2000); ``run_limits``: limits of ``<run>``
+    snippets (5 s); ``warm``: fork a warm worker per run (default: when bubblewrap).
+
     >>> import turngym
     >>> env = turngym.make("turngym/Code-v0", levels=[1])
     >>> obs, info = env.reset(seed=0)
