@@ -154,14 +154,23 @@ def test_docker_without_an_engine_says_so_clearly(monkeypatch):
         make_sandbox("docker")
 
 
-def test_docker_exec_argv_wraps_limits():
+def test_docker_exec_argv_wraps_limits_and_runs_under_dash():
     from turngym.sandbox.docker import exec_argv
 
-    argv = exec_argv(["python3", "-c", "pass"], Limits(wall_s=3, cpu_s=2, memory_mb=512, file_size_mb=4, processes=16), stdin_file="/tmp/in")
-    assert argv[:3] == ["timeout", "--signal=KILL", "3.0"]
-    script = argv[5]
-    assert "ulimit -t 2 -v 524288 -f 8192" in script and "-u 16" in script and script.endswith("< /tmp/in")
+    lim = Limits(wall_s=3, cpu_s=2, memory_mb=512, file_size_mb=4, processes=16)
+    argv = exec_argv(["python3", "-c", "pass"], lim, stdin_file="/tmp/in")
+    assert argv[:3] == ["sh", "-c", 'exec "$@" < /tmp/in']
+    assert argv[4:8] == ["timeout", "--signal=KILL", "3.0", "prlimit"]
+    assert "--cpu=2:3" in argv and f"--as={512 << 20}:{512 << 20}" in argv and not any(a.startswith("--nproc") for a in argv)
     assert argv[-3:] == ["python3", "-c", "pass"]
+    # the same wrapper, run here with this machine's /bin/sh, timeout and prlimit
+    import subprocess
+    import sys
+
+    script = "import resource, sys; print(resource.getrlimit(resource.RLIMIT_CPU)[0], sys.stdin.read())"
+    cmd = exec_argv([sys.executable, "-S", "-c", script], lim, stdin_file="/dev/stdin")
+    out = subprocess.run(cmd, input="hi", capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and out.stdout == "2 hi\n", out.stderr
 
 
 def test_make_sandbox_auto_prefers_an_isolated_backend():

@@ -12,14 +12,13 @@ session is wiped for reuse.
 from __future__ import annotations
 
 import io
-import math
 import shlex
 import tarfile
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from turngym.sandbox._proc import classify_failure
+from turngym.sandbox._proc import classify_failure, rlimit_argv
 from turngym.sandbox.base import Files, PythonRuntime, Sandbox, Session, WorkdirSnapshot, check_relpath
 from turngym.sandbox.errors import SandboxError, SandboxUnavailable
 from turngym.sandbox.limits import Limits, RunResult
@@ -32,18 +31,21 @@ _STDIN = "/tmp/.turngym-stdin"
 
 
 def exec_argv(argv: Sequence[str], limits: Limits, *, stdin_file: str | None = None) -> list[str]:
-    """The argv ``exec``'d in the container: ``timeout`` + ``ulimit``\\ s around ``argv``.
+    """The argv ``exec``'d in the container: ``timeout`` and ``prlimit`` around ``argv``.
 
-    >>> exec_argv(["python3", "-c", "pass"], Limits(wall_s=2, cpu_s=1, memory_mb=256))[:4]
-    ['timeout', '--signal=KILL', '2.0', 'sh']
+    ``prlimit`` (util-linux, in every Debian image), not the shell's ``ulimit``: dash, the
+    ``/bin/sh`` of Debian images, takes one limit per call and has no ``-u``. The process
+    count is the container's ``pids_limit`` (``RLIMIT_NPROC`` would count uid 65534 across
+    every container on the host).
+
+    >>> exec_argv(["python3", "-c", "pass"], Limits(wall_s=2, cpu_s=1, memory_mb=256))[:5]
+    ['timeout', '--signal=KILL', '2.0', 'prlimit', '--cpu=1:2']
     """
-    cpu = max(1, math.ceil(limits.cpu_s))
-    ulimits = (
-        f"ulimit -t {cpu} -v {limits.memory_mb << 10} -f {limits.file_size_mb << 11} "
-        f"-n {limits.open_files} -u {limits.processes} -c 0"
-    )
-    redirect = f" < {shlex.quote(stdin_file)}" if stdin_file else ""
-    return ["timeout", "--signal=KILL", str(float(limits.wall_s)), "sh", "-c", f'{ulimits}; exec "$@"{redirect}', "sh", *argv]
+    limits_argv = [a for a in rlimit_argv("prlimit", limits) if not a.startswith("--nproc")]
+    cmd = ["timeout", "--signal=KILL", str(float(limits.wall_s)), *limits_argv, *argv]
+    if stdin_file:
+        return ["sh", "-c", f'exec "$@" < {shlex.quote(stdin_file)}', "sh", *cmd]
+    return cmd
 
 
 def _tar(files: Mapping[str, bytes], uid: int = 65534) -> bytes:
