@@ -189,10 +189,44 @@ def _markdown(s: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ---------------------------------------------------------------------------------- serve
+def _setup_serve(p: argparse.ArgumentParser) -> None:
+    from turngym.server.serve import setup_parser
+
+    setup_parser(p)
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from turngym.server.serve import run_command
+
+    return run_command(args)
+# ---------------------------------------------------------------------------------- sandbox
+def _setup_sandbox(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", default="auto", help="auto, bubblewrap, docker or rlimit")
+    p.add_argument("--python", metavar="CODE", help="run this Python source in the sandbox and print the result")
+
+
+def _run_sandbox(args: argparse.Namespace) -> int:
+    from turngym.sandbox import available_backends, make_sandbox
+
+    if args.python is None:
+        for name, reason in available_backends().items():
+            print(f"{name:<11} {'ok' if reason is None else 'unavailable: ' + reason}")
+        return 0
+    with make_sandbox(args.backend) as sb:
+        res = sb.run_python(args.python)
+    sys.stdout.write(res.stdout)
+    sys.stderr.write(res.stderr)
+    print(f"[{sb.name}: exit={res.exit_code} limit={res.limit_hit} {1000 * res.duration_s:.1f} ms]", file=sys.stderr)
+    return 0 if res.ok else 1
+
+
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "envs": ("list registered environments", _setup_envs, _run_envs),
     "play": ("step an environment by hand in the terminal", _setup_play, _run_play),
     "eval": ("evaluate an agent on an environment", _setup_eval, _run_eval),
+    "serve": ("serve environments over WebSocket/HTTP (turngym and OpenEnv protocols)", _setup_serve, _run_serve),
+    "sandbox": ("list sandbox backends, or run Python in one", _setup_sandbox, _run_sandbox),
 }
 
 

@@ -22,7 +22,14 @@ AgentFactory = Callable[..., Policy]
 AGENT_KINDS: dict[str, AgentFactory] = {
     "oracle": lambda arg, **kw: OracleAgent(),
     "random": lambda arg, **kw: RandomAgent(seed=kw.get("seed", 0)),
+    "naive-rag": lambda arg, **kw: _naive_rag(),
 }
+
+
+def _naive_rag() -> Policy:
+    from turngym.envs.search.baselines import NaiveRAGAgent  # search family's retrieve-once baseline
+
+    return NaiveRAGAgent()
 
 
 def register_agent(kind: str, factory: AgentFactory) -> None:

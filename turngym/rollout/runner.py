@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from turngym.agents.base import AgentInput, Policy
+from turngym.core.errors import InfraError
 from turngym.rollout.types import Episode, Turn
 
 __all__ = ["run_episodes"]
@@ -34,6 +35,10 @@ def run_episodes(
         seeds: one reset seed per episode; same seeds + same policy ⇒ same episodes.
         tasks: optional task (or task id) per episode, passed as ``options={"task": ...}``.
         on_episode: called as each episode finishes (progress bars, streaming writers).
+
+    An env whose ``reset`` raises :class:`~turngym.core.errors.InfraError` (a remote env whose
+    server is down) yields an unscored episode with ``meta["infra_error"]`` and the rollout
+    goes on; infra errors during a step arrive as ``info["infra_error"]`` like any other.
     """
     if tasks is not None and len(tasks) != len(seeds):
         raise ValueError(f"got {len(tasks)} tasks for {len(seeds)} seeds")
@@ -44,11 +49,25 @@ def run_episodes(
 
     def start(slot: int) -> None:
         nonlocal next_i
-        i = next_i
-        next_i += 1
-        env = envs[slot]
-        options = {"task": tasks[i]} if tasks is not None else None
-        obs, info = env.reset(seed=seeds[i], options=options)
+        while next_i < len(seeds):
+            i = next_i
+            next_i += 1
+            env = envs[slot]
+            options = {"task": tasks[i]} if tasks is not None else None
+            try:
+                obs, info = env.reset(seed=seeds[i], options=options)
+            except InfraError as exc:  # e.g. a remote env's server is gone: record it, go on
+                ep = Episode(f"{env_id or type(getattr(env, 'unwrapped', env)).__name__}/{seeds[i]}/{i}", env_id, "", seeds[i], "")
+                ep.outcome = {"reward": 0.0, "success": False, "reason": "infra_error"}
+                ep.meta["infra_error"] = str(exc)
+                results[i] = ep
+                if on_episode is not None:
+                    on_episode(ep)
+                continue
+            begin(slot, i, env, obs, info)
+            return
+
+    def begin(slot: int, i: int, env: Any, obs: str, info: dict[str, Any]) -> None:
         raw = getattr(env, "unwrapped", env)
         system = getattr(raw, "system_prompt", "")
         ep = Episode(
@@ -63,8 +82,7 @@ def run_episodes(
         active[slot] = (i, env, ep, msgs, info["state_key"])
 
     for slot in range(len(envs)):
-        if next_i < len(seeds):
-            start(slot)
+        start(slot)
     while active:
         slots = list(active)
         batch = [AgentInput(messages=active[s][3], env=active[s][1], episode_id=active[s][2].episode_id) for s in slots]
@@ -97,8 +115,7 @@ def run_episodes(
                 del active[slot]
                 if on_episode is not None:
                     on_episode(ep)
-                if next_i < len(seeds):
-                    start(slot)
+                start(slot)
             else:
                 msgs.append({"role": "assistant", "content": action.text})
                 msgs.append({"role": "user", "content": obs})

@@ -63,7 +63,8 @@ class Episode:
 
     @property
     def infra_error(self) -> str | None:
-        return next((t.infra_error for t in self.turns if t.infra_error), None)
+        from_turns = next((t.infra_error for t in self.turns if t.infra_error), None)
+        return from_turns or self.meta.get("infra_error")  # meta: the reset itself failed
 
     @property
     def finished(self) -> bool:

@@ -1,0 +1,124 @@
+"""Sandbox latency and throughput: a trivial Python run, bubblewrap vs a bare subprocess.
+
+    python benchmarks/bench_sandbox.py            # table
+    python benchmarks/bench_sandbox.py --json     # machine-readable
+    python benchmarks/bench_sandbox.py -n 300 --workers 2
+
+Rows:
+  bare-subprocess      subprocess.run of the same interpreter command, no sandbox at all
+  rlimit               RlimitSandbox.run_python (rlimits + group kill; not isolated)
+  bubblewrap           BubblewrapSandbox.run_python, one-shot (fresh workdir per run)
+  bubblewrap-session   the same in one persistent session (no workdir create/delete)
+  bubblewrap-warm      WarmPython.run: fork of a warm interpreter inside a live session
+
+Latency is measured sequentially, round-robin over the rows (p50/p99 over n runs each);
+throughput with ``--workers`` threads issuing runs concurrently (2 = this machine's cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from turngym.sandbox import BubblewrapSandbox, NotIsolatedWarning, PythonRuntime, RlimitSandbox, WarmPython
+
+SOURCE = "print(1)"
+
+
+def _percentile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def latencies(fns: dict[str, Callable[[], object]], n: int) -> dict[str, list[float]]:
+    """Round-robin over the backends, so load changes on a shared machine hit all alike."""
+    for fn in fns.values():
+        for _ in range(5):
+            fn()  # warm caches
+    lat: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(n):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            lat[name].append(time.perf_counter() - t)
+    return lat
+
+
+def throughput(fn: Callable[[], object], n: int, workers: int) -> float:
+    t = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(lambda _: fn(), range(n)))
+    return n / (time.perf_counter() - t)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-n", type=int, default=200, help="runs per measurement")
+    ap.add_argument("--workers", type=int, default=2, help="concurrent runs for the throughput figure")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = ap.parse_args()
+
+    py = PythonRuntime()
+    argv = [*py.argv(), "-c", SOURCE]
+    env = {"PATH": "/usr/bin:/bin", **py.env()}
+
+    def bare() -> None:
+        r = subprocess.run(argv, env=env, capture_output=True)
+        assert r.stdout == b"1\n"
+
+    bw = BubblewrapSandbox()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotIsolatedWarning)
+        rl = RlimitSandbox()
+    session = bw.open_session()
+    warm = WarmPython(bw.open_session())
+
+    def check(res) -> None:  # type: ignore[no-untyped-def]
+        assert res.ok and res.stdout == "1\n", res
+
+    fns: dict[str, Callable[[], object]] = {
+        "bare-subprocess": bare,
+        "rlimit": lambda: check(rl.run_python(SOURCE)),
+        "bubblewrap": lambda: check(bw.run_python(SOURCE)),
+        "bubblewrap-session": lambda: check(session.run_python(SOURCE)),
+        "bubblewrap-warm": lambda: check(warm.run(SOURCE)),
+    }
+    rows = {}
+    for name, lat in latencies(fns, args.n).items():
+        rows[name] = {
+            "p50_ms": 1000 * statistics.median(lat),
+            "p99_ms": 1000 * _percentile(lat, 0.99),
+            "mean_ms": 1000 * statistics.fmean(lat),
+            "runs_per_s": throughput(fns[name], args.n, args.workers),
+        }
+    session.close()
+    warm.close()
+    warm.session.close()
+    bw.close()
+    rl.close()
+    base = rows["bare-subprocess"]["p50_ms"]
+    for r in rows.values():
+        r["p50_vs_bare"] = r["p50_ms"] / base
+    load = os.getloadavg()[0]
+    cores = len(os.sched_getaffinity(0))
+    if args.json:
+        print(json.dumps({"n": args.n, "workers": args.workers, "cores": cores, "loadavg_1m": load,
+                          "python": sys.version.split()[0], "rows": rows}, indent=2))
+        return
+    print(f"trivial Python run ({SOURCE!r}), n={args.n}, throughput with {args.workers} workers; "
+          f"{cores} cores, load average {load:.1f} (other work on the machine inflates every row)")
+    print(f"{'backend':<20} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'runs/s':>8} {'p50/bare':>9}")
+    for name, r in rows.items():
+        print(f"{name:<20} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['mean_ms']:8.1f} {r['runs_per_s']:8.1f} {r['p50_vs_bare']:9.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,276 @@
+"""Load benchmark of the env server on loopback, reported in OpenEnv's scaling format.
+
+Starts ``turngym serve`` in a subprocess on 127.0.0.1, then, for each concurrency level N,
+opens N sessions at once with :class:`~turngym.server.client.AsyncRemoteEnv` (one event loop,
+one process), resets each and plays ``--steps`` calculator/answer turns per session, resetting
+when an episode ends. A session *succeeds* if it connected and every request was answered.
+Reported per level: success rate, connect P50, step latency P50/P99 and steady steps/s (between
+the 10th and 90th percentile completion times); then the
+OpenEnv-style summary row: the largest N with >= 95% success (``max batch``), cores,
+batch/core, P99 and requests/s at that N.
+
+Bounded: levels stop at ``--max-sessions`` or when ``--time-budget`` seconds are spent or
+success drops below 95%; every request has a timeout; traffic goes to 127.0.0.1 only.
+
+    python benchmarks/bench_server.py                      # math env, default levels
+    python benchmarks/bench_server.py --env turngym/Math-v0 --levels 100 1000 2000 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import httpx
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from turngym.server.client import AsyncRemoteEnv  # noqa: E402
+from turngym.server.testing import free_port  # noqa: E402
+
+# Actions by family: cheap, valid turns that exercise parsing, the verifier and signals
+# (other families play actions sampled from their own grammar).
+ACTIONS = {
+    "math": ["<calc>12 * 7 - 5</calc>", "<calc>(3 + 4) ** 2</calc>", "<answer>42</answer>"],
+    "shop": ["search[red shoes]", "click[1]", "click[buy now]"],
+}
+
+
+@dataclass
+class Level:
+    mode: str
+    sessions: int
+    ok_sessions: int
+    success: float
+    steps: int
+    wall_s: float
+    steps_per_s: float
+    connect_p50_ms: float
+    step_p50_ms: float
+    step_p99_ms: float
+    server_cpu_us_per_step: float = float("nan")  # connects and resets included
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc), to normalise for a busy machine."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+def _pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def _steady_rate(stamps: list[float]) -> float:
+    """Steps/s between the 10th and 90th percentile completion times: the ramp-up and the
+    last stragglers say nothing about what the server sustains."""
+    if len(stamps) < 10:
+        return 0.0
+    xs = sorted(stamps)
+    a, b = xs[len(xs) // 10], xs[(9 * len(xs)) // 10]
+    return (0.8 * len(xs)) / (b - a) if b > a else 0.0
+
+
+async def _session(url: str, env_id: str, seed: int, steps: int, actions: list[str], lat: list[float], stamps: list[float],
+                   connect_lat: list[float], go: asyncio.Event, timeout: float, think_s: float) -> int:
+    env = AsyncRemoteEnv(url, env_id, retries=0, connect_timeout=timeout, request_timeout=timeout)
+    t0 = time.perf_counter()
+    try:
+        await env.connect()
+        connect_lat.append(time.perf_counter() - t0)
+        await env.reset(seed=seed)
+        await go.wait()  # every session steps at once: the measured phase is pure concurrency
+        rng = random.Random(seed)
+        done = 0
+        for k in range(steps):
+            if think_s:  # the agent "thinks" (an LLM generating): jittered so sessions do not beat in sync
+                await asyncio.sleep(rng.uniform(0, 2 * think_s))
+            t = time.perf_counter()
+            *_, term, trunc, info = await env.step(actions[k % len(actions)])
+            if info["infra_error"]:
+                return -1
+            now = time.perf_counter()
+            lat.append(now - t)
+            stamps.append(now)
+            done += 1
+            if term or trunc:
+                await env.reset(seed=seed + k + 1)
+        return done
+    except Exception:  # a refused or dropped session: counted as a failure, not raised
+        return -1
+    finally:
+        await env.close()
+
+
+async def run_level(url: str, env_id: str, n: int, steps: int, actions: list[str], timeout: float,
+                    think_s: float = 0.0) -> Level:
+    lat: list[float] = []
+    stamps: list[float] = []
+    connect_lat: list[float] = []
+    go = asyncio.Event()
+    tasks = [asyncio.ensure_future(_session(url, env_id, i, steps, actions, lat, stamps, connect_lat, go, timeout, think_s))
+             for i in range(n)]
+    # wait until every session is connected and reset (or failed), then release them together
+    deadline = time.perf_counter() + timeout
+    while len(connect_lat) + sum(t.done() for t in tasks) < n and time.perf_counter() < deadline:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.2)
+    t0 = time.perf_counter()
+    go.set()
+    results = await asyncio.gather(*tasks)
+    wall = time.perf_counter() - t0
+    ok = sum(1 for r in results if r == steps)
+    return Level(
+        mode=f"paced (think {think_s * 1e3:.0f} ms)" if think_s else "saturation",
+        sessions=n, ok_sessions=ok, success=ok / n, steps=len(lat), wall_s=wall,
+        steps_per_s=_steady_rate(stamps),
+        connect_p50_ms=_pct(connect_lat, 0.5) * 1e3, step_p50_ms=_pct(lat, 0.5) * 1e3, step_p99_ms=_pct(lat, 0.99) * 1e3,
+    )
+
+
+def start_server(env_id: str, port: int, max_sessions: int, executor: str, workers: int) -> subprocess.Popen:
+    code = "import sys; from turngym.cli import main; sys.exit(main(sys.argv[1:]))"
+    cmd = [sys.executable, "-c", code, "serve", env_id, "--host", "127.0.0.1", "--port", str(port),
+           "--max-sessions", str(max_sessions), "--executor", executor, "--workers", str(workers)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise SystemExit("the server did not come up within 60 s")
+
+
+def _sampled_actions(env_id: str, n: int = 64) -> list[str]:
+    """For families without a fixed action list: draws from the env's own action grammar."""
+    import numpy as np
+
+    import turngym
+
+    env = turngym.make(env_id)
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    return [env.sample_action(rng) for _ in range(n)]
+
+
+def bench_env(args: argparse.Namespace, env_id: str) -> dict:
+    import turngym
+
+    family = turngym.env_info(env_id).family
+    actions = ACTIONS.get(family) or _sampled_actions(env_id)
+    port = free_port()
+    proc = start_server(env_id, port, max(args.levels) + 16, args.executor, args.workers)
+    url = f"ws://127.0.0.1:{port}"
+    levels: list[Level] = []
+    started = time.monotonic()
+    try:
+        try:
+            import uvloop
+
+            runner = uvloop.run
+        except ImportError:  # pragma: no cover
+            runner = asyncio.run
+        for n in args.levels:
+            if time.monotonic() - started > args.time_budget:
+                break
+            cpu0 = _cpu_seconds(proc.pid)
+            level = runner(run_level(url, env_id, n, args.steps, actions, args.timeout))
+            level.server_cpu_us_per_step = (_cpu_seconds(proc.pid) - cpu0) / max(level.steps, 1) * 1e6
+            levels.append(level)
+            if not args.json:
+                print(f"  {env_id} N={n:>5}: success {level.success:6.1%}  {level.steps_per_s:7.0f} steps/s  "
+                      f"P50 {level.step_p50_ms:6.1f} ms  P99 {level.step_p99_ms:7.1f} ms  "
+                      f"connect P50 {level.connect_p50_ms:6.1f} ms  server CPU {level.server_cpu_us_per_step:5.0f} us/step",
+                      file=sys.stderr, flush=True)
+            if level.success < 0.95:
+                break
+        paced = None
+        if args.paced_sessions and time.monotonic() - started < args.time_budget:
+            think = args.paced_sessions / args.paced_rate
+            paced = runner(run_level(url, env_id, args.paced_sessions, args.paced_steps, actions, args.timeout, think))
+            if not args.json:
+                print(f"  {env_id} paced N={paced.sessions}: success {paced.success:6.1%}  "
+                      f"{paced.steps_per_s:7.0f} steps/s  P50 {paced.step_p50_ms:6.1f} ms  "
+                      f"P99 {paced.step_p99_ms:7.1f} ms", file=sys.stderr, flush=True)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+    good = [lv for lv in levels if lv.success >= 0.95]
+    best = max(good, key=lambda lv: lv.sessions) if good else None
+    cores = os.cpu_count() or 1
+    return {
+        "env_id": env_id,
+        "setup": f"local-uvicorn ({args.workers} worker, {args.executor} executor, 1 client process)",
+        "cores": cores,
+        "max_batch": best.sessions if best else 0,
+        "batch_per_core": (best.sessions / cores) if best else 0.0,
+        "p50_ms": best.step_p50_ms if best else None,
+        "p99_ms": best.step_p99_ms if best else None,
+        "rps": best.steps_per_s if best else 0.0,
+        "peak_rps": max((lv.steps_per_s for lv in good), default=0.0),
+        "paced": asdict(paced) if paced else None,
+        "levels": [asdict(lv) for lv in levels],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    import turngym
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env", action="append", help="env id (repeatable; default: math, and shop if registered)")
+    p.add_argument("--levels", type=int, nargs="+", default=[100, 500, 1000, 1500, 2000])
+    p.add_argument("--steps", type=int, default=20, help="steps per session per level")
+    p.add_argument("--executor", choices=("auto", "thread", "inline"), default="auto")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=30.0, help="per-request timeout (s)")
+    p.add_argument("--time-budget", type=float, default=240.0, help="stop starting new levels after this (s)")
+    p.add_argument("--paced-sessions", type=int, default=1000,
+                   help="sessions of the paced run (0: skip), each thinking between steps like an LLM agent")
+    p.add_argument("--paced-rate", type=float, default=2500.0, help="offered steps/s of the paced run")
+    p.add_argument("--paced-steps", type=int, default=10, help="steps per session in the paced run")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    env_ids = args.env or [i for i in ("turngym/Math-v0", "turngym/Shop-v0") if i in turngym.list_envs()]
+    reports = [bench_env(args, env_id) for env_id in env_ids]
+    if args.json:
+        print(json.dumps(reports, indent=2))
+        return 0
+    print("\n| env | setup | load | max batch (>=95% success) | cores | batch/core | P50 | P99 | RPS |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in reports:
+        p50 = f"{r['p50_ms']:.1f} ms" if r["p50_ms"] is not None else "-"
+        p99 = f"{r['p99_ms']:.1f} ms" if r["p99_ms"] is not None else "-"
+        print(f"| {r['env_id']} | {r['setup']} | saturation (no think time) | {r['max_batch']:,} | {r['cores']} | "
+              f"{r['batch_per_core']:.0f} | {p50} | {p99} | {r['rps']:,.0f} |")
+        pc = r["paced"]
+        if pc:
+            batch = pc["sessions"] if pc["success"] >= 0.95 else 0
+            print(f"| {r['env_id']} | {r['setup']} | {pc['mode']} | {batch:,} ({pc['success']:.1%} ok) | {r['cores']} | "
+                  f"{batch / r['cores']:.0f} | {pc['step_p50_ms']:.1f} ms | {pc['step_p99_ms']:.1f} ms | "
+                  f"{pc['steps_per_s']:,.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""BFCL v4 multi-turn: its 800 tasks and stateful backends, driven directly.
+
+The PyPI package ``bfcl-eval`` ships the tasks (``base``, ``long_context``, ``miss_func``,
+``miss_param``; 200 each), the ground-truth calls per turn, the function docs, and the backend
+classes (file system, vehicle control, trading, travel, messaging, posting, tickets, math).
+Its own harness executes model output with ``eval``; this module never does. Ground-truth
+strings such as ``"sort('final_report.pdf')"`` are parsed with :mod:`ast` (literal arguments
+only; positional ones are named through the method's signature), and every call — gold or
+agent — is a plain ``getattr(instance, name)(**arguments)``.
+
+``bfcl-eval`` is needed only here, so it is imported lazily; install it without its (very
+large) dependency list::
+
+    pip install --no-deps "bfcl-eval==2026.3.23" mpmath
+
+(``mpmath`` is the one import the math backend needs; everything else is the standard
+library.)
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import importlib
+import inspect
+import json
+import pickle
+from collections.abc import Mapping, Sequence
+from functools import cache, lru_cache
+from pathlib import Path
+from typing import Any
+
+from turngym.core.errors import TaskError, TurngymError
+from turngym.envs.tools.backend import Backend, CallResult, format_result
+from turngym.envs.tools.schema import Tool, bfcl_doc_to_tool
+from turngym.envs.tools.tasks import ToolsTask
+
+__all__ = [
+    "BFCL_INSTALL",
+    "BFCL_CATEGORIES",
+    "BfclNotInstalled",
+    "BfclBackend",
+    "load_bfcl_tasks",
+    "bfcl_task",
+    "bfcl_tools",
+    "parse_call_string",
+    "MISSED_FUNCTION_PROMPT",
+]
+
+BFCL_INSTALL = 'pip install --no-deps "bfcl-eval==2026.3.23" mpmath'
+BFCL_CATEGORIES = ("base", "long_context", "miss_func", "miss_param")
+#: What BFCL's harness says at a miss_func turn that reveals held-out functions.
+MISSED_FUNCTION_PROMPT = "I have updated some more functions you can choose from. What about now?"
+
+
+class BfclNotInstalled(TurngymError, ImportError):
+    """``bfcl-eval`` (or ``mpmath``) is not installed; the message has the install command."""
+
+
+@lru_cache(maxsize=1)
+def _package() -> tuple[Path, dict[str, str], dict[str, str]]:
+    """(data dir, class → module, class → func-doc file), importing bfcl-eval on first use."""
+    try:
+        import bfcl_eval
+        from bfcl_eval.constants.executable_backend_config import (
+            CLASS_FILE_PATH_MAPPING,
+            MULTI_TURN_FUNC_DOC_FILE_MAPPING,
+        )
+    except ImportError as exc:
+        raise BfclNotInstalled(
+            f"the BFCL tool envs need the bfcl-eval package ({exc}); install it with: {BFCL_INSTALL}"
+        ) from None
+    return (
+        Path(bfcl_eval.__file__).parent / "data",
+        dict(CLASS_FILE_PATH_MAPPING),
+        dict(MULTI_TURN_FUNC_DOC_FILE_MAPPING),
+    )
+
+
+@cache
+def _backend_class(class_name: str) -> type:
+    _, modules, _ = _package()
+    if class_name not in modules:
+        raise TaskError(f"unknown BFCL backend class {class_name!r}; known: {sorted(modules)}")
+    try:
+        module = importlib.import_module(modules[class_name])
+    except ImportError as exc:  # mpmath for MathAPI
+        raise BfclNotInstalled(
+            f"BFCL backend {class_name} cannot be imported ({exc}); install: {BFCL_INSTALL}"
+        ) from None
+    return getattr(module, class_name)
+
+
+@cache
+def _public_methods(class_name: str) -> tuple[str, ...]:
+    cls = _backend_class(class_name)
+    return tuple(n for n, m in inspect.getmembers(cls, predicate=inspect.isfunction) if not n.startswith("_"))
+
+
+@cache
+def _signature_params(class_name: str, method: str) -> tuple[str, ...]:
+    fn = getattr(_backend_class(class_name), method)
+    return tuple(p for p in inspect.signature(fn).parameters if p != "self")
+
+
+@cache
+def _class_tools(class_name: str) -> tuple[Tool, ...]:
+    data, _, docs = _package()
+    path = data / "multi_turn_func_doc" / docs[class_name]
+    with open(path, encoding="utf-8") as fh:
+        return tuple(bfcl_doc_to_tool(json.loads(line)) for line in fh if line.strip())
+
+
+def _owners(classes: Sequence[str]) -> dict[str, str]:
+    """Function name → owning class, later classes winning a clash (as in BFCL's executor)."""
+    owner: dict[str, str] = {}
+    for c in classes:
+        for name in _public_methods(c):
+            owner[name] = c
+    return owner
+
+
+def bfcl_tools(task: ToolsTask, *, include_excluded: bool = False) -> dict[str, Tool]:
+    """Every tool of the task's classes except (by default) the excluded ones, by name (doc order)."""
+    excluded = set() if include_excluded else set(task.excluded)
+    tools: dict[str, Tool] = {}
+    for c in task.classes:
+        for tool in _class_tools(c):
+            name = tool["function"]["name"]
+            if name not in excluded:
+                tools[name] = tool
+    return tools
+
+
+def parse_call_string(text: str, classes: Sequence[str], owners: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Parse a BFCL ground-truth call string into ``{"name", "arguments"}`` without eval.
+
+    Arguments must be Python literals; positional ones are named from the method signature,
+    and tuples become lists (what a JSON tool call would carry).
+
+    >>> parse_call_string("sort('final_report.pdf')", ["GorillaFileSystem"])
+    {'name': 'sort', 'arguments': {'file_name': 'final_report.pdf'}}
+    """
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError as exc:
+        raise TaskError(f"BFCL call {text!r} is not valid Python: {exc.msg}") from None
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+        raise TaskError(f"BFCL call {text!r} is not a plain function call")
+    name = node.func.id
+    owner = (owners or _owners(classes)).get(name)
+    if owner is None:
+        raise TaskError(f"BFCL call {text!r}: no function {name!r} in {list(classes)}")
+    try:
+        positional = [_jsonable(ast.literal_eval(a)) for a in node.args]
+        keywords = {k.arg: _jsonable(ast.literal_eval(k.value)) for k in node.keywords if k.arg}
+    except ValueError:
+        raise TaskError(f"BFCL call {text!r} has non-literal arguments") from None
+    params = _signature_params(owner, name)
+    if len(positional) > len(params):
+        raise TaskError(f"BFCL call {text!r}: too many positional arguments for {name}{params}")
+    arguments = dict(zip(params, positional))
+    arguments.update(keywords)
+    return {"name": name, "arguments": arguments}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+@cache
+def _load_category(category: str) -> tuple[ToolsTask, ...]:
+    if category not in BFCL_CATEGORIES:
+        raise TaskError(f"unknown BFCL category {category!r}; expected one of {BFCL_CATEGORIES}")
+    data, _, _ = _package()
+    questions = _read_jsonl(data / f"BFCL_v4_multi_turn_{category}.json")
+    answers = {
+        row["id"]: row["ground_truth"]
+        for row in _read_jsonl(data / "possible_answer" / f"BFCL_v4_multi_turn_{category}.json")
+    }
+    tasks = []
+    for entry in questions:
+        classes = tuple(entry["involved_classes"])
+        owners = _owners(classes)
+        truth = answers[entry["id"]]
+        gold = tuple(tuple(parse_call_string(s, classes, owners) for s in turn) for turn in truth)
+        turns = tuple(
+            "\n".join(m["content"] for m in msgs if m.get("role") == "user") if msgs else MISSED_FUNCTION_PROMPT
+            for msgs in entry["question"]
+        )
+        if len(turns) != len(gold):
+            raise TaskError(f"BFCL {entry['id']}: {len(turns)} turns but {len(gold)} ground-truth turns")
+        tasks.append(
+            ToolsTask(
+                id=f"bfcl/{entry['id']}",
+                prompt=turns[0],
+                gold=gold,
+                meta={"source": "bfcl", "bfcl_id": entry["id"], "path": list(entry.get("path", ()))},
+                source="bfcl",
+                category=category,
+                turns=turns,
+                answers=tuple(() for _ in turns),
+                initial=entry["initial_config"],
+                classes=classes,
+                missed={k: tuple(v) for k, v in entry.get("missed_function", {}).items()},
+                excluded=tuple(entry.get("excluded_function", ())),
+                check_results=True,
+            )
+        )
+    return tuple(tasks)
+
+
+def load_bfcl_tasks(categories: Sequence[str] = BFCL_CATEGORIES) -> tuple[ToolsTask, ...]:
+    """The BFCL v4 multi-turn tasks of ``categories`` (200 each), in file order."""
+    out: list[ToolsTask] = []
+    for c in categories:
+        out.extend(_load_category(c))
+    return tuple(out)
+
+
+@cache
+def _by_id() -> dict[str, ToolsTask]:
+    return {t.id: t for t in load_bfcl_tasks()}
+
+
+def bfcl_task(task_id: str) -> ToolsTask:
+    """Look up ``bfcl/multi_turn_base_0`` (the ``bfcl/`` prefix is optional)."""
+    key = task_id if task_id.startswith("bfcl/") else f"bfcl/{task_id}"
+    try:
+        return _by_id()[key]
+    except KeyError:
+        raise TaskError(f"unknown BFCL task {task_id!r}; ids look like 'bfcl/multi_turn_base_0'") from None
+
+
+#: Arguments that make a BFCL backend compute for minutes (``power(9, 10**9)`` builds a
+#: billion-digit integer; mpmath at ``precision=10**8`` digits): refused above these bounds so
+#: one call cannot hang a rollout worker. Every ground-truth value is far below them.
+_ARGUMENT_BOUNDS = {
+    ("power", "exponent"): 10_000,
+    ("logarithm", "precision"): 10_000,
+    ("square_root", "precision"): 10_000,
+}
+
+
+class BfclBackend(Backend):
+    """BFCL's backend instances for one task, called by method, compared by BFCL's rule."""
+
+    def __init__(self, instances: dict[str, Any], owners: Mapping[str, str]) -> None:
+        self.instances = instances
+        self._owners = owners  # shared between copies; never mutated
+
+    @classmethod
+    def create(cls, task: ToolsTask) -> BfclBackend:
+        """Instantiate and load the task's classes exactly as BFCL's executor does."""
+        long_context = "long_context" in task.category
+        instances: dict[str, Any] = {}
+        for name in task.classes:
+            inst = _backend_class(name)()
+            if hasattr(inst, "_load_scenario") and name != "MathAPI":
+                inst._load_scenario(copy.deepcopy(task.initial.get(name, {})), long_context=long_context)
+            instances[name] = inst
+        return cls(instances, _owners(task.classes))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> BfclBackend:
+        # A pickle round trip copies these object graphs (directory trees with parent links,
+        # RNG states) about twice as fast as copy.deepcopy, and just as exactly.
+        return BfclBackend(pickle.loads(pickle.dumps(self.instances, protocol=pickle.HIGHEST_PROTOCOL)), self._owners)
+
+    def knows(self, name: str) -> bool:
+        """True if some involved class has a public method ``name``."""
+        return name in self._owners
+
+    def call(self, name: str, arguments: Mapping[str, Any]) -> CallResult:
+        for arg, value in arguments.items():
+            bound = _ARGUMENT_BOUNDS.get((name, arg))
+            if bound is not None and isinstance(value, (int, float)) and abs(value) > bound:
+                return CallResult(f"Error during execution: {arg}={value!r} is too large (at most {bound})", error=True)
+        method = getattr(self.instances[self._owners[name]], name)
+        try:
+            # A fresh copy: backends keep references to argument lists (a tweet's mentions),
+            # which must not alias the caller's (or the task's gold) objects.
+            result = method(**copy.deepcopy(dict(arguments)))
+        except Exception as exc:  # the backend's own failure on the agent's call: part of the episode
+            return CallResult(f"Error during execution: {exc}", error=True)
+        return CallResult(format_result(result), error=isinstance(result, dict) and "error" in result)
+
+    def state_roots(self) -> Mapping[str, Any]:
+        return self.instances
+
+    def same_state(self, other: Backend) -> bool:
+        """BFCL's ``state_checker``: every public attribute of every instance is equal."""
+        if not isinstance(other, BfclBackend) or self.instances.keys() != other.instances.keys():
+            return False
+        for name, gold in other.instances.items():
+            mine = self.instances[name]
+            for attr, value in vars(gold).items():
+                if not attr.startswith("_") and getattr(mine, attr) != value:
+                    return False
+        return True

@@ -1,0 +1,206 @@
+"""The warm Python worker that runs *inside* a sandbox (stdlib only; see :mod:`.warm`).
+
+Reads one JSON request per line on stdin, forks a child per request that runs the source in
+a fresh ``__main__`` namespace under rlimits in its own process group, collects its output
+(capped) until it exits or the deadline passes, then kills every other process it may kill
+(``kill(-1)``: the run's leftovers, never itself or the namespace init), and answers with
+one JSON line on stdout. The host sends ``source + "\\nmain()"``.
+"""
+
+import sys
+
+_BASE_MODULES = frozenset(sys.modules)  # what a fresh interpreter has; runs start from this
+
+import base64  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import resource  # noqa: E402
+import selectors  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+
+
+def _set_dumpable(flag):
+    """prctl(PR_SET_DUMPABLE): a non-dumpable worker cannot be ptraced, nor its /proc/PID/fd
+    and memory opened, by the runs it forks (same uid), so a run cannot forge the next reply."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, flag, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _child(req, fds):
+    r_in, w_out, w_err = fds
+    _set_dumpable(1)
+    os.setsid()
+    os.dup2(r_in, 0)
+    os.dup2(w_out, 1)
+    os.dup2(w_err, 2)
+    os.closerange(3, 65536)
+    lim = req["limits"]
+    cpu = max(1, int(-(-lim["cpu_s"] // 1)))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (lim["memory_mb"] << 20,) * 2)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (lim["file_size_mb"] << 20,) * 2)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lim["open_files"],) * 2)
+    os.environ.clear()
+    os.environ.update(req["env"])
+    sys.argv = ["-c", *req["args"]]
+    sys.stdin = open(0, encoding="utf-8", closefd=False)
+    sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
+    sys.stderr = open(2, "w", encoding="utf-8", closefd=False)
+    for name in [m for m in sys.modules if m not in _BASE_MODULES]:
+        del sys.modules[name]
+    main = type(sys)("__main__")
+    sys.modules["__main__"] = main
+    code = 0
+    try:
+        exec(compile(req["source"], "<string>", "exec"), main.__dict__)
+    except SystemExit as e:
+        if e.code is None:
+            code = 0
+        elif isinstance(e.code, int):
+            code = e.code
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code & 0xFF)
+
+
+def _kill_leftovers():
+    """Kill every process this worker may signal: the run's leftovers (daemons included).
+
+    ``kill(-1)`` spares the caller and the namespace init, and the worker's uid owns nothing
+    else in this PID namespace.
+    """
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _run(req):
+    lim = req["limits"]
+    r_in, w_in = os.pipe()
+    r_out, w_out = os.pipe()
+    r_err, w_err = os.pipe()
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _child(req, (r_in, w_out, w_err))
+        finally:
+            os._exit(127)
+    for fd in (r_in, w_out, w_err):
+        os.close(fd)
+    stdin = base64.b64decode(req["stdin"])
+    pending = memoryview(stdin)
+    sel = selectors.DefaultSelector()
+    bufs = {r_out: bytearray(), r_err: bytearray()}
+    for fd in bufs:
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ)
+    if pending:
+        os.set_blocking(w_in, False)
+        sel.register(w_in, selectors.EVENT_WRITE)
+    else:
+        os.close(w_in)
+        w_in = -1
+    pidfd = os.pidfd_open(pid)
+    sel.register(pidfd, selectors.EVENT_READ)
+    cap, total, truncated, killed_for = lim["output_bytes"], 0, False, None
+    deadline = start + lim["wall_s"]
+    open_pipes, exited = 2, False
+    while open_pipes:
+        timeout = deadline - time.monotonic()
+        if exited:  # leftovers were killed at exit: the pipes close within moments
+            timeout = min(timeout, 0.5)
+        if timeout <= 0:
+            if not exited:
+                killed_for = "wall"
+            break
+        events = sel.select(timeout)
+        if not events and exited:
+            break
+        for key, mask in events:
+            fd = key.fd
+            if fd == pidfd:
+                exited = True
+                sel.unregister(pidfd)
+                _kill_leftovers()
+                continue
+            if mask & selectors.EVENT_WRITE:
+                try:
+                    n = os.write(fd, pending[:65536])
+                    pending = pending[n:]
+                except BlockingIOError:
+                    continue
+                except BrokenPipeError:
+                    pending = memoryview(b"")
+                if not pending:
+                    sel.unregister(fd)
+                    os.close(fd)
+                    w_in = -1
+                continue
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            if not data:
+                sel.unregister(fd)
+                open_pipes -= 1
+                continue
+            room = cap - total
+            if len(data) > room:
+                bufs[fd] += data[: max(room, 0)]
+                total, truncated, killed_for = cap, True, "output"
+                break
+            bufs[fd] += data
+            total += len(data)
+        if truncated:
+            break
+    if killed_for:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    _, status, usage = os.wait4(pid, 0)
+    duration = time.monotonic() - start
+    _kill_leftovers()
+    sel.close()
+    for fd in (r_out, r_err, w_in, pidfd):
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    return {
+        "stdout": base64.b64encode(bytes(bufs[r_out])).decode(),
+        "stderr": base64.b64encode(bytes(bufs[r_err])).decode(),
+        "status": status,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "duration_s": duration,
+        "killed_for": killed_for,
+        "truncated": truncated,
+    }
+
+
+def main():
+    _set_dumpable(0)
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    out.write(b'{"ready": true}\n')
+    out.flush()
+    for line in inp:
+        resp = _run(json.loads(line))
+        out.write(json.dumps(resp).encode() + b"\n")
+        out.flush()

@@ -1,0 +1,201 @@
+"""Warm Python workers: ``run_python`` by ``fork`` inside a live sandbox (~1–2 ms per run).
+
+Starting a bubblewrap sandbox and a fresh interpreter costs ~15 ms on a quiet machine and
+much more on a busy one; most of it is namespace setup and interpreter start, paid again on
+every run. A :class:`WarmPython` starts one interpreter per session inside the session's
+sandbox (same namespaces, uid, limits and ``/work``) and runs each source in a forked child:
+its own process group, per-run rlimits, a fresh ``__main__`` with the modules of a fresh
+interpreter, output capped, the wall deadline enforced, and afterwards every process the run
+left behind killed (``kill(-1)`` from the worker's uid, inside the PID namespace).
+
+What differs from :meth:`Session.run_python`: the interpreter is forked, not started (so
+``sys.flags``/``sys.argv[0]`` are the worker's), and per-run limits can only be lower than the
+session's (rlimits cannot be raised from inside). Failures of the worker itself raise
+:class:`SandboxError`; the next run starts a new worker.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import os
+import selectors
+import signal
+import subprocess
+import threading
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from importlib import resources
+
+from turngym.core.errors import ConfigError
+from turngym.sandbox._proc import classify_failure, rlimit_argv
+from turngym.sandbox.errors import SandboxError
+from turngym.sandbox.limits import Limits, RunResult
+from turngym.sandbox.local import BubblewrapSandbox, LocalSession, _base_env
+
+__all__ = ["WarmPython"]
+
+_STARTUP_S = 10.0
+_SLACK_S = 2.0
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+@lru_cache(maxsize=1)
+def _worker_source() -> str:
+    return resources.files("turngym.sandbox").joinpath("_warm_worker.py").read_text(encoding="utf-8") + "\nmain()\n"
+
+
+class WarmPython:
+    """A forking Python worker living in a bubblewrap session.
+
+    >>> from turngym.sandbox import BubblewrapSandbox
+    >>> sb = BubblewrapSandbox()
+    >>> with sb.open_session() as s, WarmPython(s) as py:
+    ...     s.write_files({"data.txt": "21"})
+    ...     py.run("print(2 * int(open('data.txt').read()))").stdout
+    '42\\n'
+    >>> sb.close()
+    """
+
+    def __init__(self, session: LocalSession) -> None:
+        if not isinstance(session.sandbox, BubblewrapSandbox):
+            raise ConfigError(f"WarmPython needs a bubblewrap session, got a {session.sandbox.name} one")
+        self.session = session
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._buf = b""
+
+    # -- lifetime ------------------------------------------------------------------------
+    def _start(self) -> subprocess.Popen[bytes]:
+        sb: BubblewrapSandbox = self.session.sandbox  # type: ignore[assignment]
+        lim = self.session.limits
+        # The worker's own ceiling: the session's limits, but no CPU cap on the (idle) worker;
+        # each run lowers its own limits after the fork.
+        ceiling = lim.replace(cpu_s=10**7)
+        argv = sb._argv(self.session, [*sb.python.argv(), "-c", _worker_source()], lim)
+        if sb._prlimit:
+            argv = rlimit_argv(sb._prlimit, ceiling) + argv
+        try:
+            proc = subprocess.Popen(
+                argv,
+                cwd=self.session.host_dir,
+                env={**_base_env("/work"), **sb.python.env()},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise SandboxError(f"warm worker: could not start bubblewrap: {exc}") from exc
+        self._proc, self._buf = proc, b""
+        # An abandoned worker (its owner never closed) dies when this object is collected.
+        self._finalizer = weakref.finalize(self, _kill_group, proc.pid)
+        if not json.loads(self._read_line(_STARTUP_S)).get("ready"):
+            self.close()
+            raise SandboxError("warm worker: did not report ready")
+        return proc
+
+    def close(self) -> None:
+        """Stop the worker (and with its PID namespace, everything it started)."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            self._finalizer.detach()
+            _kill_group(proc.pid)
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    stream.close()
+            proc.wait()
+
+    def __enter__(self) -> WarmPython:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- protocol ------------------------------------------------------------------------
+    def _read_line(self, timeout: float) -> bytes:
+        assert self._proc is not None and self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self._buf:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    self.close()
+                    raise SandboxError(f"warm worker: no answer within {timeout:.1f} s")
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    self.close()
+                    raise SandboxError("warm worker: died")
+                self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return line
+
+    def run(
+        self,
+        source: str,
+        *,
+        args: Sequence[str] = (),
+        stdin: str | bytes | None = None,
+        limits: Limits | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> RunResult:
+        """Run Python ``source`` in ``/work``; same result as :meth:`Session.run_python`."""
+        self.session._check_open()
+        top = self.session.limits
+        lim = limits or top
+        lim = lim.replace(**{f: min(getattr(lim, f), getattr(top, f)) for f in ("memory_mb", "file_size_mb", "open_files")})
+        data = stdin.encode() if isinstance(stdin, str) else (stdin or b"")
+        req = {
+            "source": source,
+            "args": list(args),
+            "stdin": base64.b64encode(data).decode(),
+            "env": {**_base_env("/work"), **self.session.sandbox.python.env(), **(env or {})},
+            "limits": dataclasses.asdict(lim),
+        }
+        with self._lock:
+            proc = self._proc or self._start()
+            assert proc.stdin is not None
+            started = time.monotonic()
+            try:
+                proc.stdin.write(json.dumps(req).encode() + b"\n")
+                proc.stdin.flush()
+                resp = json.loads(self._read_line(lim.wall_s + _SLACK_S))
+            except (OSError, SandboxError, ValueError) as exc:
+                # The worker started fine, so a worker that dies or stalls mid-run was killed or
+                # stopped by the run itself (same uid): that is the program's failure, not the
+                # sandbox's -- otherwise code could turn any bad episode into an infra error.
+                self.close()
+                return RunResult(
+                    stdout="", stderr=f"[sandbox] the program killed or stalled its interpreter ({exc})\n",
+                    exit_code=None, signal=signal.SIGKILL, limit_hit="wall" if "no answer" in str(exc) else None,
+                    duration_s=time.monotonic() - started, backend="bubblewrap-warm",
+                )
+        status = int(resp["status"])
+        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+        code = None if sig is not None else os.WEXITSTATUS(status)
+        stderr = base64.b64decode(resp["stderr"]).decode("utf-8", "replace")
+        limit = resp["killed_for"] or (classify_failure(sig, resp["cpu_s"], lim, stderr) if code != 0 else None)
+        if limit is None and self.session.disk_usage() > lim.disk_mb << 20:
+            limit = "disk"
+        return RunResult(
+            stdout=base64.b64decode(resp["stdout"]).decode("utf-8", "replace"),
+            stderr=stderr,
+            exit_code=code,
+            signal=sig,
+            limit_hit=limit,
+            duration_s=float(resp["duration_s"]),
+            cpu_s=float(resp["cpu_s"]),
+            output_truncated=bool(resp["truncated"]),
+            backend="bubblewrap-warm",
+        )

@@ -1,0 +1,457 @@
+"""Clients of the env server: :class:`RemoteEnv` (a gymnasium env) and :class:`AsyncRemoteEnv`.
+
+``turngym.make(env_id, remote="ws://host:port")`` returns a :class:`RemoteEnv` that behaves
+like the local env: same observations, rewards, ``info`` (signals, state keys, outcome),
+same errors (a remote ``ResetNeeded`` is a ``ResetNeeded``), ``snapshot``/``restore`` (the
+snapshot is a handle to state kept on the server), ``oracle_action`` and ``sample_action(rng)``
+(drawn on the server from *your* generator's exact state, which then advances as it would
+have locally), so ``turngym.check_env`` passes on it and a seeded rollout is identical.
+
+Failures are infrastructure errors, never the agent's:
+
+* connecting (or reconnecting, on ``reset``) retries with backoff, then raises
+  :class:`~turngym.server.errors.ConnectionLost` or ``ServerBusy``;
+* a connection lost mid-episode ends the episode: ``step`` returns ``terminated=True`` with
+  ``info["infra_error"]`` set (as a local env does when its sandbox dies), and the next
+  ``reset`` reconnects;
+* scripted agents asking a dead session for ``oracle_action`` get ``""`` (the step that
+  follows reports the infra error), so a lockstep rollout carries on with its other envs.
+
+:class:`AsyncRemoteEnv` is the same client with ``async`` methods, for thousands of
+concurrent sessions on one event loop. :class:`RemoteEnv` runs one on a shared background loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import gymnasium as gym
+import numpy as np
+
+try:
+    from websockets.asyncio.client import ClientConnection, connect
+    from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+except ImportError:  # pragma: no cover - depends on the installed extras
+    raise ImportError("remote envs need websockets>=13: pip install 'turngym[server]'") from None
+
+from turngym.core.errors import ConfigError, EnvCheckError, InfraError, ResetNeeded, SnapshotError
+from turngym.core.registry import env_info
+from turngym.core.spaces import TextSpace
+from turngym.core.spec import RewardSpec
+from turngym.server.errors import ConnectionLost, RemoteEnvError, ServerBusy, error_class
+from turngym.server.protocol import (
+    dumps,
+    loads,
+    reward_spec_from_wire,
+    rng_from_wire,
+    rng_to_wire,
+    task_from_wire,
+    task_to_wire,
+)
+
+__all__ = ["AsyncRemoteEnv", "RemoteEnv", "RemoteSnapshot"]
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoteSnapshot:
+    """A handle to a snapshot kept by the server, valid for the session that made it."""
+
+    session: str
+    handle: str
+    turn: int
+    state_key: str
+
+
+def _ws_url(url: str) -> str:
+    url = url.rstrip("/")
+    if url.startswith("http://"):
+        url = "ws://" + url[len("http://"):]
+    elif url.startswith("https://"):
+        url = "wss://" + url[len("https://"):]
+    if not url.startswith(("ws://", "wss://")):
+        raise ConfigError(f"remote must be a ws://, wss://, http:// or https:// URL, got {url!r}")
+    return url + "/v1/session"
+
+
+class AsyncRemoteEnv:
+    """An env running on a turngym server, with ``async`` methods.
+
+    Args:
+        url: the server, ``ws://host:port`` (``http://`` works too).
+        env_id: a registered id the server serves.
+        connect_timeout: seconds to open a connection.
+        request_timeout: seconds to wait for any one reply (then the connection is dropped).
+        retries: extra connection attempts (on connect and on ``reset``) before giving up.
+        backoff: first retry delay in seconds, doubled each retry.
+        **env_kwargs: constructor arguments for the env on the server (``max_turns=...``).
+
+    Use ``async with AsyncRemoteEnv(url, id) as env:`` or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        env_id: str,
+        *,
+        connect_timeout: float = 10.0,
+        request_timeout: float = 120.0,
+        retries: int = 3,
+        backoff: float = 0.25,
+        **env_kwargs: Any,
+    ) -> None:
+        self.url = url
+        self.env_id = env_id
+        self.env_kwargs = env_kwargs
+        self.connect_timeout = connect_timeout
+        self.request_timeout = request_timeout
+        self.retries = retries
+        self.backoff = backoff
+        self._ws: ClientConnection | None = None
+        self._ws_url = _ws_url(url)
+        self._lock = asyncio.Lock()
+        self.session: str | None = None
+        self.spec_data: dict[str, Any] = {}
+        self.reward_spec: RewardSpec | None = None
+        self.turn = 0
+        self.done = True
+        self.state_key = ""
+        self.task_id: str | None = None
+        self.lost: str | None = None
+        """Why the current session was lost mid-episode (None while healthy)."""
+
+    # ------------------------------------------------------------------ connection
+    async def connect(self) -> AsyncRemoteEnv:
+        """Open a session (retrying with backoff); a no-op when one is open."""
+        if self._ws is not None:
+            return self
+        delay = self.backoff
+        for attempt in range(self.retries + 1):
+            try:
+                await self._open()
+                return self
+            except (ConnectionLost, ServerBusy):
+                if attempt == self.retries:
+                    raise
+            await asyncio.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _open(self) -> None:
+        try:
+            ws = await connect(
+                self._ws_url, open_timeout=self.connect_timeout, max_size=None, compression=None, ping_interval=None
+            )
+        except (OSError, TimeoutError, InvalidHandshake) as exc:
+            raise ConnectionLost(f"cannot connect to the env server at {self.url}: {type(exc).__name__}: {exc}") from None
+        except InvalidURI as exc:
+            raise ConfigError(f"bad env server URL {self.url!r}: {exc}") from None
+        try:
+            await ws.send(dumps({"op": "make", "env_id": self.env_id, "kwargs": self.env_kwargs}))
+            reply = loads(await asyncio.wait_for(ws.recv(), self.request_timeout))
+        except (ConnectionClosed, OSError, TimeoutError) as exc:
+            await ws.close()
+            raise ConnectionLost(f"the env server at {self.url} closed the session while opening it: {exc}") from None
+        if not reply.get("ok"):
+            await ws.close()
+            self._raise(reply)
+        self._ws = ws
+        self.session = reply["session"]
+        self.spec_data = reply["spec"]
+        self.reward_spec = reward_spec_from_wire(self.spec_data["reward_spec"])
+        self.lost = None
+
+    async def _drop(self, why: str) -> None:
+        ws, self._ws = self._ws, None
+        self.session = None
+        if ws is not None:
+            try:
+                await ws.close()
+            except Exception:  # already broken: nothing left to close
+                pass
+        if not self.done:
+            self.lost = why
+
+    def _raise(self, reply: dict[str, Any]) -> None:
+        err = reply.get("error") or {}
+        cls = error_class(str(err.get("type")), bool(err.get("turngym")))
+        message = str(err.get("message", "unknown error"))
+        if cls is EnvCheckError:
+            cls = RemoteEnvError
+        if cls is RemoteEnvError and not err.get("turngym"):
+            message = f"{err.get('type')}: {message} (raised by {self.env_id} on the server)"
+        raise cls(message)
+
+    async def request(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Send one op and return its reply; turngym errors are re-raised as their own class."""
+        async with self._lock:
+            if self._ws is None:
+                raise ConnectionLost(f"not connected to {self.url} (the session was lost: {self.lost or 'closed'})")
+            try:
+                async with asyncio.timeout(self.request_timeout):  # cheaper than wait_for: no extra task
+                    await self._ws.send(dumps(msg))
+                    reply = loads(await self._ws.recv())
+            except (ConnectionClosed, OSError) as exc:
+                await self._drop(f"connection to {self.url} lost: {exc}")
+                raise ConnectionLost(f"connection to the env server at {self.url} lost: {exc}") from None
+            except TimeoutError:
+                await self._drop(f"no reply from {self.url} within {self.request_timeout:g} s")
+                raise ConnectionLost(f"no reply from {self.url} within {self.request_timeout:g} s") from None
+        if not reply.get("ok"):
+            self._raise(reply)
+        return reply
+
+    # ------------------------------------------------------------------ env API
+    @property
+    def max_turns(self) -> int:
+        return int(self.spec_data.get("max_turns", 0))
+
+    @property
+    def system_prompt(self) -> str:
+        return str(self.spec_data.get("system_prompt", ""))
+
+    async def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """Start an episode (reconnecting first if the session was lost)."""
+        if options is not None:
+            options = dict(options)
+            if "task" in options:
+                options["task"] = task_to_wire(options["task"])
+        delay = self.backoff
+        for attempt in range(self.retries + 1):
+            await self.connect()
+            try:
+                reply = await self.request({"op": "reset", "seed": seed, "options": options})
+                break
+            except ConnectionLost:
+                if attempt == self.retries:
+                    raise
+            await asyncio.sleep(delay)
+            delay *= 2
+        info = reply["info"]
+        self.turn, self.done, self.lost = 0, False, None
+        self.state_key = info.get("state_key", "")
+        self.task_id = info.get("task_id")
+        return reply["obs"], info
+
+    async def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """One turn; a lost connection ends the episode with ``info["infra_error"]``."""
+        if self.done:
+            if self.lost:
+                raise ResetNeeded(f"the episode ended when its session was lost ({self.lost}); call reset()")
+            raise ResetNeeded("step() called on a finished episode (or before reset()); call env.reset() first")
+        try:
+            reply = await self.request({"op": "step", "action": action})
+        except InfraError as exc:
+            return self._infra_transition(str(exc))
+        info = reply["info"]
+        self.turn = info.get("turn", self.turn + 1)
+        self.state_key = info.get("state_key", self.state_key)
+        self.done = bool(reply["terminated"] or reply["truncated"])
+        return reply["obs"], float(reply["reward"]), bool(reply["terminated"]), bool(reply["truncated"]), info
+
+    def _infra_transition(self, why: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        self.turn += 1
+        self.done = True
+        self.lost = why
+        signals = self.reward_spec.zeros() if self.reward_spec is not None else {}
+        info = {
+            "turn": self.turn,
+            "signals": signals,
+            "state_key": self.state_key,
+            "action_valid": True,
+            "invalid_reason": None,
+            "infra_error": why,
+            "outcome": {"reward": 0.0, "success": False, "reason": "infra_error"},
+        }
+        return f"[environment infrastructure error: {why}]", 0.0, True, False, info
+
+    async def snapshot(self) -> RemoteSnapshot:
+        reply = await self.request({"op": "snapshot"})
+        return RemoteSnapshot(self.session or "", reply["handle"], self.turn, self.state_key)
+
+    async def restore(self, snap: RemoteSnapshot) -> None:
+        if not isinstance(snap, RemoteSnapshot):
+            raise SnapshotError(f"cannot restore a {type(snap).__name__} into a remote env; use its own snapshot()")
+        if snap.session != self.session:
+            raise SnapshotError(
+                f"snapshot {snap.handle!r} belongs to session {snap.session!r}, but this env is now on "
+                f"{self.session!r} (snapshots die with their connection); take a new snapshot"
+            )
+        reply = await self.request({"op": "restore", "handle": snap.handle})
+        self.turn, self.done, self.state_key, self.lost = reply["turn"], reply["done"], reply["state_key"], None
+
+    async def release(self, snap: RemoteSnapshot) -> None:
+        """Free a snapshot's server-side state early (sessions also keep a bounded number)."""
+        if self._ws is not None and snap.session == self.session:
+            await self.request({"op": "release", "handle": snap.handle})
+
+    async def oracle_action(self) -> str:
+        try:
+            return (await self.request({"op": "oracle_action"}))["action"]
+        except InfraError:
+            if self._ws is None:
+                return ""  # the session is gone: the next step reports the infra error
+            raise
+
+    async def sample_action(self, rng: np.random.Generator) -> str:
+        """A random action drawn on the server from ``rng``'s exact state; ``rng`` advances as locally."""
+        try:
+            reply = await self.request({"op": "sample_action", "rng": rng_to_wire(rng)})
+        except InfraError:
+            if self._ws is None:
+                rng.integers(2)  # still advance the caller's generator
+                return ""
+            raise
+        rng.bit_generator.state = rng_from_wire(reply["rng"]).bit_generator.state
+        return reply["action"]
+
+    async def render(self) -> str | None:
+        return (await self.request({"op": "render"}))["render"]
+
+    async def task(self) -> Any:
+        """The current task, rebuilt locally (None before the first reset)."""
+        return task_from_wire((await self.request({"op": "task"}))["task"])
+
+    async def close(self) -> None:
+        """End the session (the server closes the env); safe to call twice."""
+        ws, self._ws = self._ws, None
+        self.session = None
+        self.done = True
+        if ws is None:
+            return
+        try:
+            await ws.send(dumps({"op": "close"}))
+            await asyncio.wait_for(ws.recv(), 5.0)
+        except Exception:  # closing a broken connection: nothing more to say to it
+            pass
+        finally:
+            await ws.close()
+
+    async def __aenter__(self) -> AsyncRemoteEnv:
+        return await self.connect()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+# ---------------------------------------------------------------------------- sync client
+class _LoopThread:
+    """One event loop on a daemon thread, shared by every :class:`RemoteEnv` of the process."""
+
+    _lock = threading.Lock()
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def loop(cls) -> asyncio.AbstractEventLoop:
+        with cls._lock:
+            if cls._loop is None or cls._loop.is_closed():
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="turngym-remote", daemon=True).start()
+                cls._loop = loop
+            return cls._loop
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run_coroutine_threadsafe(coro, _LoopThread.loop()).result()
+
+
+class RemoteEnv(gym.Env[str, str]):
+    """A gymnasium env whose state lives on a turngym env server (see the module docstring).
+
+    Args: as :class:`AsyncRemoteEnv`. Prefer ``turngym.make(env_id, remote=url, **kwargs)``.
+    """
+
+    def __init__(self, url: str, env_id: str, **kwargs: Any) -> None:
+        client_keys = ("connect_timeout", "request_timeout", "retries", "backoff")
+        client_opts = {k: kwargs.pop(k) for k in client_keys if k in kwargs}
+        self._client_opts = client_opts
+        self._env_kwargs = dict(kwargs)
+        self._async = AsyncRemoteEnv(url, env_id, **client_opts, **kwargs)
+        _run(self._async.connect())
+        data = self._async.spec_data
+        self.env_id = env_id
+        self.url = url
+        self.reward_spec: RewardSpec = self._async.reward_spec  # type: ignore[assignment]
+        self.max_turns: int = data["max_turns"]
+        self.system_prompt: str = data["system_prompt"]
+        self.metadata = dict(data["metadata"])
+        self.render_mode = data["render_mode"]
+        self.reset_options = tuple(data["reset_options"])
+        self.observation_space = TextSpace(data["max_obs_chars"])
+        self.action_space = TextSpace(data["max_action_chars"])
+        info = env_info(env_id)
+        self.family = info.family
+        # gymnasium's checker builds more envs from the spec: make them remote too.
+        self.spec = dataclasses.replace(
+            gym.spec(env_id),
+            entry_point=functools.partial(RemoteEnv, url, env_id, **client_opts),
+            kwargs=dict(kwargs),
+        )
+
+    # --- state mirrored from the server
+    @property
+    def turn(self) -> int:
+        return self._async.turn
+
+    @property
+    def done(self) -> bool:
+        return self._async.done
+
+    @property
+    def session(self) -> str | None:
+        return self._async.session
+
+    @property
+    def task(self) -> Any:
+        return _run(self._async.task())
+
+    def _state_key(self) -> str:
+        """The state key of the current state (as ``TurngymEnv._state_key``), from the last reply."""
+        return self._async.state_key
+
+    # --- gymnasium API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)  # keeps a local np_random in step with the seeds, as gymnasium expects
+        return _run(self._async.reset(seed=seed, options=options))
+
+    def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        return _run(self._async.step(action))
+
+    def render(self) -> str | None:
+        return _run(self._async.render())
+
+    def close(self) -> None:
+        _run(self._async.close())
+
+    # --- turngym API
+    def snapshot(self) -> RemoteSnapshot:
+        return _run(self._async.snapshot())
+
+    def restore(self, snap: RemoteSnapshot) -> None:
+        _run(self._async.restore(snap))
+
+    def release(self, snap: RemoteSnapshot) -> None:
+        _run(self._async.release(snap))
+
+    def oracle_action(self) -> str:
+        return _run(self._async.oracle_action())
+
+    def sample_action(self, rng: np.random.Generator) -> str:
+        return _run(self._async.sample_action(rng))
+
+    def __repr__(self) -> str:
+        return f"RemoteEnv({self.env_id!r} at {self.url}, session={self.session})"
+
+    def __del__(self) -> None:  # best effort: free the server-side session promptly
+        a = getattr(self, "_async", None)
+        if a is not None and a._ws is not None and _LoopThread._loop is not None:
+            try:
+                asyncio.run_coroutine_threadsafe(a.close(), _LoopThread._loop)
+            except RuntimeError:  # loop already closed at interpreter exit
+                pass

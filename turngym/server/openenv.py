@@ -1,0 +1,239 @@
+"""OpenEnv's wire format, so OpenEnv clients (``openenv-core``'s ``EnvClient``) drive turngym envs.
+
+OpenEnv (0.3) speaks JSON frames over a WebSocket at ``{base}/ws``:
+
+* client → ``{"type": "reset", "data": {"seed": 3, ...}}``, ``{"type": "step", "data": {"text": "..."}}``,
+  ``{"type": "state"}``, ``{"type": "close"}``;
+* server → ``{"type": "observation", "data": {"observation": {...}, "reward": r, "done": d}}``,
+  ``{"type": "state", "data": {...}}`` or ``{"type": "error", "data": {"message", "code"}}``.
+
+OpenEnv's observation has only ``done``, and its client drops top-level metadata, so the whole
+turngym step goes *inside* ``observation``: the text, ``terminated``/``truncated``,
+``signals``, ``state_key``, validity, ``infra_error`` and the final ``outcome``. An OpenEnv
+user loses nothing by using this endpoint.
+
+Actions are ``{"text": "..."}``; ``reset`` accepts ``seed``, ``episode_id`` and ``task``
+(a task id) besides any family reset option.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+
+from turngym.server.errors import ServerBusy
+from turngym.server.handlers import do_reset, do_step
+from turngym.server.protocol import dumps, loads
+from turngym.server.sessions import Session, SessionManager
+
+__all__ = ["openenv_routes", "ACTION_SCHEMA", "OBSERVATION_SCHEMA", "STATE_SCHEMA"]
+
+_NUM = {"type": "number"}
+_OPT_STR = {"anyOf": [{"type": "string"}, {"type": "null"}]}
+
+ACTION_SCHEMA: dict[str, Any] = {
+    "title": "TurngymAction",
+    "type": "object",
+    "properties": {
+        "text": {"type": "string", "description": "the agent's action text, exactly as generated"},
+        "metadata": {"type": "object", "description": "ignored by turngym"},
+    },
+    "required": ["text"],
+    "additionalProperties": False,
+}
+
+OBSERVATION_SCHEMA: dict[str, Any] = {
+    "title": "TurngymObservation",
+    "type": "object",
+    "properties": {
+        "text": {"type": "string", "description": "the observation shown to the agent"},
+        "turn": {"type": "integer"},
+        "terminated": {"type": "boolean", "description": "the task ended (solved, failed, submitted)"},
+        "truncated": {"type": "boolean", "description": "a budget ran out (turns)"},
+        "signals": {"type": "object", "additionalProperties": _NUM, "description": "this turn's process signals"},
+        "state_key": {"type": "string", "description": "canonical hash of the state without history"},
+        "action_valid": {"type": "boolean"},
+        "invalid_reason": _OPT_STR,
+        "infra_error": _OPT_STR,
+        "outcome": {"anyOf": [{"type": "object"}, {"type": "null"}], "description": "final turn only"},
+        "task_id": _OPT_STR,
+        "info": {"type": "object", "description": "the env's full info dict"},
+        "done": {"type": "boolean"},
+        "reward": {"anyOf": [_NUM, {"type": "null"}]},
+    },
+    "required": ["text", "turn", "signals", "state_key", "done"],
+}
+
+STATE_SCHEMA: dict[str, Any] = {
+    "title": "TurngymState",
+    "type": "object",
+    "properties": {
+        "episode_id": _OPT_STR,
+        "step_count": {"type": "integer", "minimum": 0},
+        "env_id": {"type": "string"},
+        "task_id": _OPT_STR,
+        "state_key": _OPT_STR,
+        "done": {"type": "boolean"},
+        "max_turns": {"type": "integer"},
+    },
+}
+
+
+def _observation(obs: str, info: dict[str, Any], reward: float | None, terminated: bool, truncated: bool) -> dict[str, Any]:
+    done = terminated or truncated
+    observation = {
+        "text": obs,
+        "turn": info.get("turn", 0),
+        "terminated": terminated,
+        "truncated": truncated,
+        "signals": info.get("signals", {}),
+        "state_key": info.get("state_key", ""),
+        "action_valid": info.get("action_valid", True),
+        "invalid_reason": info.get("invalid_reason"),
+        "infra_error": info.get("infra_error"),
+        "outcome": info.get("outcome"),
+        "task_id": info.get("task_id"),
+        "info": info,
+        "done": done,
+        "reward": reward,
+    }
+    return {"type": "observation", "data": {"observation": observation, "reward": reward, "done": done}}
+
+
+def _error(message: str, code: str, **extra: Any) -> str:
+    return dumps({"type": "error", "data": {"message": message, "code": code, **extra}})
+
+
+def _state(session: Session) -> dict[str, Any]:
+    env = session.env
+    task = getattr(env, "task", None)
+    started = task is not None
+    return {
+        "type": "state",
+        "data": {
+            "episode_id": session.episode_id,
+            "step_count": env.turn,
+            "env_id": session.env_id,
+            "task_id": getattr(task, "id", None),
+            "state_key": env._state_key() if started else None,
+            "done": env.done,
+            "max_turns": env.max_turns,
+        },
+    }
+
+
+async def _serve(ws: WebSocket, env_id: str) -> None:
+    from turngym.server.app import attach, receive_frame
+
+    mgr: SessionManager = ws.app.state.manager
+    await ws.accept()
+    session: Session | None = None
+    try:
+        try:
+            session = await mgr.open(env_id)
+        except ServerBusy as exc:
+            await ws.send_text(_error(str(exc), "CAPACITY_REACHED", max_sessions=mgr.config.max_sessions))
+            return
+        except Exception as exc:
+            await ws.send_text(_error(str(exc), "FACTORY_ERROR", factory_name=env_id))
+            return
+        attach(session, ws)
+        while True:
+            raw = await receive_frame(ws)
+            try:
+                msg = loads(raw)
+            except ValueError as exc:
+                await ws.send_text(_error(f"Invalid JSON: {exc}", "INVALID_JSON"))
+                continue
+            kind = msg.get("type") if isinstance(msg, dict) else None
+            data = msg.get("data") or {} if isinstance(msg, dict) else {}
+            try:
+                if kind == "reset":
+                    if not isinstance(data, dict):
+                        raise _Invalid("reset data must be an object")
+                    data = dict(data)
+                    seed = data.pop("seed", None)
+                    session.episode_id = data.pop("episode_id", None)
+                    obs, info = await do_reset(mgr, session, seed, data or None)
+                    reply = _observation(obs, info, None, False, False)
+                elif kind == "step":
+                    if not isinstance(data, dict):
+                        raise _Invalid("step data must be an object like {'text': '...'}")
+                    action = data.get("text", data.get("action", data.get("message")))
+                    obs, reward, term, trunc, info = await do_step(mgr, session, action)
+                    reply = _observation(obs, info, reward, term, trunc)
+                elif kind == "state":
+                    reply = _state(session)
+                elif kind == "close":
+                    break
+                else:
+                    await ws.send_text(_error(f"Unknown message type: {kind}", "UNKNOWN_TYPE"))
+                    continue
+                text = dumps(reply)  # inside the try: unencodable info is an error frame too
+            except _Invalid as exc:
+                await ws.send_text(_error(str(exc), "VALIDATION_ERROR"))
+                continue
+            except Exception as exc:  # env errors (reset before step…) go back as error frames
+                await ws.send_text(_error(f"{type(exc).__name__}: {exc}", "EXECUTION_ERROR"))
+                if session.broken:
+                    break
+                continue
+            await ws.send_text(text)
+    except (WebSocketDisconnect, RuntimeError):
+        pass
+    finally:
+        if session is not None:
+            await mgr.close(session)
+        if ws.application_state == WebSocketState.CONNECTED:
+            with contextlib.suppress(Exception):
+                await ws.close()
+
+
+class _Invalid(ValueError):
+    pass
+
+
+def openenv_routes(default_env_id: str) -> list[BaseRoute]:
+    """OpenEnv's endpoints: at the root for ``default_env_id``, under ``/openenv/{env_id}`` for any."""
+
+    async def ws_default(ws: WebSocket) -> None:
+        await _serve(ws, default_env_id)
+
+    async def ws_any(ws: WebSocket) -> None:
+        await _serve(ws, ws.path_params["env_id"])
+
+    async def schema(request: Request) -> Response:
+        return JSONResponse({"action": ACTION_SCHEMA, "observation": OBSERVATION_SCHEMA, "state": STATE_SCHEMA})
+
+    async def metadata(request: Request) -> Response:
+        mgr: SessionManager = request.app.state.manager
+        env_id = request.path_params.get("env_id", default_env_id)
+        spec = mgr.specs.get(env_id)
+        if spec is None:
+            return JSONResponse({"message": f"not served: {env_id}"}, status_code=404)
+        return JSONResponse({
+            "name": env_id,
+            "description": spec["system_prompt"] or env_id,
+            "readme_content": None,
+            "version": env_id.rsplit("-", 1)[-1],
+            "author": "turngym",
+            "documentation_url": None,
+        })
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "healthy"})
+
+    return [
+        WebSocketRoute("/ws", ws_default),
+        Route("/schema", schema),
+        Route("/metadata", metadata),
+        WebSocketRoute("/openenv/{env_id:path}/ws", ws_any),
+        Route("/openenv/{env_id:path}/schema", schema),
+        Route("/openenv/{env_id:path}/metadata", metadata),
+        Route("/openenv/{env_id:path}/health", health),
+    ]
