@@ -283,3 +283,19 @@ def test_random_agent_rarely_resolves(tasks):
         wins += info["outcome"]["success"]
     assert wins <= 1
     assert repos_dir().name == "repos"
+
+
+def test_agent_code_runs_sandboxed(tasks, tmp_path):
+    """Tests the agent writes run in the sandbox: the host file system stays untouched."""
+    marker = tmp_path / "pwned"
+    evil = (
+        "import pathlib\n\n"
+        "def test_escape():\n"
+        f"    pathlib.Path({str(marker)!r}).write_text('x')\n"
+    )
+    env = SWEEnv(tasks=tasks[:1])
+    env.reset(options={"task": tasks[0]})
+    env.step(call("create_file", path="tests/test_evil.py", content=evil))
+    obs, *_ = env.step(call("run_tests", tests=["tests/test_evil.py"]))
+    assert "1 failed" in obs
+    assert not marker.exists()

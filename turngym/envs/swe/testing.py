@@ -53,13 +53,54 @@ def subprocess_executor(tree: Tree, argv: Sequence[str], timeout: float) -> tupl
         return proc.returncode, proc.stdout + proc.stderr, junit.read_bytes() if junit.exists() else None
 
 
-_executor: Executor = subprocess_executor
+class SandboxExecutor:
+    """Run pytest in a :mod:`turngym.sandbox` session: no network, private workdir, limits.
+
+    Agent-written code runs inside the tests, so this is the default. The sandbox is created
+    on first use; each run gets a fresh working dir holding the tree.
+    """
+
+    def __init__(self, backend: str = "auto", memory_mb: int = 2048, processes: int = 64) -> None:
+        self.backend = backend
+        self.memory_mb = memory_mb
+        self.processes = processes
+        self._sandbox = None
+
+    def __call__(self, tree: Tree, argv: Sequence[str], timeout: float) -> tuple[int | None, str, bytes | None]:
+        from turngym.sandbox import Limits, make_sandbox
+
+        if self._sandbox is None:
+            self._sandbox = make_sandbox(self.backend)
+        limits = Limits(wall_s=timeout, cpu_s=timeout, memory_mb=self.memory_mb, processes=self.processes)
+        files = {path: text.encode("utf-8", "surrogatepass") for path, text in tree.items()}
+        with self._sandbox.open_session(limits) as session:
+            session.write_files(files)
+            res = session.run(list(argv), env=PYTEST_ENV)
+            if res.limit_hit in ("wall", "cpu"):
+                return None, res.stdout + res.stderr, None
+            try:
+                junit = session.read_file(JUNIT)
+            except FileNotFoundError:
+                junit = None
+        return res.exit_code, res.stdout + res.stderr, junit
+
+    def close(self) -> None:
+        if self._sandbox is not None:
+            self._sandbox.close()
+            self._sandbox = None
+
+
+_executor: Executor = SandboxExecutor()
 
 
 def set_executor(executor: Executor | None) -> None:
-    """Route test runs through ``executor`` (e.g. the sandbox); None = plain subprocess."""
+    """Route test runs through ``executor``; None = the default sandbox executor.
+
+    ``subprocess_executor`` runs tests unisolated (only for trusted code, e.g. generating
+    tasks from the project's own repositories).
+    """
     global _executor
-    _executor = executor or subprocess_executor
+    _executor = executor or SandboxExecutor()
     _CACHE.clear()
 
 
