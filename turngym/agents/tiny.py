@@ -3,7 +3,7 @@
 Nothing is downloaded. :func:`build_tiny_model` collects text from the registered envs (system
 prompts, observations, oracle and random actions), trains a byte-level BPE tokenizer on it
 with Hugging Face ``tokenizers``, adds a ChatML chat template, builds a randomly initialised
-``LlamaForCausalLM`` (≈4M parameters by default, seeded) and saves both as an ordinary Hugging
+``LlamaForCausalLM`` (≈2M parameters by default, seeded) and saves both as an ordinary Hugging
 Face model directory — ``AutoModelForCausalLM.from_pretrained(path)`` and every HF tool load
 it. It takes seconds and is cached: the directory name is a hash of the config, the env ids and
 :data:`BUILDER_VERSION`, so a second call returns at once.
@@ -34,7 +34,7 @@ import numpy as np
 __all__ = ["BUILDER_VERSION", "TinyModelConfig", "build_tiny_model", "cache_root", "task_corpus"]
 
 #: Bump when the corpus, tokenizer or architecture recipe changes (invalidates caches).
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -47,13 +47,13 @@ SPECIAL_TOKENS = ("<|pad|>", "<|im_start|>", "<|im_end|>")
 
 @dataclass(frozen=True)
 class TinyModelConfig:
-    """Architecture and tokenizer of the embedded model (defaults: ≈4M parameters)."""
+    """Architecture and tokenizer of the embedded model (defaults: ≈2M parameters)."""
 
     vocab_size: int = 4096
     """BPE vocabulary size target (the trained vocabulary may be smaller on a small corpus)."""
-    hidden_size: int = 256
+    hidden_size: int = 192
     """Model width."""
-    intermediate_size: int = 768
+    intermediate_size: int = 512
     """MLP width."""
     num_hidden_layers: int = 4
     """Transformer blocks."""
@@ -86,9 +86,9 @@ def task_corpus(env_ids: Sequence[str] | None = None, *, episodes_per_env: int =
     for env_id in env_ids if env_ids is not None else sorted(turngym.list_envs()):
         try:
             env = turngym.make(env_id)
-            yield env.system_prompt
             for i in range(episodes_per_env):
                 obs, _ = env.reset(seed=seed + i)
+                yield env.system_prompt  # once per episode, as in rollouts: BPE learns it compactly
                 yield obs
                 scripted = i % 2 == 0
                 while not env.done:
