@@ -95,3 +95,21 @@ def test_importing_turngym_does_not_import_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_prefix_reuse_changes_nothing_but_speed(greedy: HFPolicy) -> None:
+    import turngym
+    from turngym.rollout import run_episodes
+
+    def rollout(mb: int):
+        policy = HFPolicy(greedy.model, greedy.tokenizer, temperature=0.0, max_new_tokens=8, prefix_cache_mb=mb)
+        eps = run_episodes(lambda: turngym.make("turngym/Math-v0", max_turns=3), policy, [0, 1, 2])
+        return policy, eps
+
+    cold, a = rollout(0)
+    warm, b = rollout(64)
+    assert cold._prefix.hits == 0 and warm._prefix.hits == sum(len(e.turns) - 1 for e in b) > 0
+    for x, y in zip(a, b, strict=True):
+        assert [t.token_ids for t in x.turns] == [t.token_ids for t in y.turns]
+        for t, u in zip(x.turns, y.turns, strict=True):
+            np.testing.assert_allclose(t.logprobs, u.logprobs, atol=1e-4)

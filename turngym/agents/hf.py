@@ -28,6 +28,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,6 +144,74 @@ def resolve_model_path(name: str | Path | None) -> Path:
     return path
 
 
+@dataclass
+class _Cached:
+    ids: list[int]
+    kv: list[tuple[Any, Any]]  # per layer: keys, values of shape [heads, len(ids), head_dim]
+    nbytes: int
+
+
+class PrefixCache:
+    """Keys/values of recently generated sequences, by episode, least recently used evicted."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.entries: OrderedDict[str, _Cached] = OrderedDict()
+        self.nbytes = 0
+        self.hits = 0
+        self.reused_tokens = 0
+
+    def lookup(self, key: str, prompt: Sequence[int]) -> _Cached | None:
+        entry = self.entries.get(key) if key else None
+        if entry is None or len(entry.ids) >= len(prompt) or list(prompt[: len(entry.ids)]) != entry.ids:
+            return None
+        self.entries.move_to_end(key)
+        self.hits += 1
+        self.reused_tokens += len(entry.ids)
+        return entry
+
+    def store(self, key: str, ids: list[int], past: Any, row: int, mask: Any) -> None:
+        if not key or self.max_bytes <= 0 or not hasattr(past, "layers"):
+            return
+        valid = mask.bool()
+        if int(valid.sum()) != len(ids):
+            return  # the cache does not hold exactly this sequence (should not happen): skip
+        kv = [(layer.keys[row][:, valid].clone(), layer.values[row][:, valid].clone()) for layer in past.layers]
+        nbytes = sum(k.numel() * k.element_size() * 2 for k, _ in kv)
+        if nbytes > self.max_bytes:
+            return
+        old = self.entries.pop(key, None)
+        if old is not None:
+            self.nbytes -= old.nbytes
+        self.entries[key] = _Cached(ids, kv, nbytes)
+        self.nbytes += nbytes
+        while self.nbytes > self.max_bytes:
+            _, evicted = self.entries.popitem(last=False)
+            self.nbytes -= evicted.nbytes
+
+    @staticmethod
+    def batch(cached: Sequence[_Cached | None], width: int, config: Any, device: Any) -> tuple[Any, Any]:
+        """A left-padded batch cache of ``width`` positions, and its attention mask."""
+        import torch
+        from transformers import DynamicCache
+
+        ref = next(c for c in cached if c is not None)
+        layers = []
+        for i, (k0, v0) in enumerate(ref.kv):
+            keys = k0.new_zeros((len(cached), k0.shape[0], width, k0.shape[2]))
+            values = v0.new_zeros((len(cached), v0.shape[0], width, v0.shape[2]))
+            for r, c in enumerate(cached):
+                if c is not None:
+                    keys[r, :, width - len(c.ids) :] = c.kv[i][0]
+                    values[r, :, width - len(c.ids) :] = c.kv[i][1]
+            layers.append((keys.to(device), values.to(device)))
+        mask = torch.zeros((len(cached), width), dtype=torch.long)
+        for r, c in enumerate(cached):
+            if c is not None:
+                mask[r, width - len(c.ids) :] = 1
+        return DynamicCache(ddp_cache_data=layers, config=config), mask.to(device)
+
+
 class HFPolicy:
     """A causal LM from transformers as a :class:`~turngym.agents.base.Policy`.
 
@@ -154,6 +223,9 @@ class HFPolicy:
         max_new_tokens: per action.
         seed: seeds this policy's own torch generator (same seed + same inputs ⇒ same actions).
         max_batch_size: rows per forward pass; larger ``act`` batches are split.
+        prefix_cache_mb: memory for keys/values kept between turns (0 disables prefix reuse).
+            A multi-turn prompt extends the previous turn's sequence, so only the new
+            observation is run through the model instead of the whole history.
         name: shown in reports.
     """
 
@@ -167,6 +239,7 @@ class HFPolicy:
         max_new_tokens: int = 128,
         seed: int = 0,
         max_batch_size: int = 64,
+        prefix_cache_mb: int = 512,
         name: str = "hf",
     ) -> None:
         import torch
@@ -192,6 +265,7 @@ class HFPolicy:
         self.eos_ids = frozenset(i for i in eos if i is not None)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
         self.max_positions = getattr(model.config, "max_position_embeddings", None)
+        self._prefix = PrefixCache(int(prefix_cache_mb) << 20)
 
     @classmethod
     def from_pretrained(
@@ -215,7 +289,7 @@ class HFPolicy:
     # ------------------------------------------------------------------ policy
     def act(self, batch: Sequence[AgentInput]) -> list[Action]:
         prompts = [self.renderer.prompt_ids(inp.messages, inp.action_token_ids) for inp in batch]
-        gens = self.generate(prompts, [inp.stop for inp in batch])
+        gens = self.generate(prompts, [inp.stop for inp in batch], [inp.episode_id for inp in batch])
         return [
             Action(
                 g.text,
@@ -228,15 +302,28 @@ class HFPolicy:
         ]
 
     # ------------------------------------------------------------------ generation
-    def generate(self, prompts: Sequence[Sequence[int]], stops: Sequence[Sequence[str]] | None = None) -> list[Generation]:
-        """Sample one continuation per prompt (token ids in, token ids + log-probs out)."""
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        stops: Sequence[Sequence[str]] | None = None,
+        cache_keys: Sequence[str] | None = None,
+    ) -> list[Generation]:
+        """Sample one continuation per prompt (token ids in, token ids + log-probs out).
+
+        ``cache_keys`` (e.g. episode ids) enable prefix reuse: when a later prompt with the
+        same key extends the sequence generated now, its cached keys/values are reused.
+        """
         stops = list(stops) if stops is not None else [()] * len(prompts)
+        keys = list(cache_keys) if cache_keys is not None else [""] * len(prompts)
         out: list[Generation] = []
         for i in range(0, len(prompts), self.max_batch_size):
-            out += self._generate_batch(prompts[i : i + self.max_batch_size], stops[i : i + self.max_batch_size])
+            j = i + self.max_batch_size
+            out += self._generate_batch(prompts[i:j], stops[i:j], keys[i:j])
         return out
 
-    def _generate_batch(self, prompts: Sequence[Sequence[int]], stops: Sequence[Sequence[str]]) -> list[Generation]:
+    def _generate_batch(
+        self, prompts: Sequence[Sequence[int]], stops: Sequence[Sequence[str]], keys: Sequence[str]
+    ) -> list[Generation]:
         import torch
 
         n = len(prompts)
@@ -249,12 +336,23 @@ class HFPolicy:
                 f"{self.max_positions} positions; keep fewer turns in the prompt (history=k) or lower max_new_tokens"
             )
         dev = self.device
-        ids = torch.full((n, longest), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((n, longest), dtype=torch.long)
-        for r, p in enumerate(prompts):  # left padding: every row's next token is at the end
-            if p:
-                ids[r, longest - len(p) :] = torch.tensor(p, dtype=torch.long)
-                attn[r, longest - len(p) :] = 1
+        # Prefix reuse: a row whose prompt extends a sequence this policy generated before (the
+        # same episode's previous turn) starts from that sequence's cached keys/values and only
+        # feeds the new tokens (the observation and the template framing).
+        cached = [self._prefix.lookup(k, p) for k, p in zip(keys, prompts, strict=True)]
+        lengths = [len(c.ids) if c is not None else 0 for c in cached]
+        deltas = [list(p[c:]) for p, c in zip(prompts, lengths, strict=True)]
+        cmax, dmax = max(lengths), max(map(len, deltas))
+        ids = torch.full((n, dmax), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((n, dmax), dtype=torch.long)
+        for r, d in enumerate(deltas):  # left padding: every row's next token is at the end
+            if d:
+                ids[r, dmax - len(d) :] = torch.tensor(d, dtype=torch.long)
+                attn[r, dmax - len(d) :] = 1
+        past = None
+        if cmax:
+            past, cache_mask = self._prefix.batch(cached, cmax, self.model.config, dev)
+            attn = torch.cat([cache_mask, attn], dim=1)
         ids, attn = ids.to(dev), attn.to(dev)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         gen_ids: list[list[int]] = [[] for _ in range(n)]
@@ -265,7 +363,8 @@ class HFPolicy:
         done: set[int] = set()
         next_pos = pos[:, -1]
         with torch.inference_mode():
-            out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True)
+            out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos[:, -dmax:], past_key_values=past, use_cache=True)
+            past = out.past_key_values
             for _ in range(self.max_new_tokens):
                 token, logprob = self._sample(out.logits[:, -1, :])
                 keep: list[int] = []
@@ -278,18 +377,15 @@ class HFPolicy:
                     gen_lps[r].append(float(logprob[b]))
                     if t in self.eos_ids:
                         finish[r] = ("eos", None)
-                        continue
-                    hit = self._stop_hit(gen_ids[r], stops[r], window[r])
-                    if hit is not None:
+                    elif (hit := self._stop_hit(gen_ids[r], stops[r], window[r])) is not None:
                         finish[r] = ("stop", hit)
+                    elif len(gen_ids[r]) < self.max_new_tokens:
+                        keep.append(b)
                         continue
-                    keep.append(b)
-                for b, r in enumerate(rows):
-                    if finish[r][0] != "length":
-                        done.add(r)
+                    done.add(r)  # the cache holds the prompt and all but the last token
+                    self._prefix.store(keys[r], list(prompts[r]) + gen_ids[r][:-1], past, b, attn[b])
                 if len(done) == n:
                     break
-                past = out.past_key_values
                 if len(keep) < len(rows):
                     if not hasattr(past, "batch_select_indices"):
                         keep = list(range(len(rows)))  # cannot shrink this cache: carry finished rows
@@ -307,6 +403,7 @@ class HFPolicy:
                     past_key_values=past,
                     use_cache=True,
                 )
+                past = out.past_key_values
         return self._finish(prompts, gen_ids, gen_lps, finish)
 
     def _finish(self, prompts, gen_ids, gen_lps, finish) -> list[Generation]:  # noqa: ANN001
