@@ -141,6 +141,7 @@ def _setup_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, help="tokens per action (model agents)")
     p.add_argument("--concurrency", type=int, help="requests in flight (openai agents)")
     p.add_argument("--device", help="torch device for hf agents (default: cuda if available, else cpu)")
+    p.add_argument("--threads", type=int, help="torch CPU threads for hf agents (1 is often faster on a busy machine)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--out", type=Path, help="write episodes.jsonl, summary.json and report.md here")
@@ -164,6 +165,10 @@ def _run_eval(args: argparse.Namespace) -> int:
         "seed": args.seed, "model": args.model, "temperature": args.temperature, "top_p": args.top_p,
         "max_new_tokens": args.max_new_tokens, "concurrency": args.concurrency, "device": args.device,
     }
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     agent = make_agent(args.agent, **options)
     judge = turngym.make(args.env_id, **env_kwargs)  # the family's faithfulness hook
     total = args.episodes * args.group

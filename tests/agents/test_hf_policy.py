@@ -113,3 +113,18 @@ def test_prefix_reuse_changes_nothing_but_speed(greedy: HFPolicy) -> None:
         assert [t.token_ids for t in x.turns] == [t.token_ids for t in y.turns]
         for t, u in zip(x.turns, y.turns, strict=True):
             np.testing.assert_allclose(t.logprobs, u.logprobs, atol=1e-4)
+
+
+def test_prefix_cache_is_dropped_when_the_weights_change() -> None:
+    import torch
+
+    policy = HFPolicy.from_pretrained("tiny", temperature=0.0, max_new_tokens=4)
+    prompt = policy.renderer.prompt_ids(PROMPTS[0])
+    [first] = policy.generate([prompt], cache_keys=["ep"])
+    follow_up = prompt + first.token_ids + policy.renderer.encode("<|im_end|>\n<|im_start|>user\nmore<|im_end|>\n")
+    with torch.no_grad():
+        next(policy.model.parameters()).mul_(1.5)  # what an optimizer step does
+    [second] = policy.generate([follow_up], cache_keys=["ep"])
+    assert policy._prefix.hits == 0  # the same call without the weight change would reuse the cache
+    [scores] = policy.score([follow_up + second.token_ids], [[0] * len(follow_up) + [1] * len(second.token_ids)])
+    np.testing.assert_allclose(scores, second.logprobs, atol=1e-4)  # computed with the new weights

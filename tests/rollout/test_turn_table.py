@@ -32,8 +32,11 @@ def test_groups_share_the_task_and_initial_state() -> None:
 
 
 def test_same_seeds_same_episodes(tiny: HFPolicy) -> None:
-    a = run_episodes(make_env, HFPolicy(tiny.model, tiny.tokenizer, max_new_tokens=6, seed=5), [1, 2], group_size=2)
-    b = run_episodes(make_env, HFPolicy(tiny.model, tiny.tokenizer, max_new_tokens=6, seed=5), [1, 2], group_size=2)
+    def short():
+        return turngym.make("turngym/Math-v0", max_turns=3)
+
+    a = run_episodes(short, HFPolicy(tiny.model, tiny.tokenizer, max_new_tokens=6, seed=5), [1], group_size=2)
+    b = run_episodes(short, HFPolicy(tiny.model, tiny.tokenizer, max_new_tokens=6, seed=5), [1], group_size=2)
     assert [e.to_dict() for e in a] == [e.to_dict() for e in b]
 
 
@@ -56,7 +59,7 @@ def test_history_window_limits_the_prompt() -> None:
 
 
 def test_turn_table_columns(tiny: HFPolicy) -> None:
-    eps = run_episodes(make_env, tiny, [0, 1], group_size=2)
+    eps = run_episodes(lambda: turngym.make("turngym/Math-v0", max_turns=3), tiny, [0, 1], group_size=2)
     table = to_turn_table(eps)
     n = sum(len(e.turns) for e in eps)
     assert {len(v) for v in table.values()} == {n}

@@ -266,6 +266,7 @@ class HFPolicy:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
         self.max_positions = getattr(model.config, "max_position_embeddings", None)
         self._prefix = PrefixCache(int(prefix_cache_mb) << 20)
+        self._weights_seen = self._weights_version()
 
     @classmethod
     def from_pretrained(
@@ -287,6 +288,15 @@ class HFPolicy:
         return cls(model, tokenizer, **kwargs)
 
     # ------------------------------------------------------------------ policy
+    def clear_prefix_cache(self) -> None:
+        """Forget every cached sequence (done automatically when the weights change)."""
+        self._prefix = PrefixCache(self._prefix.max_bytes)
+
+    def _weights_version(self) -> int:
+        # In-place updates (optimizer.step, load_state_dict) bump each tensor's version counter,
+        # so cached keys/values computed with older weights are never reused.
+        return sum(p._version for p in self.model.parameters())
+
     def act(self, batch: Sequence[AgentInput]) -> list[Action]:
         prompts = [self.renderer.prompt_ids(inp.messages, inp.action_token_ids) for inp in batch]
         gens = self.generate(prompts, [inp.stop for inp in batch], [inp.episode_id for inp in batch])
@@ -313,6 +323,10 @@ class HFPolicy:
         ``cache_keys`` (e.g. episode ids) enable prefix reuse: when a later prompt with the
         same key extends the sequence generated now, its cached keys/values are reused.
         """
+        version = self._weights_version()
+        if version != self._weights_seen:
+            self.clear_prefix_cache()
+            self._weights_seen = version
         stops = list(stops) if stops is not None else [()] * len(prompts)
         keys = list(cache_keys) if cache_keys is not None else [""] * len(prompts)
         out: list[Generation] = []
