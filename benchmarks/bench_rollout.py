@@ -127,12 +127,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"meta": meta, "rows": rows}, indent=2))
         return 0
-    print(f"model {args.model} ({meta['parameters'] / 1e6:.1f}M params) on {meta['device']}, "
-          f"{meta['torch_threads']} torch threads, load avg {meta['load_avg_1m']:.1f}")
-    print(f"{'batch':>5} {'episodes':>8} {'turns':>6} {'tokens':>7} {'wall s':>8} {'turns/s':>8} {'tok/s':>8} {'env %':>6} {'render %':>8}")
+    print(
+        f"model {args.model} ({meta['parameters'] / 1e6:.1f}M params) on {meta['device']}, "
+        f"{meta['torch_threads']} torch threads, load avg {meta['load_avg_1m']:.1f}"
+    )
+    print(
+        f"{'batch':>5} {'episodes':>8} {'turns':>6} {'tokens':>7} {'wall s':>8} {'turns/s':>8} {'tok/s':>8} {'env %':>6} {'render %':>8}"
+    )
     for r in rows:
-        print(f"{r['batch']:>5} {r['episodes']:>8} {r['turns']:>6} {r['generated_tokens']:>7} {r['wall_s']:>8.2f} "
-              f"{r['turns_per_s']:>8.2f} {r['tokens_per_s']:>8.1f} {100 * r['env_share']:>6.2f} {100 * r['render_share']:>8.2f}")
+        print(
+            f"{r['batch']:>5} {r['episodes']:>8} {r['turns']:>6} {r['generated_tokens']:>7} {r['wall_s']:>8.2f} "
+            f"{r['turns_per_s']:>8.2f} {r['tokens_per_s']:>8.1f} {100 * r['env_share']:>6.2f} {100 * r['render_share']:>8.2f}"
+        )
     print(f"env alone (oracle agent, batch 32): {meta['oracle_env_turns_per_s']:.0f} turns/s")
     return 0
 

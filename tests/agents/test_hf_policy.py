@@ -99,12 +99,14 @@ def test_importing_turngym_does_not_import_torch() -> None:
 
 def test_prefix_reuse_changes_nothing_but_speed(greedy: HFPolicy) -> None:
     import turngym
-    from turngym.rollout import run_episodes
+    from turngym.rollout import run_episodes, run_tree
+
+    def make_env():
+        return turngym.make("turngym/Math-v0", max_turns=3)
 
     def rollout(mb: int):
         policy = HFPolicy(greedy.model, greedy.tokenizer, temperature=0.0, max_new_tokens=8, prefix_cache_mb=mb)
-        eps = run_episodes(lambda: turngym.make("turngym/Math-v0", max_turns=3), policy, [0, 1, 2])
-        return policy, eps
+        return policy, run_episodes(make_env, policy, [0, 1, 2])
 
     cold, a = rollout(0)
     warm, b = rollout(64)
@@ -113,6 +115,14 @@ def test_prefix_reuse_changes_nothing_but_speed(greedy: HFPolicy) -> None:
         assert [t.token_ids for t in x.turns] == [t.token_ids for t in y.turns]
         for t, u in zip(x.turns, y.turns, strict=True):
             np.testing.assert_allclose(t.logprobs, u.logprobs, atol=1e-4)
+    sampler = HFPolicy(greedy.model, greedy.tokenizer, max_new_tokens=6, seed=0)
+    tree = run_tree(make_env, sampler, [0], branching=(2, 2))
+    non_root = {t.node for e in tree.episodes for t in e.turns if t.parent != -1}
+    assert sampler._prefix.hits == len(non_root)  # every child reuses its parent's sequence
+    for ep in tree.episodes:  # children reuse their own parent's cache: scores still match
+        t = ep.turns[-1]
+        [scores] = sampler.score([t.prompt_ids + t.token_ids], [[0] * len(t.prompt_ids) + [1] * len(t.token_ids)])
+        np.testing.assert_allclose(scores, t.logprobs, atol=1e-4)
 
 
 def test_prefix_cache_is_dropped_when_the_weights_change() -> None:
@@ -120,11 +130,11 @@ def test_prefix_cache_is_dropped_when_the_weights_change() -> None:
 
     policy = HFPolicy.from_pretrained("tiny", temperature=0.0, max_new_tokens=4)
     prompt = policy.renderer.prompt_ids(PROMPTS[0])
-    [first] = policy.generate([prompt], cache_keys=["ep"])
+    [first] = policy.generate([prompt])
     follow_up = prompt + first.token_ids + policy.renderer.encode("<|im_end|>\n<|im_start|>user\nmore<|im_end|>\n")
     with torch.no_grad():
         next(policy.model.parameters()).mul_(1.5)  # what an optimizer step does
-    [second] = policy.generate([follow_up], cache_keys=["ep"])
+    [second] = policy.generate([follow_up], reusable=[len(prompt) + len(first.token_ids) - 1])
     assert policy._prefix.hits == 0  # the same call without the weight change would reuse the cache
     [scores] = policy.score([follow_up + second.token_ids], [[0] * len(follow_up) + [1] * len(second.token_ids)])
     np.testing.assert_allclose(scores, second.logprobs, atol=1e-4)  # computed with the new weights

@@ -116,7 +116,9 @@ def make_env():
 
 def test_actions_keep_the_stop_string_and_send_sampling_options(server, monkeypatch) -> None:
     monkeypatch.setenv("TURNGYM_TEST_KEY", "sk-test")
-    policy = OpenAIPolicy(server.url, model="double", api_key_env="TURNGYM_TEST_KEY", temperature=0.3, max_new_tokens=40, seed=7)
+    policy = OpenAIPolicy(
+        server.url, model="double", api_key_env="TURNGYM_TEST_KEY", temperature=0.3, max_new_tokens=40, seed=7
+    )
     inp = AgentInput([{"role": "user", "content": "Ava has 3 bags with 4 apples."}], stop=("</calc>", "</answer>"))
     [a1, a2] = policy.act([inp, inp])
     assert a1.text == "<calc>3 + 4</calc>" and a1.meta["stop_appended"] == "</calc>"
@@ -174,8 +176,21 @@ def test_concurrency_limit_is_respected(server) -> None:
 
 
 def test_eval_cli_against_the_server(server, tmp_path, capsys) -> None:
-    rc = main(["eval", "turngym/Math-v0", "--agent", f"openai:{server.url}", "--model", "double",
-               "--episodes", "8", "--json", "--out", str(tmp_path)])
+    rc = main(
+        [
+            "eval",
+            "turngym/Math-v0",
+            "--agent",
+            f"openai:{server.url}",
+            "--model",
+            "double",
+            "--episodes",
+            "8",
+            "--json",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert rc == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["episodes"] == 8 and summary["mean_turns"] == 2.0 and summary["invalid_action_rate"] == 0.0

@@ -43,7 +43,9 @@ class OddTokenizationPolicy:
             if self.calls % 2 == 0:
                 ids.append(self.tok.eos_token_id)
             self.calls += 1
-            out.append(Action(self.tok.decode(ids, skip_special_tokens=True), token_ids=ids, logprobs=[-0.5] * len(ids)))
+            out.append(
+                Action(self.tok.decode(ids, skip_special_tokens=True), token_ids=ids, logprobs=[-0.5] * len(ids))
+            )
         return out
 
 

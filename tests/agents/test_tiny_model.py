@@ -7,8 +7,14 @@ import os
 
 from turngym.agents.tiny import TinyModelConfig, build_tiny_model, task_corpus
 
-SMALL = TinyModelConfig(vocab_size=600, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                        num_attention_heads=2, episodes_per_env=16)
+SMALL = TinyModelConfig(
+    vocab_size=600,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    episodes_per_env=16,
+)
 
 
 def test_builds_a_loadable_hf_model_directory(tmp_path) -> None:
@@ -25,7 +31,9 @@ def test_builds_a_loadable_hf_model_directory(tmp_path) -> None:
     assert chat == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert tok.eos_token == "<|im_end|>" and model.generation_config.eos_token_id == tok.eos_token_id
     provenance = json.loads((path / "turngym_tiny.json").read_text())
-    assert provenance["env_ids"] == ["turngym/Math-v0"] and provenance["parameters"] == sum(p.numel() for p in model.parameters())
+    assert provenance["env_ids"] == ["turngym/Math-v0"] and provenance["parameters"] == sum(
+        p.numel() for p in model.parameters()
+    )
 
 
 def test_build_is_deterministic_and_cached(tmp_path) -> None:

@@ -13,7 +13,21 @@ from turngym.rollout import Episode, Turn, run_episodes, summarize
 
 
 def test_oracle_eval_reports_full_success_and_faithfulness(tmp_path, capsys) -> None:
-    rc = main(["eval", "turngym/Math-v0", "--agent", "oracle", "--episodes", "12", "--group", "2", "--json", "--out", str(tmp_path)])
+    rc = main(
+        [
+            "eval",
+            "turngym/Math-v0",
+            "--agent",
+            "oracle",
+            "--episodes",
+            "12",
+            "--group",
+            "2",
+            "--json",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert rc == 0
     s = json.loads(capsys.readouterr().out)
     assert s["episodes"] == 24 and s["success_rate"] == 1.0 and s["success_ci95"][1] == 1.0
@@ -44,7 +58,9 @@ def test_math_faithfulness_separates_tool_use_from_guessing() -> None:
     guessed = run_episodes(lambda: turngym.make("turngym/Math-v0"), Guesser(), range(10))
     s = summarize(guessed, faithfulness=env.faithfulness)
     assert s.success_rate == 1.0 and s.faithfulness == 0.0  # accuracy hides unfaithful tool use
-    failed = Episode("e", "", "t", 0, "obs", turns=[Turn(0, "x", "o", 0.0, True, False, {}, "k", "k")], outcome={"success": False})
+    failed = Episode(
+        "e", "", "t", 0, "obs", turns=[Turn(0, "x", "o", 0.0, True, False, {}, "k", "k")], outcome={"success": False}
+    )
     assert env.faithfulness(failed) is None
 
 

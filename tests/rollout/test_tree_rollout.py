@@ -61,7 +61,13 @@ def test_restoring_a_snapshot_gives_the_same_continuation() -> None:
             fresh.restore(tree.snapshots[(ep.group, t.parent)])
             obs, reward, term, trunc, info = fresh.step(t.action)
             assert (obs, reward, term, trunc, info["state_key"], info["signals"]) == (
-                t.observation, t.reward, t.terminated, t.truncated, t.state_key, t.signals)
+                t.observation,
+                t.reward,
+                t.terminated,
+                t.truncated,
+                t.state_key,
+                t.signals,
+            )
             checked += 1
     assert checked >= 4
 

@@ -101,7 +101,10 @@ def test_infra_episodes_can_be_dropped() -> None:
         name = "flaky"
 
         def act(self, batch):
-            return [Action("", meta={"infra_error": "down"}) if i == 1 else Action("<answer>0</answer>") for i in range(len(batch))]
+            return [
+                Action("", meta={"infra_error": "down"}) if i == 1 else Action("<answer>0</answer>")
+                for i in range(len(batch))
+            ]
 
     eps = run_episodes(make_env, Flaky(), [0, 1])
     assert [e.infra_error for e in eps] == [None, "policy: down"]
@@ -119,4 +122,6 @@ def test_jsonl_round_trip_is_lossless(tmp_path, tiny: HFPolicy) -> None:
     assert [e.to_dict() for e in back] == [e.to_dict() for e in eps]
     assert back[0].turns[0].logprobs == eps[0].turns[0].logprobs  # floats bit-exact
     for name in ("input_ids", "loss_mask", "logprobs"):
-        assert getattr(render_episode(back[0], tiny.tokenizer), name) == getattr(render_episode(eps[0], tiny.tokenizer), name)
+        assert getattr(render_episode(back[0], tiny.tokenizer), name) == getattr(
+            render_episode(eps[0], tiny.tokenizer), name
+        )

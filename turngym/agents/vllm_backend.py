@@ -54,7 +54,9 @@ class VLLMPolicy:
         self._requests = 0
 
     @classmethod
-    def from_pretrained(cls, path: str | Path | None = None, *, engine_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> VLLMPolicy:
+    def from_pretrained(
+        cls, path: str | Path | None = None, *, engine_kwargs: dict[str, Any] | None = None, **kwargs: Any
+    ) -> VLLMPolicy:
         """Start an engine on ``path`` (``"tiny"``, ``"smollm2"`` or a model directory)."""
         try:
             from vllm import LLM

@@ -23,7 +23,9 @@ from turngym.rollout.types import Episode, Turn
 __all__ = ["run_episodes", "record_turn", "new_episode"]
 
 
-def new_episode(env: Any, obs: str, info: dict[str, Any], *, episode_id: str, env_id: str, seed: int | None, group: str) -> Episode:
+def new_episode(
+    env: Any, obs: str, info: dict[str, Any], *, episode_id: str, env_id: str, seed: int | None, group: str
+) -> Episode:
     """An empty :class:`Episode` for an env just reset (system prompt and stop strings from the env)."""
     raw = getattr(env, "unwrapped", env)
     return Episode(
@@ -50,9 +52,7 @@ def agent_input(ep: Episode, env: Any, history: int | None) -> AgentInput:
     )
 
 
-def record_turn(
-    ep: Episode, env: Any, action: Action, prev_key: str, *, node: int, parent: int
-) -> tuple[Turn, bool]:
+def record_turn(ep: Episode, env: Any, action: Action, prev_key: str, *, node: int, parent: int) -> tuple[Turn, bool]:
     """Step ``env`` with ``action`` (unless the policy's infrastructure failed) and record the turn.
 
     Returns the turn and whether the episode ended. A policy-side infrastructure failure
@@ -62,9 +62,19 @@ def record_turn(
     infra = action.meta.get("infra_error")
     if infra:
         turn = Turn(
-            index=len(ep.turns), action=action.text, observation="", reward=0.0, terminated=True, truncated=False,
-            signals={}, state_key=prev_key, prev_state_key=prev_key, action_valid=True,
-            infra_error=f"policy: {infra}", node=node, parent=parent,
+            index=len(ep.turns),
+            action=action.text,
+            observation="",
+            reward=0.0,
+            terminated=True,
+            truncated=False,
+            signals={},
+            state_key=prev_key,
+            prev_state_key=prev_key,
+            action_valid=True,
+            infra_error=f"policy: {infra}",
+            node=node,
+            parent=parent,
         )
         ep.turns.append(turn)
         ep.outcome = {"reward": 0.0, "success": False, "reason": "infra_error"}
@@ -155,7 +165,9 @@ def run_episodes(
         slots = list(active)
         actions = policy.act([agent_input(active[s][1], envs[s], history) for s in slots])
         if len(actions) != len(slots):
-            raise ConfigError(f"{getattr(policy, 'name', policy)!r} returned {len(actions)} actions for {len(slots)} inputs")
+            raise ConfigError(
+                f"{getattr(policy, 'name', policy)!r} returned {len(actions)} actions for {len(slots)} inputs"
+            )
         for slot, action in zip(slots, actions, strict=True):
             j, ep, prev_key, parent = active[slot]
             node = node_counter.get(ep.group, 0)

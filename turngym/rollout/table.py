@@ -89,10 +89,28 @@ def to_turn_table(
             return -1
         return node_ids.setdefault((group, node), len(node_ids))
 
-    cols: dict[str, list] = {k: [] for k in (
-        "episode", "episode_id", "group", "turn", "reward", "episode_return", "state_key", "prev_state_key",
-        "node", "parent", "terminated", "truncated", "last", "action_valid", "infra_error", "correct", "num_tokens",
-    )}
+    cols: dict[str, list] = {
+        k: []
+        for k in (
+            "episode",
+            "episode_id",
+            "group",
+            "turn",
+            "reward",
+            "episode_return",
+            "state_key",
+            "prev_state_key",
+            "node",
+            "parent",
+            "terminated",
+            "truncated",
+            "last",
+            "action_valid",
+            "infra_error",
+            "correct",
+            "num_tokens",
+        )
+    }
     signals: dict[str, list[float]] = {k: [] for k in signal_names}
     for e, ep in enumerate(eps):
         group = ep.group or ep.episode_id

@@ -81,7 +81,9 @@ class Episode:
                 msgs.append({"role": "user", "content": t.observation})
         return msgs
 
-    def context(self, upto: int | None = None, history: int | None = None) -> tuple[list[dict[str, str]], list[list[int] | None]]:
+    def context(
+        self, upto: int | None = None, history: int | None = None
+    ) -> tuple[list[dict[str, str]], list[list[int] | None]]:
         """What the policy sees before turn ``upto`` (default: the next turn).
 
         Returns the messages (system, first observation, then the last ``history`` turns as
