@@ -183,6 +183,7 @@ def _run_eval(args: argparse.Namespace) -> int:
         history=args.history,
         env_id=args.env_id,
         on_episode=lambda ep: bar.update(1),
+        on_turn=lambda ep, turn: _count_turn(bar),
     )
     wall = time.perf_counter() - t0
     bar.close()
@@ -201,6 +202,12 @@ def _run_eval(args: argparse.Namespace) -> int:
     else:
         print(_markdown(summary))
     return 0
+
+
+def _count_turn(bar: Any) -> None:
+    bar.turns = getattr(bar, "turns", 0) + 1
+    if not bar.disable:
+        bar.set_postfix(turns=bar.turns, refresh=False)
 
 
 def _markdown(s: Any) -> str:

@@ -116,6 +116,7 @@ def run_episodes(
     env_id: str = "",
     tasks: Sequence[Any] | None = None,
     on_episode: Callable[[Episode], None] | None = None,
+    on_turn: Callable[[Episode, Turn], None] | None = None,
 ) -> list[Episode]:
     """Play ``group_size`` episodes per seed with ``policy``, ``batch_size`` envs in lockstep.
 
@@ -129,6 +130,8 @@ def run_episodes(
             the last k turns, verl-agent style). Render training samples with the same k.
         tasks: optional task (or task id) per seed, passed as ``options={"task": ...}``.
         on_episode: called as each episode finishes (progress bars, streaming writers).
+        on_turn: called after every turn (progress on long lockstep runs, where all episodes
+            tend to finish together).
 
     Returns:
         The episodes in order: group by group, ``group_size`` consecutive episodes per seed.
@@ -173,6 +176,8 @@ def run_episodes(
             node = node_counter.get(ep.group, 0)
             node_counter[ep.group] = node + 1
             turn, ended = record_turn(ep, envs[slot], action, prev_key, node=node, parent=parent)
+            if on_turn is not None:
+                on_turn(ep, turn)
             if ended:
                 results[j] = ep
                 del active[slot]
