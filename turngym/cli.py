@@ -208,6 +208,7 @@ def _count_turn(bar: Any) -> None:
     bar.turns = getattr(bar, "turns", 0) + 1
     if not bar.disable:
         bar.set_postfix(turns=bar.turns, refresh=False)
+        bar.update(0)  # redraws at most every mininterval
 
 
 def _markdown(s: Any) -> str:

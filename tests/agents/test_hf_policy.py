@@ -111,6 +111,7 @@ def test_prefix_reuse_changes_nothing_but_speed(greedy: HFPolicy) -> None:
     cold, a = rollout(0)
     warm, b = rollout(64)
     assert cold._prefix.hits == 0 and warm._prefix.hits == sum(len(e.turns) - 1 for e in b) > 0
+    assert len(warm._prefix.entries) == len(b)  # consumed on reuse: one (the last) sequence per episode
     for x, y in zip(a, b, strict=True):
         assert [t.token_ids for t in x.turns] == [t.token_ids for t in y.turns]
         for t, u in zip(x.turns, y.turns, strict=True):

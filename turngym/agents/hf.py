@@ -167,18 +167,29 @@ class PrefixCache:
         self.hits = 0
         self.reused_tokens = 0
 
-    def lookup(self, prompt: Sequence[int], length: int) -> _Cached | None:
-        """The cached sequence equal to ``prompt[:length]``, if any (``0 < length < len(prompt)``)."""
-        if not 0 < length < len(prompt) or not self.entries:
-            return None
-        key = tuple(prompt[:length])
-        entry = self.entries.get(key)
-        if entry is None:
-            return None
-        self.entries.move_to_end(key)
-        self.hits += 1
-        self.reused_tokens += length
-        return entry
+    def take(self, prompts: Sequence[Sequence[int]], lengths: Sequence[int]) -> list[_Cached | None]:
+        """For each prompt, the cached sequence equal to ``prompt[:length]`` (or None).
+
+        Entries found are consumed: each caller extends its sequence and stores the longer
+        one, which supersedes it, so the cache holds about one entry per live episode and
+        round-robin batches never thrash it. Tree siblings share one lookup batch, so they
+        all find their parent before it is dropped.
+        """
+        found: list[_Cached | None] = []
+        used: set[tuple[int, ...]] = set()
+        for prompt, length in zip(prompts, lengths, strict=True):
+            entry = None
+            if 0 < length < len(prompt) and self.entries:
+                key = tuple(prompt[:length])
+                entry = self.entries.get(key)
+                if entry is not None:
+                    used.add(key)
+                    self.hits += 1
+                    self.reused_tokens += length
+            found.append(entry)
+        for key in used:
+            self.nbytes -= self.entries.pop(key).nbytes
+        return found
 
     def store(self, ids: list[int], past: Any, row: int, mask: Any) -> None:
         if self.max_bytes <= 0 or not hasattr(past, "layers"):
@@ -250,7 +261,7 @@ class HFPolicy:
         max_new_tokens: int = 128,
         seed: int = 0,
         max_batch_size: int = 64,
-        prefix_cache_mb: int = 512,
+        prefix_cache_mb: int = 2048,
         name: str = "hf",
     ) -> None:
         import torch
@@ -375,7 +386,7 @@ class HFPolicy:
         # Prefix reuse: a row whose prompt extends a sequence this policy generated before (the
         # previous turn of its episode or tree path) starts from that sequence's cached
         # keys/values and only feeds the new tokens (the observation and the template framing).
-        cached = [self._prefix.lookup(p, k) for p, k in zip(prompts, reusable, strict=True)]
+        cached = self._prefix.take(prompts, reusable)
         lengths = [len(c.ids) if c is not None else 0 for c in cached]
         deltas = [list(p[c:]) for p, c in zip(prompts, lengths, strict=True)]
         cmax, dmax = max(lengths), max(map(len, deltas))
