@@ -186,6 +186,8 @@ def _run_eval(args: argparse.Namespace) -> int:
         on_turn=lambda ep, turn: _count_turn(bar),
     )
     wall = time.perf_counter() - t0
+    if not bar.disable:
+        bar.set_postfix(turns=getattr(bar, "turns", 0))
     bar.close()
     summary = summarize(episodes, env_id=args.env_id, agent=args.agent, faithfulness=judge.faithfulness)
     if summary.faithfulness is None and type(judge).faithfulness is not turngym.TurngymEnv.faithfulness:
@@ -205,10 +207,14 @@ def _run_eval(args: argparse.Namespace) -> int:
 
 
 def _count_turn(bar: Any) -> None:
+    """Show turns done: lockstep episodes tend to finish together, so episodes alone look stuck."""
+    import time
+
     bar.turns = getattr(bar, "turns", 0) + 1
-    if not bar.disable:
-        bar.set_postfix(turns=bar.turns, refresh=False)
-        bar.update(0)  # redraws at most every mininterval
+    now = time.monotonic()
+    if not bar.disable and now - getattr(bar, "last_turn_draw", 0.0) > 0.5:
+        bar.last_turn_draw = now
+        bar.set_postfix(turns=bar.turns)
 
 
 def _markdown(s: Any) -> str:
