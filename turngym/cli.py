@@ -126,10 +126,23 @@ def _run_play(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------- eval
 def _setup_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("env_id")
-    p.add_argument("--agent", default="oracle", help="agent spec: oracle, random, ... (default: oracle)")
-    p.add_argument("--episodes", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0, help="seed of the first episode; episode i uses seed+i")
+    p.add_argument(
+        "--agent",
+        default="oracle",
+        help="agent spec: oracle, random, hf[:tiny|smollm2|DIR], openai:BASE_URL (with --model), vllm:DIR (default: oracle)",
+    )
+    p.add_argument("--episodes", type=int, default=100, help="number of tasks (seeds)")
+    p.add_argument("--group", type=int, default=1, metavar="G", help="episodes per task sharing its initial state (reports pass@G)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the first task; task i uses seed+i")
     p.add_argument("--batch-size", type=int, default=32, help="envs stepped in lockstep per policy call")
+    p.add_argument("--history", type=int, help="turns of history in each prompt (default: all)")
+    p.add_argument("--model", help="model name for openai: agents")
+    p.add_argument("--temperature", type=float, help="sampling temperature (model agents; 0 = greedy)")
+    p.add_argument("--top-p", type=float, help="nucleus sampling mass (model agents)")
+    p.add_argument("--max-new-tokens", type=int, help="tokens per action (model agents)")
+    p.add_argument("--concurrency", type=int, help="requests in flight (openai agents)")
+    p.add_argument("--device", help="torch device for hf agents (default: cuda if available, else cpu)")
+    p.add_argument("--threads", type=int, help="torch CPU threads for hf agents (1 is often faster on a busy machine)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--out", type=Path, help="write episodes.jsonl, summary.json and report.md here")
@@ -137,28 +150,51 @@ def _setup_eval(p: argparse.ArgumentParser) -> None:
 
 
 def _run_eval(args: argparse.Namespace) -> int:
+    import time
+
     from tqdm import tqdm
 
     import turngym
     from turngym.agents import make_agent
     from turngym.rollout import run_episodes, save_episodes, summarize
 
-    if args.episodes < 1:
-        raise SystemExit("error: --episodes must be >= 1")
+    if args.episodes < 1 or args.group < 1:
+        raise SystemExit("error: --episodes and --group must be >= 1")
     env_kwargs = _parse_kv(args.env_arg)
     turngym.env_info(args.env_id)  # fail fast, with "did you mean", before building agents
-    agent = make_agent(args.agent, seed=args.seed)
-    bar = tqdm(total=args.episodes, desc=f"{args.agent} on {args.env_id}", disable=args.quiet or args.json, file=sys.stderr)
+    options = {
+        "seed": args.seed, "model": args.model, "temperature": args.temperature, "top_p": args.top_p,
+        "max_new_tokens": args.max_new_tokens, "concurrency": args.concurrency, "device": args.device,
+    }
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    agent = make_agent(args.agent, **options)
+    judge = turngym.make(args.env_id, **env_kwargs)  # the family's faithfulness hook
+    total = args.episodes * args.group
+    bar = tqdm(total=total, desc=f"{args.agent} on {args.env_id}", unit="ep", disable=args.quiet or args.json, file=sys.stderr)
+    t0 = time.perf_counter()
     episodes = run_episodes(
         lambda: turngym.make(args.env_id, **env_kwargs),
         agent,
         [args.seed + i for i in range(args.episodes)],
         batch_size=args.batch_size,
+        group_size=args.group,
+        history=args.history,
         env_id=args.env_id,
         on_episode=lambda ep: bar.update(1),
+        on_turn=lambda ep, turn: _count_turn(bar),
     )
+    wall = time.perf_counter() - t0
+    if not bar.disable:
+        bar.set_postfix(turns=getattr(bar, "turns", 0))
     bar.close()
-    summary = summarize(episodes, env_id=args.env_id, agent=args.agent)
+    summary = summarize(episodes, env_id=args.env_id, agent=args.agent, faithfulness=judge.faithfulness)
+    if summary.faithfulness is None and type(judge).faithfulness is not turngym.TurngymEnv.faithfulness:
+        summary.extra["faithfulness"] = "n/a (no successful episodes)"
+    summary.extra["wall_s"] = round(wall, 2)
+    summary.extra["turns_per_s"] = round(sum(len(ep.turns) for ep in episodes) / wall, 2) if wall > 0 else None
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         save_episodes(episodes, args.out / "episodes.jsonl")
@@ -169,6 +205,17 @@ def _run_eval(args: argparse.Namespace) -> int:
     else:
         print(_markdown(summary))
     return 0
+
+
+def _count_turn(bar: Any) -> None:
+    """Show turns done: lockstep episodes tend to finish together, so episodes alone look stuck."""
+    import time
+
+    bar.turns = getattr(bar, "turns", 0) + 1
+    now = time.monotonic()
+    if not bar.disable and now - getattr(bar, "last_turn_draw", 0.0) > 0.5:
+        bar.last_turn_draw = now
+        bar.set_postfix(turns=bar.turns)
 
 
 def _markdown(s: Any) -> str:
@@ -184,6 +231,10 @@ def _markdown(s: Any) -> str:
         f"| mean turns | {s.mean_turns:.2f} |",
         f"| invalid-action rate | {s.invalid_action_rate:.3f} |",
     ]
+    if s.faithfulness is not None:
+        lines.append(f"| faithfulness (of {s.faithfulness_n} successful episodes) | {s.faithfulness:.3f} |")
+    if s.mean_generated_tokens is not None:
+        lines.append(f"| mean generated tokens per action | {s.mean_generated_tokens:.1f} |")
     lines += [f"| signal `{k}` (mean per turn) | {v:.3f} |" for k, v in s.signal_means.items()]
     lines += [f"| {k} | {v} |" for k, v in s.extra.items()]
     return "\n".join(lines) + "\n"

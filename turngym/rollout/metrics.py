@@ -7,7 +7,7 @@ they say nothing about the agent (DESIGN.md: infra errors are never a reward of 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -28,7 +28,9 @@ def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float,
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    lo = 0.0 if successes == 0 else max(0.0, centre - half)  # exact ends: no 0.9999999999999999
+    hi = 1.0 if successes == n else min(1.0, centre + half)
+    return (lo, hi)
 
 
 @dataclass
@@ -46,14 +48,32 @@ class EvalSummary:
     mean_turns: float
     invalid_action_rate: float
     signal_means: dict[str, float] = field(default_factory=dict)
+    faithfulness: float | None = None
+    faithfulness_n: int = 0
+    mean_generated_tokens: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def summarize(episodes: Sequence[Episode], *, env_id: str = "", agent: str = "") -> EvalSummary:
-    """Success rate (with a 95% CI), return, turns, invalid-action rate and signal means."""
+def summarize(
+    episodes: Sequence[Episode],
+    *,
+    env_id: str = "",
+    agent: str = "",
+    faithfulness: Callable[[Episode], float | None] | None = None,
+) -> EvalSummary:
+    """Success rate (with a 95% CI), return, turns, invalid-action rate and signal means.
+
+    Args:
+        faithfulness: the env family's per-episode figure (``env.faithfulness``); the summary
+            reports its mean over the episodes where it applies (it returns a number).
+
+    With groups of G > 1 episodes per task, ``extra["pass@G"]`` is the fraction of groups with
+    at least one success. The CI treats episodes as independent, which groups are not: read it
+    as a lower bound on the uncertainty there.
+    """
     scored = [ep for ep in episodes if ep.infra_error is None]
     n = len(scored)
     wins = sum(ep.success for ep in scored)
@@ -62,6 +82,15 @@ def summarize(episodes: Sequence[Episode], *, env_id: str = "", agent: str = "")
     for t in turns:
         for k, v in t.signals.items():
             sig_sum[k] = sig_sum.get(k, 0.0) + float(v)
+    faith = [f for f in (faithfulness(ep) for ep in scored) if f is not None] if faithfulness else []
+    gen = [len(t.token_ids) for t in turns if t.token_ids is not None]
+    extra: dict[str, Any] = {}
+    groups: dict[str, list[bool]] = {}
+    for ep in scored:
+        groups.setdefault(ep.group or ep.episode_id, []).append(ep.success)
+    sizes = {len(g) for g in groups.values()}
+    if len(sizes) == 1 and (size := sizes.pop()) > 1:
+        extra[f"pass@{size}"] = sum(any(g) for g in groups.values()) / len(groups)
     return EvalSummary(
         env_id=env_id,
         agent=agent,
@@ -74,4 +103,8 @@ def summarize(episodes: Sequence[Episode], *, env_id: str = "", agent: str = "")
         mean_turns=len(turns) / n if n else 0.0,
         invalid_action_rate=sum(not t.action_valid for t in turns) / len(turns) if turns else 0.0,
         signal_means={k: v / len(turns) for k, v in sig_sum.items()},
+        faithfulness=sum(faith) / len(faith) if faith else None,
+        faithfulness_n=len(faith),
+        mean_generated_tokens=sum(gen) / len(gen) if gen else None,
+        extra=extra,
     )

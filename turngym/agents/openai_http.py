@@ -1,0 +1,235 @@
+"""OpenAI-compatible chat-completions backend: benchmark any served model.
+
+Works against vLLM's and llama.cpp's servers, SGLang, and hosted APIs: ``POST
+{base_url}/chat/completions`` with the conversation, the env's stop strings and the sampling
+options. Requests of one ``act`` batch run concurrently (at most ``concurrency`` in flight);
+transient failures (connection errors, timeouts, 408/409/429/5xx) are retried with exponential
+backoff and jitter, honouring ``Retry-After``. When a request still fails, its action carries
+``meta["infra_error"]`` and the rollout ends that episode *unscored* — a dead server is never
+scored as a wrong answer. Errors that retrying cannot fix (401, 404, 400: a wrong key, model
+name or URL) raise :class:`~turngym.core.errors.ConfigError` at once.
+
+Stop strings: the OpenAI API strips the matched stop string from the reply, but an action
+such as ``<calc>2+3`` is incomplete without ``</calc>``. The policy appends it back: the
+server's ``stop_reason`` when it reports one (vLLM does), else the closing tag whose opening
+tag appears last in the reply. With vLLM, ``extra_body={"include_stop_str_in_output": True,
+"return_tokens_as_token_ids": True}`` and ``logprobs=True`` make the server return the exact
+text, token ids and log-probs instead.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+
+from turngym.agents.base import Action, AgentInput
+from turngym.core.errors import ConfigError
+
+__all__ = ["OpenAIPolicy", "RETRY_STATUS"]
+
+#: HTTP statuses worth retrying (transient by nature).
+RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+_TOKEN_ID = re.compile(r"^token_id:(\d+)$")
+_OPEN_TAG = re.compile(r"^</([A-Za-z_][\w-]*)>$")
+
+
+class OpenAIPolicy:
+    """A policy that asks an OpenAI-compatible server for each action.
+
+    Args:
+        base_url: e.g. ``http://127.0.0.1:8000/v1``.
+        model: the served model name.
+        api_key_env: environment variable holding the API key (no header when unset, as
+            local servers expect).
+        temperature, top_p, max_new_tokens: sampling (``max_new_tokens`` → ``max_tokens``).
+        seed: if set, request ``i`` of this policy sends ``seed + i`` (reproducible where the
+            server honours seeds, and still different samples for the members of a group).
+        timeout: seconds per request (connect: at most 10).
+        max_retries: retries after the first attempt for transient failures.
+        backoff: first retry delay in seconds; doubles each retry (with jitter), capped at 30.
+        concurrency: requests in flight at once.
+        logprobs: ask for per-token log-probs (``Action.logprobs``).
+        extra_body: more JSON fields for every request (server extensions).
+        transport: an ``httpx`` transport (tests pass ``httpx.MockTransport``).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str = "default",
+        api_key_env: str = "OPENAI_API_KEY",
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 256,
+        seed: int | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 4,
+        backoff: float = 0.5,
+        concurrency: int = 8,
+        logprobs: bool = False,
+        extra_body: Mapping[str, Any] | None = None,
+        transport: httpx.BaseTransport | None = None,
+        name: str | None = None,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"base_url must start with http:// or https://, got {base_url!r}")
+        if concurrency < 1 or max_retries < 0 or timeout <= 0:
+            raise ConfigError(
+                f"need concurrency >= 1, max_retries >= 0, timeout > 0; got {concurrency}, {max_retries}, {timeout}"
+            )
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.name = name or f"openai:{model}"
+        self.temperature, self.top_p, self.max_new_tokens = temperature, top_p, max_new_tokens
+        self.seed = seed
+        self.max_retries, self.backoff, self.concurrency = max_retries, backoff, concurrency
+        self.logprobs = logprobs
+        self.extra_body = dict(extra_body or {})
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get(api_key_env)
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        self._client = httpx.Client(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=httpx.Timeout(timeout, connect=min(10.0, timeout)),
+            limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
+            transport=transport,
+        )
+        self._jitter = random.Random(seed)
+        self._lock = threading.Lock()
+        self._requests = 0
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> OpenAIPolicy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ policy
+    def act(self, batch: Sequence[AgentInput]) -> list[Action]:
+        start = self._requests
+        self._requests += len(batch)
+        jobs = [(inp, start + i) for i, inp in enumerate(batch)]
+        if len(jobs) == 1 or self.concurrency == 1:
+            return [self._act_one(inp, i) for inp, i in jobs]
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(jobs))) as pool:
+            return list(pool.map(lambda job: self._act_one(*job), jobs))
+
+    def _payload(self, inp: AgentInput, i: int) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": inp.messages,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_tokens": self.max_new_tokens,
+        }
+        if inp.stop:
+            body["stop"] = list(inp.stop)[:4]  # the OpenAI API accepts at most 4
+        if self.seed is not None:
+            body["seed"] = self.seed + i
+        if self.logprobs:
+            body["logprobs"] = True
+        body.update(self.extra_body)
+        return body
+
+    def _act_one(self, inp: AgentInput, i: int) -> Action:
+        t0 = time.perf_counter()
+        data, error, attempts = self._post(self._payload(inp, i))
+        latency = time.perf_counter() - t0
+        if data is None:
+            return Action("", meta={"infra_error": error, "attempts": attempts, "latency_s": latency})
+        try:
+            choice = data["choices"][0]
+            text = choice["message"].get("content") or ""
+        except (KeyError, IndexError, TypeError, AttributeError):
+            return Action("", meta={"infra_error": f"malformed response: {str(data)[:200]}", "attempts": attempts})
+        finish = choice.get("finish_reason")
+        meta: dict[str, Any] = {
+            "finish_reason": finish,
+            "attempts": attempts,
+            "latency_s": latency,
+            "usage": data.get("usage"),
+        }
+        if finish == "stop" and inp.stop:
+            stop = _matched_stop(text, inp.stop, choice.get("stop_reason"))
+            if stop is not None and not text.endswith(stop):
+                text += stop
+                meta["stop_appended"] = stop  # token ids/logprobs (if any) do not cover it
+            meta["stop"] = stop
+        token_ids, logprobs = _token_info(choice.get("logprobs"))
+        return Action(text, token_ids=token_ids if "stop_appended" not in meta else None, logprobs=logprobs, meta=meta)
+
+    def _post(self, body: dict[str, Any]) -> tuple[dict[str, Any] | None, str, int]:
+        """POST with retries; returns (json, "", attempts) or (None, last error, attempts)."""
+        error = ""
+        for attempt in range(self.max_retries + 1):
+            retry_after: float | None = None
+            try:
+                resp = self._client.post("/chat/completions", json=body)
+            except httpx.TransportError as exc:  # connect/read errors, timeouts
+                error = f"{type(exc).__name__}: {exc}"
+            else:
+                if resp.status_code == 200:
+                    try:
+                        return resp.json(), "", attempt + 1
+                    except ValueError:
+                        error = f"non-JSON 200 response: {resp.text[:200]!r}"
+                elif resp.status_code in RETRY_STATUS:
+                    error = f"HTTP {resp.status_code}: {resp.text[:200]}"
+                    retry_after = _retry_after(resp.headers.get("retry-after"))
+                else:
+                    raise ConfigError(
+                        f"{self.base_url}/chat/completions answered HTTP {resp.status_code} for model "
+                        f"{self.model!r}: {resp.text[:300]} — check the URL, --model and the API key variable"
+                    )
+            if attempt < self.max_retries:
+                with self._lock:
+                    jitter = self._jitter.uniform(0.5, 1.5)
+                time.sleep(min(30.0, retry_after if retry_after is not None else self.backoff * 2**attempt * jitter))
+        return None, f"gave up after {self.max_retries + 1} attempts: {error}", self.max_retries + 1
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _matched_stop(text: str, stops: Sequence[str], reported: Any) -> str | None:
+    """Which stop string ended the reply (the API strips it)."""
+    if isinstance(reported, str) and reported in stops:
+        return reported
+    if any(text.endswith(s) for s in stops):
+        return None
+    best, best_pos = None, -1
+    for s in stops:
+        m = _OPEN_TAG.match(s)
+        if m is not None:
+            pos = text.rfind(f"<{m.group(1)}>")
+            if pos > best_pos:
+                best, best_pos = s, pos
+    return best
+
+
+def _token_info(logprobs: Any) -> tuple[list[int] | None, list[float] | None]:
+    """Per-token log-probs, and token ids when the server encodes them (vLLM ``token_id:N``)."""
+    content = logprobs.get("content") if isinstance(logprobs, Mapping) else None
+    if not content:
+        return None, None
+    lps = [float(t.get("logprob", 0.0)) for t in content]
+    ids = [_TOKEN_ID.match(str(t.get("token", ""))) for t in content]
+    return ([int(m.group(1)) for m in ids] if all(ids) else None), lps
