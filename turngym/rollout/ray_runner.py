@@ -24,9 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from turngym.agents.base import AgentInput, Policy
+from turngym.agents.base import Policy
 from turngym.core.errors import ConfigError, InfraError
-from turngym.rollout.types import Episode, Turn
+from turngym.rollout.runner import agent_input, new_episode, record_turn
+from turngym.rollout.types import Episode
 
 __all__ = ["EnvWorker", "ActorEnv", "run_episodes_ray"]
 
@@ -41,7 +42,12 @@ class EnvWorker:
 
     def describe(self) -> dict[str, Any]:
         env = self.envs[0]
-        return {"system_prompt": env.system_prompt, "max_turns": env.max_turns, "reward_spec": env.reward_spec}
+        return {
+            "system_prompt": env.system_prompt,
+            "stop_strings": tuple(getattr(env, "stop_strings", ())),
+            "max_turns": env.max_turns,
+            "reward_spec": env.reward_spec,
+        }
 
     def reset(self, slot: int, seed: int | None, options: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
         return self.envs[slot].reset(seed=seed, options=options)
@@ -68,6 +74,7 @@ class ActorEnv:
         self.worker = worker
         self.slot = slot
         self.system_prompt: str = describe["system_prompt"]
+        self.stop_strings: tuple[str, ...] = tuple(describe.get("stop_strings", ()))
         self.max_turns: int = describe["max_turns"]
         self.reward_spec = describe["reward_spec"]
         self.dead: str | None = None
@@ -99,6 +106,16 @@ class ActorEnv:
             return ""
         rng.bit_generator.state = state  # advance the caller's generator exactly as locally
         return action
+
+
+class _Stepped:
+    """An env stand-in whose ``step`` returns a result the actor already computed."""
+
+    def __init__(self, result: tuple[str, float, bool, bool, dict[str, Any]]) -> None:
+        self.result = result
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        return self.result
 
 
 def _infra_step(why: str, turn: int, zeros: dict[str, float]) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -164,12 +181,15 @@ def run_episodes_ray(
     proxies = [ActorEnv(workers[s % num_workers], s // num_workers, describe) for s in range(n_slots)]
     results: list[Episode | None] = [None] * len(seeds)
     next_i = 0
-    active: dict[int, tuple[int, ActorEnv, Episode, list[dict[str, str]], str]] = {}
+    active: dict[int, tuple[int, ActorEnv, Episode, str, int]] = {}
 
     def finish(ep: Episode, i: int) -> None:
         results[i] = ep
         if on_episode is not None:
             on_episode(ep)
+
+    prefix = env_id or "episode"
+    node_counter: dict[str, int] = {}
 
     def start(slot: int) -> None:
         nonlocal next_i
@@ -184,18 +204,16 @@ def run_episodes_ray(
                 obs, info = ray.get(proxy.worker.reset.remote(proxy.slot, seeds[i], options))
             except (InfraError, ray.exceptions.RayActorError) as exc:
                 proxy.dead = proxy.dead or f"env worker died: {exc}"
-                ep = Episode(f"{env_id}/{seeds[i]}/{i}", env_id, "", seeds[i], "")
+                group = f"{prefix}/{seeds[i]}"
+                ep = Episode(f"{group}/0", env_id, "", seeds[i], "", group=group)
                 ep.outcome = {"reward": 0.0, "success": False, "reason": "infra_error"}
                 ep.meta["infra_error"] = proxy.dead
                 finish(ep, i)
                 continue
-            system = proxy.system_prompt
-            ep = Episode(
-                episode_id=f"{env_id}/{seeds[i]}/{i}", env_id=env_id, task_id=info.get("task_id", ""),
-                seed=seeds[i], initial_observation=obs, system_prompt=system,
-            )
-            msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": obs}]
-            active[slot] = (i, proxy, ep, msgs, info["state_key"])
+            # ids and groups exactly as run_episodes names them (group_size=1)
+            group = f"{prefix}/{seeds[i]}" if tasks is None else f"{prefix}/{seeds[i]}/{info.get('task_id', i)}"
+            ep = new_episode(proxy, obs, info, episode_id=f"{group}/0", env_id=env_id, seed=seeds[i], group=group)
+            active[slot] = (i, proxy, ep, info["state_key"], -1)
             return
 
     try:
@@ -203,8 +221,7 @@ def run_episodes_ray(
             start(slot)
         while active:
             slots = list(active)
-            batch = [AgentInput(messages=active[s][3], env=active[s][1], episode_id=active[s][2].episode_id) for s in slots]
-            actions = policy.act(batch)
+            actions = policy.act([agent_input(active[s][2], active[s][1], None) for s in slots])
             # dispatch: one step_many per actor, all in flight at once
             by_worker: dict[int, list[int]] = {}
             for slot in slots:
@@ -228,26 +245,16 @@ def run_episodes_ray(
                     outs = [_infra_step(why, len(active[s][2].turns) + 1, zeros) for s in ss]
                 stepped.update(zip(ss, outs))
             for slot, action in zip(slots, actions, strict=True):
-                i, proxy, ep, msgs, prev_key = active[slot]
-                obs, reward, term, trunc, info = stepped[slot]
-                ep.turns.append(
-                    Turn(
-                        index=len(ep.turns), action=action.text, observation=obs, reward=reward,
-                        terminated=term, truncated=trunc, signals=info["signals"], state_key=info["state_key"],
-                        prev_state_key=prev_key, action_valid=info["action_valid"],
-                        invalid_reason=info["invalid_reason"], infra_error=info["infra_error"],
-                        token_ids=action.token_ids, logprobs=action.logprobs, prompt_ids=action.prompt_ids,
-                    )
-                )
-                if term or trunc:
-                    ep.outcome = info.get("outcome", {})
+                i, proxy, ep, prev_key, parent = active[slot]
+                node = node_counter.get(ep.group, 0)
+                node_counter[ep.group] = node + 1
+                turn, ended = record_turn(ep, _Stepped(stepped[slot]), action, prev_key, node=node, parent=parent)
+                if ended:
                     del active[slot]
                     finish(ep, i)
                     start(slot)
                 else:
-                    msgs.append({"role": "assistant", "content": action.text})
-                    msgs.append({"role": "user", "content": obs})
-                    active[slot] = (i, proxy, ep, msgs, info["state_key"])
+                    active[slot] = (i, proxy, ep, turn.state_key, node)
     finally:
         closing = [w.close.remote() for w, alive in zip(workers, _alive(proxies, num_workers)) if alive]
         try:
