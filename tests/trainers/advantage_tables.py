@@ -49,3 +49,26 @@ def random_table(seed: int, *, n_groups: int = 3, max_episodes: int = 5, max_tur
         perm = rng.permutation(len(cols["episode"]))
         cols = {k: [v[i] for i in perm] for k, v in cols.items()}
     return cols
+
+
+def expand_tree(cols: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """The same tree, one full root-to-leaf episode per leaf (shared prefixes repeated).
+
+    That is how :func:`turngym.rollout.to_turn_table` lays out tree rollouts.
+    """
+    n = len(cols["node"])
+    row_of = {cols["node"][i]: i for i in range(n)}
+    parents = {cols["parent"][i] for i in range(n)}
+    out: dict[str, list[Any]] = {k: [] for k in cols}
+    for i in range(n):
+        if cols["node"][i] in parents:
+            continue  # not a leaf
+        path = [i]
+        while cols["parent"][path[-1]] not in (-1, None):
+            path.append(row_of[cols["parent"][path[-1]]])
+        for j in reversed(path):
+            for k in cols:
+                out[k].append(cols[k][j])
+            out["episode"][-1] = f"leaf{cols['node'][i]}"
+    # correct is an episode flag: take the leaf's
+    return out

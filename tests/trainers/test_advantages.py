@@ -15,7 +15,7 @@ from turngym.trainers.advantages import ESTIMATORS, TurnTable, TurnTableError, c
 from turngym.trainers.advantages import reference as ref
 
 sys.path.insert(0, str(Path(__file__).parent))
-from advantage_tables import random_table  # noqa: E402
+from advantage_tables import expand_tree, random_table  # noqa: E402
 
 TREE = {"tree", "turn_grpo"}
 NAMES = sorted(ESTIMATORS)
@@ -203,6 +203,18 @@ def test_changing_one_turns_reward_changes_that_turns_advantage(name: str, seed:
     assert rows.size > 0
 
 
+@pytest.mark.parametrize("name", sorted(TREE))
+@pytest.mark.parametrize("seed", range(8))
+def test_tree_rows_once_per_node_or_once_per_episode_agree(name: str, seed: int) -> None:
+    compact = random_table(seed, tree=True)
+    expanded = expand_tree(compact)
+    expanded["correct"] = [False] * len(expanded["episode"])
+    by_node = dict(zip(compact["node"], compute_advantages(name, compact)))
+    adv = compute_advantages(name, expanded)
+    np.testing.assert_allclose(adv, [by_node[n] for n in expanded["node"]], atol=1e-9)
+    np.testing.assert_allclose(adv, ref.REFERENCE[name](expanded), atol=1e-9)
+
+
 def test_dr_grpo_and_rloo_relations() -> None:
     turns = random_table(3, max_episodes=6)
     t = TurnTable(turns)
@@ -331,7 +343,7 @@ def test_the_turn_index_trap_is_real() -> None:
         ({"episode": [0], "group": [0], "turn": [0], "reward": [0], "node": [1]}, "both 'node' and 'parent'"),
         ({"episode": [0], "group": [0], "turn": [1], "reward": [0], "node": [1], "parent": [5]}, "not a node"),
         ({"episode": [0, 0], "group": [0, 0], "turn": [0, 2], "reward": [0, 0], "node": [1, 2], "parent": [-1, 1]}, "previous turn"),
-        ({"episode": [0, 1], "group": [0, 0], "turn": [0, 0], "reward": [0, 0], "node": [1, 1], "parent": [-1, -1]}, "duplicate"),
+        ({"episode": [0, 1], "group": [0, 0], "turn": [0, 0], "reward": [0, 1], "node": [1, 1], "parent": [-1, -1]}, "differ in reward"),
         ({"episode": [0, 0], "group": [0, 0], "turn": [0, 1], "reward": [0, 0], "correct": [True, False]}, "constant within an episode"),
     ],
 )
@@ -374,3 +386,11 @@ def test_from_episodes_uses_the_state_the_action_was_taken_in() -> None:
     # In each group the oracle succeeded and the random agent (almost surely) did not.
     oracle_rows = np.concatenate([[e.success] * len(e.turns) for e in eps])
     assert adv[oracle_rows].min() > adv[~oracle_rows].max() - 1e-9 or not oracle_rows.any()
+
+
+def test_rollout_table_columns_ride_along_and_prev_state_key_is_the_anchor() -> None:
+    turns = random_table(5)
+    rollout_style = dict(turns, prev_state_key=turns["state_key"], state_key=["after"] * len(turns["state_key"]))
+    rollout_style["signal/progress"] = [0.0] * len(turns["episode"])
+    rollout_style["terminated"] = [False] * len(turns["episode"])
+    np.testing.assert_array_equal(compute_advantages("gigpo", rollout_style), compute_advantages("gigpo", turns))

@@ -1,6 +1,7 @@
 """Tree statistics shared by ``tree`` and ``turn_grpo``: leaf returns and node values.
 
-A tree table has one row per executed turn (node); a shared prefix appears once. A node's
+A node is one executed turn; a shared prefix is one node, whether the table lists it once or
+once per episode through it (statistics use each node's canonical row). A node's
 *value* is the mean return of the leaves below it (itself if it is a leaf), where a leaf's
 return is the sum of rewards on its root-to-leaf path. Computed level by level (a parent is
 always exactly one turn above its child, which :class:`TurnTable` validates), so the cost is
@@ -23,7 +24,9 @@ class TreeStats:
     """Per-row tree facts.
 
     Attributes:
-        parent: row index of the parent (-1 when the parent is the group's root state).
+        parent: canonical row of the parent node (-1 when the parent is the group's root state).
+        canonical: the row is its node's canonical (first) row; a node repeated on several
+            rows (one per episode through it) is counted once.
         is_leaf: the row has no children.
         path_return: Σ reward from the root to this node (inclusive).
         value: mean ``path_return`` of the leaves at or below this node.
@@ -31,6 +34,7 @@ class TreeStats:
     """
 
     parent: np.ndarray
+    canonical: np.ndarray
     is_leaf: np.ndarray
     path_return: np.ndarray
     value: np.ndarray
@@ -48,12 +52,14 @@ def _levels(turn: np.ndarray) -> list[np.ndarray]:
 
 
 def tree_stats(table: TurnTable) -> TreeStats:
-    parent = table.parent_row
-    assert parent is not None, "call table.require(..., 'node', 'parent') first"
+    parent, node_row = table.parent_row, table.node_row
+    assert parent is not None and node_row is not None, "call table.require(..., 'node', 'parent') first"
     n = table.n_rows
-    is_leaf = np.ones(n, bool)
-    is_leaf[parent[parent >= 0]] = False
-    levels = [lvl[parent[lvl] >= 0] for lvl in _levels(table.turn)]
+    canonical = node_row == np.arange(n)
+    canon = np.flatnonzero(canonical)
+    is_leaf = canonical.copy()
+    is_leaf[parent[canon][parent[canon] >= 0]] = False
+    levels = [canon[lvl][parent[canon[lvl]] >= 0] for lvl in _levels(table.turn[canon])]
     path = table.reward.copy()
     for lvl in levels:  # top-down: parents are one level up and already final
         path[lvl] += path[parent[lvl]]
@@ -62,4 +68,11 @@ def tree_stats(table: TurnTable) -> TreeStats:
     for lvl in reversed(levels):  # bottom-up: children are final before their parent is read
         np.add.at(leaf_sum, parent[lvl], leaf_sum[lvl])
         np.add.at(leaf_cnt, parent[lvl], leaf_cnt[lvl])
-    return TreeStats(parent=parent, is_leaf=is_leaf, path_return=path, value=leaf_sum / leaf_cnt, n_leaves=leaf_cnt)
+    return TreeStats(
+        parent=parent,
+        canonical=canonical,
+        is_leaf=is_leaf[node_row],
+        path_return=path[node_row],
+        value=(leaf_sum / np.maximum(leaf_cnt, 1))[node_row],
+        n_leaves=leaf_cnt[node_row],
+    )

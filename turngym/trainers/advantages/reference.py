@@ -123,12 +123,18 @@ def _is_root(p: Any) -> bool:
     return p is None or p == -1
 
 
-def _tree_values(rows: list[dict[str, Any]]) -> tuple[list[float], list[float], list[bool]]:
-    """(value, path_return, is_leaf) per row by explicit recursion over children."""
-    row_of = {r["node"]: i for i, r in enumerate(rows)}
+def _tree_values(rows: list[dict[str, Any]]) -> tuple[list[float], list[float], list[bool], list[int]]:
+    """(value, path_return, is_leaf, canonical row) per row, by explicit recursion over children.
+
+    A node listed on several rows (once per episode through it) is one node: its first row.
+    """
+    row_of: dict[Any, int] = {}
+    for i, r in enumerate(rows):
+        row_of.setdefault(r["node"], i)
+    canon = [row_of[r["node"]] for r in rows]
     children: dict[int, list[int]] = defaultdict(list)
     for i, r in enumerate(rows):
-        if not _is_root(r["parent"]):
+        if canon[i] == i and not _is_root(r["parent"]):
             children[row_of[r["parent"]]].append(i)
 
     def path_return(i: int) -> float:
@@ -145,33 +151,34 @@ def _tree_values(rows: list[dict[str, Any]]) -> tuple[list[float], list[float], 
             return [i]
         return [leaf for c in children[i] for leaf in leaves(c)]
 
-    paths = [path_return(i) for i in range(len(rows))]
+    paths = [path_return(c) for c in canon]
     values = []
-    for i in range(len(rows)):
-        ls = leaves(i)
+    for c in canon:
+        ls = leaves(c)
         values.append(sum(paths[leaf] for leaf in ls) / len(ls))
-    return values, paths, [not children[i] for i in range(len(rows))]
+    return values, paths, [not children[c] for c in canon], canon
 
 
 def turn_grpo(turns: Mapping[str, Sequence[Any]], *, scale: bool = True) -> list[float]:
     rows = _rows(turns)
-    values, _, _ = _tree_values(rows)
+    values, _, _, canon = _tree_values(rows)
     buckets: dict[tuple[Hashable, Hashable], dict[int, float]] = defaultdict(dict)
     for i, r in enumerate(rows):
-        buckets[(r["group"], None if _is_root(r["parent"]) else r["parent"])][i] = values[i]
+        if canon[i] == i:
+            buckets[(r["group"], None if _is_root(r["parent"]) else r["parent"])][i] = values[i]
     adv: dict[int, float] = {}
     for b in buckets.values():
         adv.update(_zscore(b, scale=scale))
-    return [adv[i] for i in range(len(rows))]
+    return [adv[canon[i]] for i in range(len(rows))]
 
 
 def tree(turns: Mapping[str, Sequence[Any]], *, local_weight: float = 1.0, scale: bool = True) -> list[float]:
     rows = _rows(turns)
-    values, paths, is_leaf = _tree_values(rows)
-    row_of = {r["node"]: i for i, r in enumerate(rows)}
+    values, paths, is_leaf, canon = _tree_values(rows)
+    row_of = {r["node"]: canon[i] for i, r in enumerate(rows)}
     leaf_returns: dict[Hashable, list[float]] = defaultdict(list)
     for i, r in enumerate(rows):
-        if is_leaf[i]:
+        if is_leaf[i] and canon[i] == i:
             leaf_returns[r["group"]].append(paths[i])
     out = []
     for i, r in enumerate(rows):

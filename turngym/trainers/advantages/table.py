@@ -17,7 +17,10 @@ group      yes      group id; the episodes of a group share the task and initial
 turn       yes      0-based turn index within the episode (unique per episode)
 reward     yes      the per-turn reward; an episode's return is the sum over its turns
 state_key  no       the env state *in which the turn's action was taken* (GiGPO anchor;
-                    ``Turn.prev_state_key`` in a rollout)
+                    ``Turn.prev_state_key`` in a rollout). When the mapping also has a
+                    ``prev_state_key`` column (a :func:`turngym.rollout.to_turn_table`
+                    table, whose ``state_key`` is the state *after* the turn), that
+                    column is used instead.
 node       no       tree node id of the turn (each executed turn is one node)
 parent     no       node id of the previous turn; ``None`` or ``-1`` for the first turn
 info_gain  no       per-turn information gain (IGPO)
@@ -25,6 +28,10 @@ value      no       a learned critic's value of the state the turn acted in (GAE
 process    no       a per-turn process score (PAPO)
 correct    no       episode outcome flag (PAPO); constant within an episode
 ========== ======== =====================================================================
+
+Other columns of a rollout table (``episode_id``, ``terminated``, ``signal/<name>``, token
+spans...) may ride along and are ignored; any other unknown column is an error (a typo such
+as ``rewards`` must not silently fall back to a default).
 
 >>> t = TurnTable({"episode": [0, 0, 1], "group": [0, 0, 0], "turn": [0, 1, 0], "reward": [0, 1, 0]})
 >>> t.n_rows, t.n_episodes, t.episode_returns.tolist()
@@ -42,11 +49,17 @@ import numpy as np
 
 from turngym.core.errors import ConfigError
 
-__all__ = ["TurnTable", "TurnTableError", "as_turn_table", "REQUIRED_COLUMNS", "OPTIONAL_COLUMNS"]
+__all__ = ["TurnTable", "TurnTableError", "as_turn_table", "REQUIRED_COLUMNS", "OPTIONAL_COLUMNS", "PASSTHROUGH_COLUMNS"]
 
 REQUIRED_COLUMNS = ("episode", "group", "turn", "reward")
 OPTIONAL_COLUMNS = ("state_key", "node", "parent", "info_gain", "value", "process", "correct")
 _FLOAT_COLUMNS = ("reward", "info_gain", "value", "process")
+#: Columns written by :func:`turngym.rollout.to_turn_table` that estimators do not read;
+#: they (and ``signal/<name>`` columns) may ride along in the mapping.
+PASSTHROUGH_COLUMNS = (
+    "episode_id", "episode_return", "prev_state_key", "terminated", "truncated", "last", "action_valid",
+    "infra_error", "num_tokens", "sample", "token_start", "token_end",
+)
 
 
 class TurnTableError(ConfigError):
@@ -121,7 +134,7 @@ class TurnTable:
             raise TurnTableError(f"a turn table is built from a mapping of columns, got {type(columns).__name__}")
         known = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
         for name in columns:
-            if name not in known:
+            if name not in known and name not in PASSTHROUGH_COLUMNS and not str(name).startswith("signal/"):
                 close = difflib.get_close_matches(str(name), known, n=1)
                 hint = f" Did you mean {close[0]!r}?" if close else ""
                 raise TurnTableError(f"unknown column {name!r}.{hint} Known columns: {', '.join(known)}")
@@ -155,6 +168,8 @@ class TurnTable:
         self.value = _floats(columns["value"], "value") if "value" in columns else None
         self.process = _floats(columns["process"], "process") if "process" in columns else None
         self._lazy = {name: columns[name] for name in ("state_key", "node", "parent") if name in columns}
+        if "prev_state_key" in columns:  # rollout tables: state_key is the state *after* the turn
+            self._lazy["state_key"] = columns["prev_state_key"]
         self.correct: np.ndarray | None = None
         if "correct" in columns:
             correct = np.asarray(columns["correct"])
@@ -177,9 +192,18 @@ class TurnTable:
         return _factorize(self._lazy["state_key"], "state_key") if "state_key" in self._lazy else None
 
     @cached_property
-    def parent_row(self) -> np.ndarray | None:
-        """Row index of each row's parent turn (-1 for a first turn); None without a tree."""
+    def _tree_links(self) -> tuple[np.ndarray, np.ndarray] | None:
         return self._link_parents(self._lazy["node"], self._lazy["parent"]) if "node" in self._lazy else None
+
+    @property
+    def parent_row(self) -> np.ndarray | None:
+        """Canonical row of each row's parent node (-1 for a first turn); None without a tree."""
+        return None if self._tree_links is None else self._tree_links[0]
+
+    @property
+    def node_row(self) -> np.ndarray | None:
+        """Canonical (first) row of each row's node; None without a tree."""
+        return None if self._tree_links is None else self._tree_links[1]
 
     def has(self, column: str) -> bool:
         """Whether the table has ``column`` (required columns always)."""
@@ -213,40 +237,44 @@ class TurnTable:
         return order
 
     # -- trees -------------------------------------------------------------------------
-    def _link_parents(self, nodes: Sequence[Any], parents: Sequence[Any]) -> np.ndarray:
-        """Row index of each row's parent turn (-1 for a first turn), validating the tree."""
+    def _link_parents(self, nodes: Sequence[Any], parents: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """(parent_row, node_row): canonical row of each row's parent node and of its own node.
+
+        A node may appear on several rows (a shared prefix repeated on every root-to-leaf
+        episode through it, as :func:`turngym.rollout.to_turn_table` writes trees); those rows
+        must agree on parent, group, turn and reward. The *canonical* row of a node is its
+        first row.
+        """
+        n = self.n_rows
         node_arr, parent_arr = np.asarray(nodes), np.asarray(parents)
-        parent_row = np.full(self.n_rows, -1, np.int64)
-        ints = node_arr.dtype.kind in "iu" and parent_arr.dtype.kind in "iu" and self.n_rows > 0
-        if ints and node_arr.min() >= 0 and node_arr.max() < 4 * self.n_rows + 1024:
-            row_of = np.full(int(max(node_arr.max(), parent_arr.max())) + 1, -1, np.int64)
-            row_of[node_arr] = np.arange(self.n_rows)
-            if (row_of[node_arr] != np.arange(self.n_rows)).any():
-                raise TurnTableError("column 'node' has duplicate ids; each executed turn is one node")
+        if node_arr.dtype.kind in "iu" and parent_arr.dtype.kind in "iu":
             has = parent_arr != -1
-            p = parent_arr[has]
-            linked = np.where(p >= 0, row_of[np.clip(p, 0, None)], -1)
-        elif ints:
-            by_node = np.argsort(node_arr, kind="stable")
-            sorted_nodes = node_arr[by_node]
-            if (sorted_nodes[1:] == sorted_nodes[:-1]).any():
-                raise TurnTableError("column 'node' has duplicate ids; each executed turn is one node")
-            has = parent_arr != -1
-            pos = np.searchsorted(sorted_nodes, parent_arr[has]).clip(0, max(self.n_rows - 1, 0))
-            found = sorted_nodes[pos] == parent_arr[has] if self.n_rows else np.zeros(0, bool)
-            linked = np.where(found, by_node[pos], -1)
+            codes = _factorize(np.concatenate([node_arr, parent_arr[has]]), "node")
         else:
-            row_of: dict[Any, int] = {}
-            for i, n in enumerate(node_arr.tolist()):
-                if row_of.setdefault(n, i) != i:
-                    raise TurnTableError(f"column 'node' has duplicate id {n!r}; each executed turn is one node")
             plist = parent_arr.tolist()
-            has = np.fromiter((p is not None and p != -1 for p in plist), bool, self.n_rows)
-            linked = np.fromiter((row_of.get(p, -1) for p, h in zip(plist, has) if h), np.int64)
-        if (linked < 0).any():
-            i = int(np.flatnonzero(has)[np.flatnonzero(linked < 0)[0]])
+            has = np.fromiter((p is not None and not (isinstance(p, (int, np.integer)) and p == -1) for p in plist), bool, n)
+            ids = np.empty(n + int(has.sum()), object)
+            ids[:n] = node_arr.tolist()
+            ids[n:] = [p for p, h in zip(plist, has) if h]
+            codes = _factorize(ids, "node")
+        node_code, parent_code = codes[:n], codes[n:]
+        canon = np.full(int(codes.max()) + 1 if codes.size else 0, n, np.int64)
+        np.minimum.at(canon, node_code, np.arange(n))
+        node_row = canon[node_code]
+        linked = canon[parent_code]
+        if (linked == n).any():
+            i = int(np.flatnonzero(has)[np.flatnonzero(linked == n)[0]])
             raise TurnTableError(f"row {i}: parent {parent_arr[i]!r} is not a node of the table")
+        parent_row = np.full(n, -1, np.int64)
         parent_row[has] = linked
+        for what, col in (("parent", parent_row), ("group", self.group), ("turn", self.turn), ("reward", self.reward)):
+            clash = np.flatnonzero(col != col[node_row])
+            if clash.size:
+                i = int(clash[0])
+                raise TurnTableError(
+                    f"rows {int(node_row[i])} and {i} are the same node {node_arr[i]!r} but differ in {what}; "
+                    "node ids must be unique per executed turn (a repeated node is the same turn)"
+                )
         if (self.group[linked] != self.group[has]).any():
             raise TurnTableError("a node's parent lies in another group; trees must not cross groups")
         off = self.turn[linked] != self.turn[has] - 1
@@ -256,7 +284,7 @@ class TurnTable:
                 f"row {i}: turn {self.turn[i]} but its parent's turn is {self.turn[parent_row[i]]}; "
                 "a parent is the previous turn (turn - 1)"
             )
-        return parent_row
+        return parent_row, node_row
 
     # -- derived arrays (cached) -------------------------------------------------------
     @cached_property

@@ -27,7 +27,8 @@ def tree(
     """Tree advantage: ``A(n) = w·[V(n) − V(parent(n))] + (V(n) − μ_g) / (σ_g + eps)``.
 
     ``V(n)`` is the mean return of the leaves below node ``n`` (a node = one executed turn;
-    a shared prefix is one node), ``V`` of the root is the mean over all leaves of the group.
+    a shared prefix is one node, whether listed once or on every episode through it), ``V``
+    of the root is the mean over all leaves of the group.
     ``μ_g``, ``σ_g`` are the mean and std (ddof=1) of the leaf returns of the group.
 
     Why this combination:
@@ -63,7 +64,7 @@ def tree(
     table = as_turn_table(turns)
     table.require("tree", "node", "parent")
     st = tree_stats(table)
-    leaves = st.is_leaf
+    leaves = st.is_leaf & st.canonical  # each leaf once
     g = segment_stats(st.path_return[leaves], table.group[leaves], n=table.n_groups)
     live = g.live[table.group]  # ≥ 2 leaves whose returns differ; otherwise both terms are 0
     root_value = g.mean[table.group]

@@ -44,4 +44,5 @@ def turn_grpo(turns: TurnTable | Mapping[str, Any], *, scale: bool = True, eps: 
     table.require("turn_grpo", "node", "parent")
     st = tree_stats(table)
     siblings = combine_codes(table.group, st.parent + 1)
-    return normalize_in_segments(st.value, siblings, scale=scale, eps=eps)
+    adv = normalize_in_segments(st.value, siblings, scale=scale, eps=eps, mask=st.canonical)  # each node once
+    return adv[table.node_row]
