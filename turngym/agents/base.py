@@ -29,11 +29,20 @@ class AgentInput:
             the agent's earlier actions (``assistant``), ending with the latest observation.
         env: the env itself, for privileged scripted agents only.
         episode_id: a stable id of the episode (lets stateful agents keep per-episode memory).
+        stop: the env's stop strings (``TurngymEnv.stop_strings``): a generating policy ends
+            the action at the first one and keeps it in the text.
+        action_token_ids: for each ``assistant`` message in ``messages``, in order, the token
+            ids the policy generated for it (None where unknown, e.g. a scripted turn). Token
+            policies put these ids verbatim into the next prompt instead of re-tokenizing the
+            text, so the prompt a model saw is exactly what training renders
+            (see :mod:`turngym.agents.render`).
     """
 
     messages: list[Message]
     env: Any = None
     episode_id: str = ""
+    stop: tuple[str, ...] = ()
+    action_token_ids: list[list[int] | None] = field(default_factory=list)
 
 
 @dataclass
@@ -46,7 +55,9 @@ class Action:
             that do not return them).
         logprobs: the sampling log-probability of each generated token.
         prompt_ids: the prompt token ids the model was conditioned on, when known.
-        meta: backend facts (finish reason, latency, usage…).
+        meta: backend facts (finish reason, latency, usage…). ``meta["infra_error"]`` set by
+            a backend (server unreachable after retries) ends the episode unscored, never
+            as a reward of 0.
     """
 
     text: str
@@ -58,7 +69,11 @@ class Action:
 
 @runtime_checkable
 class Policy(Protocol):
-    """Anything that maps a batch of :class:`AgentInput` to a batch of :class:`Action`."""
+    """Anything that maps a batch of :class:`AgentInput` to a batch of :class:`Action`.
+
+    Optional attribute: ``privileged = True`` for agents that read ``AgentInput.env``
+    (scripted agents); tree rollouts then restore each row's env state before asking them.
+    """
 
     name: str
 

@@ -1,8 +1,9 @@
 """Agent specs: the strings ``turngym eval --agent SPEC`` accepts.
 
 A spec is ``kind`` or ``kind:argument`` (``oracle``, ``random``, ``hf:/path/to/model``,
-``openai:http://host/v1``). Each kind maps to a factory; dispatch is by table, never by an
-``if/elif`` chain on strings.
+``openai:http://host/v1``, ``vllm:/path``). Each kind maps to a factory; dispatch is by table,
+never by an ``if/elif`` chain on strings. Factories import their backend lazily, so building a
+scripted agent never imports torch.
 """
 
 from __future__ import annotations
@@ -19,9 +20,43 @@ __all__ = ["AGENT_KINDS", "make_agent", "register_agent"]
 
 AgentFactory = Callable[..., Policy]
 
+_SAMPLING = ("temperature", "top_p", "max_new_tokens", "seed")
+
+
+def _pick(options: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: options[k] for k in keys if options.get(k) is not None}
+
+
+def _hf(arg: str | None, **options: Any) -> Policy:
+    """``hf`` / ``hf:tiny`` (embedded model), ``hf:smollm2``, ``hf:/path/to/model_dir``."""
+    from turngym.agents.hf import HFPolicy  # torch is imported only when an HF agent is built
+
+    return HFPolicy.from_pretrained(arg, device=options.get("device"), **_pick(options, (*_SAMPLING, "max_batch_size")))
+
+
+def _openai(arg: str | None, **options: Any) -> Policy:
+    """``openai:http://host:port/v1`` with ``model=NAME`` (the key from ``$OPENAI_API_KEY``)."""
+    from turngym.agents.openai_http import OpenAIPolicy
+
+    if not arg:
+        raise ConfigError("the openai agent needs a base URL: --agent openai:http://127.0.0.1:8000/v1 --model NAME")
+    keys = ("model", "api_key_env", "timeout", "max_retries", "concurrency", *_SAMPLING)
+    return OpenAIPolicy(arg, **_pick(options, keys))
+
+
+def _vllm(arg: str | None, **options: Any) -> Policy:
+    """``vllm:tiny|smollm2|/path`` (optional extra: ``pip install vllm``)."""
+    from turngym.agents.vllm_backend import VLLMPolicy
+
+    return VLLMPolicy.from_pretrained(arg, **_pick(options, _SAMPLING))
+
+
 AGENT_KINDS: dict[str, AgentFactory] = {
     "oracle": lambda arg, **kw: OracleAgent(),
-    "random": lambda arg, **kw: RandomAgent(seed=kw.get("seed", 0)),
+    "random": lambda arg, **kw: RandomAgent(seed=kw.get("seed") or 0),
+    "hf": _hf,
+    "openai": _openai,
+    "vllm": _vllm,
 }
 
 
@@ -31,7 +66,12 @@ def register_agent(kind: str, factory: AgentFactory) -> None:
 
 
 def make_agent(spec: str, **options: Any) -> Policy:
-    """Build a policy from a spec string such as ``"oracle"`` or ``"random"``."""
+    """Build a policy from a spec string such as ``"oracle"``, ``"hf:smollm2"`` or ``"openai:URL"``.
+
+    Options (ignored by kinds that do not use them): ``seed``, ``temperature``, ``top_p``,
+    ``max_new_tokens``, ``device``, ``max_batch_size`` (hf); ``model``, ``api_key_env``,
+    ``timeout``, ``max_retries``, ``concurrency`` (openai). ``None`` values mean "default".
+    """
     kind, _, arg = spec.partition(":")
     factory = AGENT_KINDS.get(kind)
     if factory is None:

@@ -22,6 +22,7 @@ class OracleAgent:
     """Plays ``env.oracle_action()``: the family's scripted solver (a reference, and demos)."""
 
     name = "oracle"
+    privileged = True
 
     def act(self, batch: Sequence[AgentInput]) -> list[Action]:
         return [Action(_env_of(inp).oracle_action()) for inp in batch]
@@ -34,6 +35,7 @@ class RandomAgent:
     """
 
     name = "random"
+    privileged = True
 
     def __init__(self, seed: int = 0) -> None:
         self.rng = np.random.default_rng(seed)

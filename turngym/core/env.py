@@ -115,6 +115,10 @@ class TurngymEnv(gym.Env[str, str]):
     system_prompt: str = ""
     #: Key/value options ``reset`` accepts in addition to ``task``.
     reset_options: ClassVar[tuple[str, ...]] = ()
+    #: Strings that end an action in this env's grammar (e.g. ``("</calc>", "</answer>")``).
+    #: Generating policies stop as soon as one appears and keep it in the action, so one
+    #: model call produces exactly one action instead of rambling past it.
+    stop_strings: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -191,6 +195,17 @@ class TurngymEnv(gym.Env[str, str]):
     def sample_action(self, rng: np.random.Generator) -> str:
         """A random action drawn from the family's grammar (for random agents and checks)."""
         return self.action_space.sample()
+
+    def faithfulness(self, episode: Any) -> float | None:
+        """How faithfully a *successful* episode used its tools, in [0, 1], or None.
+
+        Accuracy can hide unfaithful tool use (a right answer guessed without the evidence).
+        Families that can tell override this: ``episode`` is a ``turngym.rollout.Episode``
+        (read its ``turns[i].signals`` and ``outcome``); return None where the figure does
+        not apply (failed episodes, families without tools). ``turngym eval`` reports the mean
+        over the episodes that return a number.
+        """
+        return None
 
     # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:

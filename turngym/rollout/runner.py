@@ -3,6 +3,12 @@
 Batching every active env's prompt into one ``policy.act`` call is what makes model rollouts
 fast (one batched generation per turn instead of one per env). Scripted agents go through the
 same path, so what is measured with them is what runs with models.
+
+Groups: ``group_size=G`` plays G episodes per seed. Episodes of a group reset with the same
+seed, so they share the task *and* the initial state (GRPO/GiGPO groups); they differ only by
+what the policy samples. Every turn gets a node id unique within its group and its parent's id
+(the previous turn; -1 at the root), so linear episodes and tree rollouts
+(:func:`turngym.rollout.run_tree`) land in the same turn table.
 """
 
 from __future__ import annotations
@@ -10,10 +16,83 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from turngym.agents.base import AgentInput, Policy
+from turngym.agents.base import Action, AgentInput, Policy
+from turngym.core.errors import ConfigError
 from turngym.rollout.types import Episode, Turn
 
-__all__ = ["run_episodes"]
+__all__ = ["run_episodes", "record_turn", "new_episode"]
+
+
+def new_episode(env: Any, obs: str, info: dict[str, Any], *, episode_id: str, env_id: str, seed: int | None, group: str) -> Episode:
+    """An empty :class:`Episode` for an env just reset (system prompt and stop strings from the env)."""
+    raw = getattr(env, "unwrapped", env)
+    return Episode(
+        episode_id=episode_id,
+        env_id=env_id,
+        task_id=info.get("task_id", ""),
+        seed=seed,
+        initial_observation=obs,
+        system_prompt=getattr(raw, "system_prompt", ""),
+        group=group,
+    )
+
+
+def agent_input(ep: Episode, env: Any, history: int | None) -> AgentInput:
+    """What the policy sees for ``ep``'s next turn (see :meth:`Episode.context`)."""
+    messages, action_ids = ep.context(history=history)
+    raw = getattr(env, "unwrapped", env)
+    return AgentInput(
+        messages=messages,
+        env=env,
+        episode_id=ep.episode_id,
+        stop=tuple(getattr(raw, "stop_strings", ())),
+        action_token_ids=action_ids,
+    )
+
+
+def record_turn(
+    ep: Episode, env: Any, action: Action, prev_key: str, *, node: int, parent: int
+) -> tuple[Turn, bool]:
+    """Step ``env`` with ``action`` (unless the policy's infrastructure failed) and record the turn.
+
+    Returns the turn and whether the episode ended. A policy-side infrastructure failure
+    (``action.meta["infra_error"]``: the model server was unreachable after retries) ends the
+    episode *unscored*, exactly like an env-side :class:`~turngym.core.errors.InfraError`.
+    """
+    infra = action.meta.get("infra_error")
+    if infra:
+        turn = Turn(
+            index=len(ep.turns), action=action.text, observation="", reward=0.0, terminated=True, truncated=False,
+            signals={}, state_key=prev_key, prev_state_key=prev_key, action_valid=True,
+            infra_error=f"policy: {infra}", node=node, parent=parent,
+        )
+        ep.turns.append(turn)
+        ep.outcome = {"reward": 0.0, "success": False, "reason": "infra_error"}
+        return turn, True
+    obs, reward, term, trunc, info = env.step(action.text)
+    turn = Turn(
+        index=len(ep.turns),
+        action=action.text,
+        observation=obs,
+        reward=reward,
+        terminated=term,
+        truncated=trunc,
+        signals=info["signals"],
+        state_key=info["state_key"],
+        prev_state_key=prev_key,
+        action_valid=info["action_valid"],
+        invalid_reason=info["invalid_reason"],
+        infra_error=info["infra_error"],
+        token_ids=action.token_ids,
+        logprobs=action.logprobs,
+        prompt_ids=action.prompt_ids,
+        node=node,
+        parent=parent,
+    )
+    ep.turns.append(turn)
+    if term or trunc:
+        ep.outcome = info.get("outcome", {})
+    return turn, term or trunc
 
 
 def run_episodes(
@@ -22,87 +101,75 @@ def run_episodes(
     seeds: Sequence[int],
     *,
     batch_size: int = 32,
+    group_size: int = 1,
+    history: int | None = None,
     env_id: str = "",
     tasks: Sequence[Any] | None = None,
     on_episode: Callable[[Episode], None] | None = None,
 ) -> list[Episode]:
-    """Play one episode per seed with ``policy``, ``batch_size`` envs in lockstep.
+    """Play ``group_size`` episodes per seed with ``policy``, ``batch_size`` envs in lockstep.
 
     Args:
-        make_env: builds a fresh env (called ``min(batch_size, len(seeds))`` times; envs are reused).
+        make_env: builds a fresh env (called ``min(batch_size, episodes)`` times; envs are reused).
         policy: any :class:`~turngym.agents.base.Policy`.
-        seeds: one reset seed per episode; same seeds + same policy ⇒ same episodes.
-        tasks: optional task (or task id) per episode, passed as ``options={"task": ...}``.
+        seeds: one reset seed per group; same seeds + same policy ⇒ same episodes.
+        batch_size: envs stepped together (one ``policy.act`` call per turn for all of them).
+        group_size: episodes per seed, sharing the task and initial state (``Episode.group``).
+        history: turns of history in each prompt (None: all; k: the first observation plus
+            the last k turns, verl-agent style). Render training samples with the same k.
+        tasks: optional task (or task id) per seed, passed as ``options={"task": ...}``.
         on_episode: called as each episode finishes (progress bars, streaming writers).
+
+    Returns:
+        The episodes in order: group by group, ``group_size`` consecutive episodes per seed.
     """
     if tasks is not None and len(tasks) != len(seeds):
-        raise ValueError(f"got {len(tasks)} tasks for {len(seeds)} seeds")
-    envs = [make_env() for _ in range(min(batch_size, len(seeds)))]
-    results: list[Episode | None] = [None] * len(seeds)
-    next_i = 0
-    active: dict[int, tuple[int, Any, Episode, list[dict[str, str]], str]] = {}
+        raise ConfigError(f"got {len(tasks)} tasks for {len(seeds)} seeds; pass one task per seed")
+    if group_size < 1 or batch_size < 1:
+        raise ConfigError(f"group_size and batch_size must be >= 1, got {group_size}, {batch_size}")
+    prefix = env_id or "episode"
+    jobs = [(s, g) for s in range(len(seeds)) for g in range(group_size)]
+    envs = [make_env() for _ in range(min(batch_size, len(jobs)))]
+    results: list[Episode | None] = [None] * len(jobs)
+    node_counter: dict[str, int] = {}
+    next_job = 0
+    # slot -> (job index, episode, previous state key, last node id)
+    active: dict[int, tuple[int, Episode, str, int]] = {}
 
     def start(slot: int) -> None:
-        nonlocal next_i
-        i = next_i
-        next_i += 1
+        nonlocal next_job
+        j = next_job
+        next_job += 1
+        s, g = jobs[j]
         env = envs[slot]
-        options = {"task": tasks[i]} if tasks is not None else None
-        obs, info = env.reset(seed=seeds[i], options=options)
-        raw = getattr(env, "unwrapped", env)
-        system = getattr(raw, "system_prompt", "")
-        ep = Episode(
-            episode_id=f"{env_id or type(raw).__name__}/{seeds[i]}/{i}",
-            env_id=env_id,
-            task_id=info.get("task_id", ""),
-            seed=seeds[i],
-            initial_observation=obs,
-            system_prompt=system,
-        )
-        msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": obs}]
-        active[slot] = (i, env, ep, msgs, info["state_key"])
+        options = {"task": tasks[s]} if tasks is not None else None
+        obs, info = env.reset(seed=seeds[s], options=options)
+        group = f"{prefix}/{seeds[s]}" if tasks is None else f"{prefix}/{seeds[s]}/{info.get('task_id', s)}"
+        ep = new_episode(env, obs, info, episode_id=f"{group}/{g}", env_id=env_id, seed=seeds[s], group=group)
+        active[slot] = (j, ep, info["state_key"], -1)
 
     for slot in range(len(envs)):
-        if next_i < len(seeds):
+        if next_job < len(jobs):
             start(slot)
     while active:
         slots = list(active)
-        batch = [AgentInput(messages=active[s][3], env=active[s][1], episode_id=active[s][2].episode_id) for s in slots]
-        actions = policy.act(batch)
+        actions = policy.act([agent_input(active[s][1], envs[s], history) for s in slots])
+        if len(actions) != len(slots):
+            raise ConfigError(f"{getattr(policy, 'name', policy)!r} returned {len(actions)} actions for {len(slots)} inputs")
         for slot, action in zip(slots, actions, strict=True):
-            i, env, ep, msgs, prev_key = active[slot]
-            obs, reward, term, trunc, info = env.step(action.text)
-            ep.turns.append(
-                Turn(
-                    index=len(ep.turns),
-                    action=action.text,
-                    observation=obs,
-                    reward=reward,
-                    terminated=term,
-                    truncated=trunc,
-                    signals=info["signals"],
-                    state_key=info["state_key"],
-                    prev_state_key=prev_key,
-                    action_valid=info["action_valid"],
-                    invalid_reason=info["invalid_reason"],
-                    infra_error=info["infra_error"],
-                    token_ids=action.token_ids,
-                    logprobs=action.logprobs,
-                    prompt_ids=action.prompt_ids,
-                )
-            )
-            if term or trunc:
-                ep.outcome = info.get("outcome", {})
-                results[i] = ep
+            j, ep, prev_key, parent = active[slot]
+            node = node_counter.get(ep.group, 0)
+            node_counter[ep.group] = node + 1
+            turn, ended = record_turn(ep, envs[slot], action, prev_key, node=node, parent=parent)
+            if ended:
+                results[j] = ep
                 del active[slot]
                 if on_episode is not None:
                     on_episode(ep)
-                if next_i < len(seeds):
+                if next_job < len(jobs):
                     start(slot)
             else:
-                msgs.append({"role": "assistant", "content": action.text})
-                msgs.append({"role": "user", "content": obs})
-                active[slot] = (i, env, ep, msgs, info["state_key"])
+                active[slot] = (j, ep, turn.state_key, node)
     for env in envs:
         env.close()
     return [ep for ep in results if ep is not None]

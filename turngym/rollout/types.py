@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from turngym.core.errors import ConfigError
+
 __all__ = ["Turn", "Episode", "save_episodes", "load_episodes"]
 
 
@@ -78,6 +80,26 @@ class Episode:
             if not (t.terminated or t.truncated):
                 msgs.append({"role": "user", "content": t.observation})
         return msgs
+
+    def context(self, upto: int | None = None, history: int | None = None) -> tuple[list[dict[str, str]], list[list[int] | None]]:
+        """What the policy sees before turn ``upto`` (default: the next turn).
+
+        Returns the messages (system, first observation, then the last ``history`` turns as
+        assistant/observation pairs; all turns when ``history`` is None) and, per assistant
+        message, the generated token ids (None for turns without ids). The rollout engine and
+        the training renderer both call this, so prompts and training samples agree.
+        """
+        n = len(self.turns) if upto is None else upto
+        if history is not None and history < 1:
+            raise ConfigError(f"history must be None (all turns) or >= 1, got {history}")
+        msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        msgs.append({"role": "user", "content": self.initial_observation})
+        ids: list[list[int] | None] = []
+        for t in self.turns[(0 if history is None else max(0, n - history)) : n]:
+            msgs.append({"role": "assistant", "content": t.action})
+            msgs.append({"role": "user", "content": t.observation})
+            ids.append(t.token_ids)
+        return msgs, ids
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -112,6 +112,7 @@ class MathEnv(TurngymEnv):
     )
     default_max_turns = 10
     system_prompt = SYSTEM_PROMPT
+    stop_strings = ("</calc>", "</answer>")
 
     def __init__(
         self,
@@ -213,6 +214,19 @@ class MathEnv(TurngymEnv):
     # -- policies --------------------------------------------------------------------------
     def oracle_action(self) -> str:
         return oracle.oracle_action(self)
+
+    def faithfulness(self, episode: Any) -> float | None:
+        """1.0 if a successful episode computed every gold chain value with the calculator.
+
+        The ``progress`` signal counts gold values reached; before the answer turn only
+        calculator calls can raise it, so a correct answer with full progress before it is
+        backed by tool evidence, and one without it was guessed (or computed in the head).
+        None for unsuccessful episodes.
+        """
+        if not episode.outcome.get("success") or not episode.turns:
+            return None
+        before = [t.signals.get("progress", 0.0) for t in episode.turns[:-1]]
+        return 1.0 if before and max(before) >= 1.0 - 1e-9 else 0.0
 
     def sample_action(self, rng: np.random.Generator) -> str:
         """A random calculator call on the problem's numbers, or a random answer."""

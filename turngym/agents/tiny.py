@@ -1,0 +1,202 @@
+"""The embedded default model: a tiny Llama built from a config, with a tokenizer trained here.
+
+Nothing is downloaded. :func:`build_tiny_model` collects text from the registered envs (system
+prompts, observations, oracle and random actions), trains a byte-level BPE tokenizer on it
+with Hugging Face ``tokenizers``, adds a ChatML chat template, builds a randomly initialised
+``LlamaForCausalLM`` (≈4M parameters by default, seeded) and saves both as an ordinary Hugging
+Face model directory — ``AutoModelForCausalLM.from_pretrained(path)`` and every HF tool load
+it. It takes seconds and is cached: the directory name is a hash of the config, the env ids and
+:data:`BUILDER_VERSION`, so a second call returns at once.
+
+The model is untrained: it emits noise until it is warm-started by imitation of oracle
+demonstrations (the trainers do that). It exists so that the whole stack (rollout, token
+rendering, losses, training) runs end to end on a laptop CPU in seconds.
+
+>>> path = build_tiny_model()
+>>> (path / "config.json").exists() and (path / "tokenizer.json").exists()
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["BUILDER_VERSION", "TinyModelConfig", "build_tiny_model", "cache_root", "task_corpus"]
+
+#: Bump when the corpus, tokenizer or architecture recipe changes (invalidates caches).
+BUILDER_VERSION = 1
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+SPECIAL_TOKENS = ("<|pad|>", "<|im_start|>", "<|im_end|>")
+
+
+@dataclass(frozen=True)
+class TinyModelConfig:
+    """Architecture and tokenizer of the embedded model (defaults: ≈4M parameters)."""
+
+    vocab_size: int = 4096
+    """BPE vocabulary size target (the trained vocabulary may be smaller on a small corpus)."""
+    hidden_size: int = 256
+    """Model width."""
+    intermediate_size: int = 768
+    """MLP width."""
+    num_hidden_layers: int = 4
+    """Transformer blocks."""
+    num_attention_heads: int = 4
+    """Attention heads (no grouped-query attention)."""
+    max_position_embeddings: int = 4096
+    """Longest sequence (prompt + all turns) the model accepts."""
+    seed: int = 0
+    """Seeds the weight initialisation and the corpus's random actions."""
+    episodes_per_env: int = 128
+    """Episodes of oracle and random play collected from each env for the tokenizer corpus."""
+
+
+def cache_root() -> Path:
+    """Where built models live: ``$TURNGYM_CACHE`` or ``~/.cache/turngym``."""
+    return Path(os.environ.get("TURNGYM_CACHE", Path.home() / ".cache" / "turngym"))
+
+
+def task_corpus(env_ids: Sequence[str] | None = None, *, episodes_per_env: int = 128, seed: int = 0) -> Iterator[str]:
+    """Text the agent will read and write: system prompts, observations, oracle/random actions.
+
+    Each env plays ``episodes_per_env`` seeded episodes, alternating the oracle (what a good
+    agent writes) with a random agent on the family's grammar (what error messages look like).
+    An env that cannot be built or played here (a missing sandbox, say) is skipped with a
+    warning: the default model must not depend on every family's infrastructure.
+    """
+    import turngym
+
+    rng = np.random.default_rng(seed)
+    for env_id in env_ids if env_ids is not None else sorted(turngym.list_envs()):
+        try:
+            env = turngym.make(env_id)
+            yield env.system_prompt
+            for i in range(episodes_per_env):
+                obs, _ = env.reset(seed=seed + i)
+                yield obs
+                scripted = i % 2 == 0
+                while not env.done:
+                    action = env.oracle_action() if scripted else env.sample_action(rng)
+                    obs, *_ = env.step(action)
+                    yield action
+                    yield obs
+            env.close()
+        except Exception as exc:  # noqa: BLE001 - any family failure only drops its text
+            warnings.warn(f"tiny model corpus: skipped {env_id} ({type(exc).__name__}: {exc})", stacklevel=2)
+
+
+def _train_tokenizer(texts: list[str], vocab_size: int):  # noqa: ANN202
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    core.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        eos_token="<|im_end|>",
+        pad_token="<|pad|>",
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=1 << 20,
+    )
+
+
+def _cache_key(config: TinyModelConfig, env_ids: Sequence[str]) -> str:
+    blob = json.dumps({"v": BUILDER_VERSION, "config": asdict(config), "envs": list(env_ids)}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def build_tiny_model(
+    out_dir: str | Path | None = None,
+    *,
+    config: TinyModelConfig | None = None,
+    env_ids: Sequence[str] | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Build (or find in the cache) the embedded model and return its HF model directory.
+
+    Args:
+        out_dir: where to save; default ``cache_root()/models/tiny-<hash>``.
+        config: architecture; default :class:`TinyModelConfig`.
+        env_ids: envs whose text trains the tokenizer; default every registered env.
+        overwrite: rebuild even if ``out_dir`` already holds a model.
+    """
+    import turngym
+
+    config = config or TinyModelConfig()
+    env_ids = sorted(env_ids) if env_ids is not None else sorted(turngym.list_envs())
+    out = Path(out_dir) if out_dir is not None else cache_root() / "models" / f"tiny-{_cache_key(config, env_ids)}"
+    if (out / "config.json").exists() and (out / "tokenizer.json").exists() and not overwrite:
+        return out
+
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    texts = [t for t in task_corpus(env_ids, episodes_per_env=config.episodes_per_env, seed=config.seed) if t]
+    tokenizer = _train_tokenizer(texts, config.vocab_size)
+    model_config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_hidden_layers,
+        num_attention_heads=config.num_attention_heads,
+        num_key_value_heads=config.num_attention_heads,
+        max_position_embeddings=config.max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        model = LlamaForCausalLM(model_config)
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=out.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        provenance = {
+            "builder_version": BUILDER_VERSION,
+            "config": asdict(config),
+            "env_ids": list(env_ids),
+            "corpus_texts": len(texts),
+            "corpus_chars": sum(map(len, texts)),
+            "parameters": sum(p.numel() for p in model.parameters()),
+        }
+        (tmp / "turngym_tiny.json").write_text(json.dumps(provenance, indent=2))
+        if overwrite and out.exists():
+            shutil.rmtree(out)
+        try:
+            os.replace(tmp, out)  # atomic: concurrent builders never see a half-written model
+        except OSError:
+            if not (out / "config.json").exists():  # not "another builder won the race"
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
