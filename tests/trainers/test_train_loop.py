@@ -51,6 +51,8 @@ def test_config_validation() -> None:
         TrainConfig(algo="gipgo")
     with pytest.raises(ConfigError, match="steps"):
         TrainConfig(steps=0)
+    with pytest.raises(ConfigError, match="critic"):
+        TrainConfig(algo="gae")
     with pytest.raises(ConfigError, match="unknown config field"):
         TrainConfig.from_dict({"stpes": 3})
 

@@ -178,8 +178,12 @@ class RewardShaper:
         """The shaped per-turn rewards of one episode (outcome + bounded shaping)."""
         return self.shape(rewards, signals, terminated=terminated).total
 
-    def episode_rewards(self, episode: Any) -> np.ndarray:
-        """Shaped rewards of a rollout :class:`~turngym.rollout.Episode`."""
+    def shape_episode(self, episode: Any) -> ShapedRewards:
+        """Shape a rollout :class:`~turngym.rollout.Episode` (its rewards and signals)."""
         turns = episode.turns
         terminated = bool(turns) and bool(turns[-1].terminated)
-        return self.turn_rewards([t.reward for t in turns], [t.signals for t in turns], terminated=terminated)
+        return self.shape([t.reward for t in turns], [t.signals for t in turns], terminated=terminated)
+
+    def episode_rewards(self, episode: Any) -> np.ndarray:
+        """Shaped per-turn rewards of a rollout :class:`~turngym.rollout.Episode`."""
+        return self.shape_episode(episode).total

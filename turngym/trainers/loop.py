@@ -88,7 +88,6 @@ class Trainer:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from turngym.agents.hf import resolve_model_path
         from turngym.agents.render import ChatRenderer
         from turngym.rewards import RewardShaper
 
@@ -98,7 +97,7 @@ class Trainer:
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.autocast = cfg.bf16 and self.device == "cuda"
         warm_dir = self.out / "warm_start"
-        source = warm_dir if self.resume and (warm_dir / "config.json").exists() else resolve_model_path(cfg.model)
+        source = warm_dir if self.resume and (warm_dir / "config.json").exists() else self._model_path()
         self.tokenizer = AutoTokenizer.from_pretrained(source)
         dtype = torch.bfloat16 if self.autocast else torch.float32
         self.model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(self.device)
@@ -108,6 +107,18 @@ class Trainer:
         self.shaper = RewardShaper(probe.reward_spec, gamma=1.0, weights=cfg.reward_weights, cap=cfg.shaping_cap)
         self.success_threshold = probe.reward_spec.success_threshold
         probe.close()
+
+    def _model_path(self) -> Path:
+        from turngym.agents.hf import resolve_model_path
+
+        if self.config.model == "tiny" and self.config.tiny_model:
+            from turngym.agents.tiny import TinyModelConfig, build_tiny_model
+
+            try:
+                return build_tiny_model(config=TinyModelConfig(**self.config.tiny_model))
+            except TypeError as exc:
+                raise ConfigError(f"tiny_model: {exc}; fields are those of turngym.agents.tiny.TinyModelConfig") from exc
+        return resolve_model_path(self.config.model)
 
     def _make_env(self) -> Any:
         import turngym
@@ -145,7 +156,8 @@ class Trainer:
         )
 
     def evaluate(self, n: int | None = None) -> float:
-        """Success rate of the current policy on held-out tasks (sampled at ``temperature``)."""
+        """Success rate of the current policy, sampling at ``temperature``: on held-out task seeds,
+        or on the task pool (cycled) when ``task_pool`` is set."""
         n = n or self.config.eval_episodes
         if n == 0:
             return float("nan")
@@ -247,8 +259,11 @@ class Trainer:
         episodes = [ep for ep in episodes if not ep.infra_error and ep.turns]  # never score infra failures
         t_rollout = time.perf_counter() - t0
 
-        shaped = [self.shaper.episode_rewards(ep) for ep in episodes]
+        parts = [self.shaper.shape_episode(ep) for ep in episodes]
+        shaped = [p.total for p in parts]
         columns = self._turn_columns(episodes, shaped)
+        if cfg.algo == "papo":  # the process score of a turn: its (bounded) shaping reward
+            columns["process"] = [float(x) for p in parts for x in p.shaping]
         adv = compute_advantages(cfg.algo, TurnTable(columns), **cfg.algo_params)
         per_episode, row = [], 0
         for ep in episodes:
@@ -319,10 +334,6 @@ class Trainer:
                 cols["parent"].append(f"{ep.group}/{t.parent}" if t.parent >= 0 else None)
         if self.config.algo in ("igpo", "igpo_turn_group"):
             cols["info_gain"] = self._info_gain(episodes)
-        if self.config.algo == "papo":
-            cols["process"] = [float(t.signals.get("progress", 0.0)) for ep in episodes for t in ep.turns]
-        if self.config.algo == "gae":
-            raise ConfigError("algo 'gae' needs a learned critic's values; the built-in loop is critic-free (use gae_grouped)")
         return cols
 
     def _info_gain(self, episodes: list[Any]) -> list[float]:

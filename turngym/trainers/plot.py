@@ -23,7 +23,7 @@ def plot_learning_curve(metrics: Path, out: Path, *, title: str = "") -> Path:
         ax.plot([r["step"] for r in rl], [r["success"] for r in rl], label="training rollouts (success)", color="#4c72b0", alpha=0.8)
         ax.plot([r["step"] for r in rl], [r["mean_shaped_return"] for r in rl], label="mean shaped return", color="#55a868", alpha=0.6, linestyle="--")
     if evals:
-        ax.plot([r["step"] for r in evals], [r["success"] for r in evals], "o-", label="held-out evaluation (success)", color="#c44e52")
+        ax.plot([r["step"] for r in evals], [r["success"] for r in evals], "o-", label="evaluation (success)", color="#c44e52")
     ax.set_xlabel("RL step")
     ax.set_ylabel("success rate / return")
     ax.set_ylim(-0.05, 1.05)
