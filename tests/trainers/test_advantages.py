@@ -394,3 +394,21 @@ def test_rollout_table_columns_ride_along_and_prev_state_key_is_the_anchor() -> 
     rollout_style["signal/progress"] = [0.0] * len(turns["episode"])
     rollout_style["terminated"] = [False] * len(turns["episode"])
     np.testing.assert_array_equal(compute_advantages("gigpo", rollout_style), compute_advantages("gigpo", turns))
+
+
+def test_rollout_turn_tables_feed_every_estimator() -> None:
+    """turngym.rollout.to_turn_table output (groups and trees) goes straight in."""
+    import turngym
+    from turngym.agents import RandomAgent
+    from turngym.rollout import run_episodes, run_tree, to_turn_table
+
+    make = lambda: turngym.make("turngym/Math-v0", max_steps=2, max_turns=4)  # noqa: E731
+    chains = to_turn_table(run_episodes(make, RandomAgent(seed=0), [0, 1], group_size=3))
+    tree = to_turn_table(run_tree(make, RandomAgent(seed=1), [0, 1], branching=(2, 2)).episodes)
+    for name in ("grpo", "rloo", "rebn", "gigpo", "gae_grouped", "tree", "turn_grpo"):
+        for table in (chains, tree):
+            adv = compute_advantages(name, table)
+            assert adv.shape == (len(table["episode"]),) and np.isfinite(adv).all()
+            ref_cols = {k: table[k].tolist() for k in ("episode", "group", "turn", "reward", "node", "parent")}
+            ref_cols["state_key"] = table["prev_state_key"].tolist()
+            np.testing.assert_allclose(adv, ref.REFERENCE[name](ref_cols), atol=1e-9)

@@ -129,7 +129,7 @@ def test_resume_continues_exactly(tmp_path: Path) -> None:
 
 
 def test_grpo_and_gigpo_run_on_the_same_env_and_seed(tmp_path: Path) -> None:
-    for algo in ("grpo", "tree"):
+    for algo in ("grpo", "tree", "igpo_turn_group", "papo"):
         Trainer(_tiny(steps=1, algo=algo, warmup_steps=0, eval_episodes=1), tmp_path / algo, progress=False, log=None).run()
         rl = [r for r in _rl_lines(tmp_path / algo) if r["phase"] == "rl"]
         assert len(rl) == 1 and np.isfinite(rl[0]["loss"])

@@ -16,7 +16,7 @@ import numpy as np
 from turngym.agents.base import Action, AgentInput
 from turngym.core.errors import ConfigError
 
-__all__ = ["NoisyOracle", "sft_batches"]
+__all__ = ["NoisyOracle", "describe", "sft_batches"]
 
 
 class NoisyOracle:
