@@ -270,6 +270,38 @@ def _run_sandbox(args: argparse.Namespace) -> int:
     sys.stderr.write(res.stderr)
     print(f"[{sb.name}: exit={res.exit_code} limit={res.limit_hit} {1000 * res.duration_s:.1f} ms]", file=sys.stderr)
     return 0 if res.ok else 1
+# ---------------------------------------------------------------------------------- train
+def _setup_train(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--env", dest="env_id", help="env id (default: turngym/Math-v0, 1-2 calculator steps)")
+    p.add_argument("--algo", help="advantage estimator: grpo, gigpo, rloo, tree, ... (default: gigpo)")
+    p.add_argument("--steps", type=int, help="RL iterations (default: 24)")
+    p.add_argument("--out", type=Path, default=Path("runs/default"), help="output directory (default: runs/default)")
+    p.add_argument("--model", help="tiny (embedded, default), smollm2, or a local HF model directory")
+    p.add_argument("--seed", type=int, help="seed (default: 0)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="any TrainConfig field (e.g. lr=1e-4)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    from turngym.trainers import TrainConfig, Trainer
+
+    fields = _parse_kv(args.set)
+    for name in ("env_id", "algo", "steps", "model", "seed"):
+        if getattr(args, name) is not None:
+            fields[name] = getattr(args, name)
+    if args.env_arg:
+        fields["env_kwargs"] = _parse_kv(args.env_arg)
+    elif args.env_id is not None and args.env_id != TrainConfig.env_id:
+        fields["env_kwargs"] = {}  # the default env's arguments do not apply to another env
+    if args.resume and fields:
+        raise SystemExit("error: --resume continues the saved config in --out; do not combine it with other options")
+    config = TrainConfig.from_dict(fields)
+    result = Trainer(config, args.out, resume=args.resume, progress=not args.quiet).run()
+    print(f"success rate before (warm start): {result.success_before:.1%}")
+    print(f"success rate after RL:            {result.success_after:.1%}  ({result.improvement * 100:+.1f} points)")
+    return 0
 
 
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
@@ -278,6 +310,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "eval": ("evaluate an agent on an environment", _setup_eval, _run_eval),
     "serve": ("serve environments over WebSocket/HTTP (turngym and OpenEnv protocols)", _setup_serve, _run_serve),
     "sandbox": ("list sandbox backends, or run Python in one", _setup_sandbox, _run_sandbox),
+    "train": ("train a policy with turn-level credit assignment (no arguments: the embedded default run)", _setup_train, _run_train),
 }
 
 

@@ -1,0 +1,137 @@
+"""Time ``compute_advantages`` on large turn tables against the plain-loop reference.
+
+Usage:
+    python benchmarks/bench_advantages.py                 # 1,000,000 rows, grpo / gigpo / tree
+    python benchmarks/bench_advantages.py --rows 200000 --estimators all --json
+
+The vectorized time includes validating and indexing the raw columns (a dict of NumPy
+arrays, ids and state keys as ints), i.e. what a trainer pays per batch; gigpo is also timed
+with string state keys (hex hashes), where factorizing the strings dominates. The loop
+time runs :mod:`turngym.trainers.advantages.reference` (plain Python) on the same table, on
+``--loop-rows`` rows (default: all) and is scaled linearly to the full size when smaller.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from turngym.trainers.advantages import ESTIMATORS, compute_advantages
+from turngym.trainers.advantages import reference as ref
+
+TREE = {"tree", "turn_grpo"}
+
+
+def chain_table(rows: int, *, group_size: int = 8, mean_len: int = 10, seed: int = 0, str_keys: bool = False) -> dict[str, np.ndarray]:
+    """Groups of ``group_size`` episodes of random length (1..2·mean_len), ``rows`` rows in all.
+
+    State keys are int64 hashes (6 states per group), or their strings with ``str_keys``.
+    """
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 2 * mean_len, size=rows // mean_len * 2)
+    lengths = lengths[: np.searchsorted(np.cumsum(lengths), rows) + 1]
+    lengths[-1] -= lengths.sum() - rows
+    lengths = lengths[lengths > 0]
+    episode = np.repeat(np.arange(lengths.size), lengths)
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    turn = np.arange(rows) - starts
+    group = episode // group_size
+    cols = {
+        "episode": episode,
+        "group": group,
+        "turn": turn,
+        "reward": rng.choice([0.0, 0.0, 0.0, 0.1, 1.0], size=rows),
+        "state_key": group * 6 + rng.integers(0, 6, rows),
+        "info_gain": rng.normal(0, 0.1, rows),
+        "value": rng.normal(size=rows),
+        "process": rng.random(rows),
+    }
+    if str_keys:
+        cols["state_key"] = np.array([f"{k:016x}" for k in cols["state_key"].tolist()], dtype=object)
+    perm = rng.permutation(rows)
+    return {k: v[perm] for k, v in cols.items()}
+
+
+def tree_table(rows: int, *, leaves: int = 8, depth: int = 10, seed: int = 0) -> dict[str, np.ndarray]:
+    """Tiles one random branching tree (``leaves`` paths of ``depth`` turns) over groups."""
+    rng = np.random.default_rng(seed)
+    t_parent, t_turn, t_ep = [], [], []
+    for e in range(leaves):
+        if e == 0:
+            start, parent = 0, -1
+        else:
+            parent = int(rng.integers(len(t_parent)))
+            start = t_turn[parent] + 1
+            if start >= depth:
+                parent, start = -1, 0
+        for t in range(start, depth):
+            t_parent.append(parent)
+            t_turn.append(t)
+            t_ep.append(e)
+            parent = len(t_parent) - 1
+    size = len(t_parent)
+    n_groups = -(-rows // size)
+    offset = np.repeat(np.arange(n_groups) * size, size)
+    parent = np.tile(np.array(t_parent), n_groups)
+    parent = np.where(parent >= 0, parent + offset, -1)
+    cols = {
+        "episode": np.tile(np.array(t_ep), n_groups) + np.repeat(np.arange(n_groups) * leaves, size),
+        "group": np.repeat(np.arange(n_groups), size),
+        "turn": np.tile(np.array(t_turn), n_groups),
+        "node": np.arange(n_groups * size),
+        "parent": parent,
+        "reward": rng.choice([0.0, 0.0, 0.1, 1.0], size=n_groups * size),
+    }
+    # Nodes are numbered in creation order (parents first), so a prefix cut keeps every parent.
+    return {k: v[:rows] for k, v in cols.items()}
+
+
+def _time(fn, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--loop-rows", type=int, default=None, help="rows for the plain-loop timing (default: --rows)")
+    p.add_argument("--estimators", default="grpo,gigpo,tree", help="comma list or 'all'")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    names = sorted(ESTIMATORS) if args.estimators == "all" else args.estimators.split(",")
+    if "gigpo" in names:
+        names.insert(names.index("gigpo") + 1, "gigpo:str")
+    loop_rows = args.loop_rows or args.rows
+    chain, tree = chain_table(args.rows), tree_table(args.rows)
+    results = []
+    for label in names:
+        name, _, variant = label.partition(":")
+        str_keys = variant == "str"
+        cols = tree if name in TREE else (chain_table(args.rows, str_keys=True) if str_keys else chain)
+        fast = _time(lambda n=name, c=cols: compute_advantages(n, c), args.repeat)
+        sub = tree_table(loop_rows) if name in TREE else chain_table(loop_rows, str_keys=str_keys)
+        lists = {k: v.tolist() for k, v in sub.items()}
+        loop = _time(lambda n=name, c=lists: ref.REFERENCE[n](c), 1) * args.rows / loop_rows
+        check = {k: v[:2000] for k, v in (tree_table(2000) if name in TREE else chain_table(2000)).items()}
+        np.testing.assert_allclose(compute_advantages(name, check), ref.REFERENCE[name]({k: v.tolist() for k, v in check.items()}), atol=1e-8)
+        results.append({"estimator": name + (" (str state keys)" if str_keys else ""), "rows": args.rows, "vectorized_s": round(fast, 4), "loop_s": round(loop, 2), "speedup": round(loop / fast, 1)})
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    print(f"{'estimator':<26}{'rows':>10}{'vectorized s':>14}{'plain loop s':>14}{'speedup':>9}")
+    for r in results:
+        print(f"{r['estimator']:<26}{r['rows']:>10,}{r['vectorized_s']:>14.3f}{r['loop_s']:>14.2f}{r['speedup']:>8.1f}x")
+    if loop_rows != args.rows:
+        print(f"(plain loop timed on {loop_rows:,} rows, scaled linearly)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""The training loop with the embedded tiny model: smoke, parameters change, exact resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from turngym.core.errors import ConfigError  # noqa: E402
+from turngym.trainers import TrainConfig, Trainer  # noqa: E402
+from turngym.trainers.batch import collate, token_advantages  # noqa: E402
+from turngym.trainers.losses import clipped_pg_loss, kl_penalty  # noqa: E402
+
+
+def _tiny(**kw) -> TrainConfig:
+    base = dict(
+        env_kwargs={"min_steps": 1, "max_steps": 1, "max_turns": 2},
+        steps=3,
+        groups_per_step=2,
+        group_size=2,
+        max_new_tokens=6,
+        warmup_steps=2,
+        warmup_batch_size=4,
+        demo_episodes=6,
+        eval_episodes=2,
+        micro_batch_size=3,
+        task_pool=4,
+        lr=1e-3,
+    )
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def _weights(out: Path) -> dict:
+    return torch.load(out / "checkpoint" / "trainable.pt")
+
+
+def _rl_lines(out: Path) -> list[dict]:
+    drop = ("rollout_s", "step_s")
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in drop} for r in lines]
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ConfigError, match="Did you mean"):
+        TrainConfig(algo="gipgo")
+    with pytest.raises(ConfigError, match="steps"):
+        TrainConfig(steps=0)
+    with pytest.raises(ConfigError, match="critic"):
+        TrainConfig(algo="gae")
+    with pytest.raises(ConfigError, match="unknown config field"):
+        TrainConfig.from_dict({"stpes": 3})
+
+
+def test_losses() -> None:
+    logp = torch.log(torch.tensor([[0.5, 0.25]]))
+    adv = torch.tensor([[1.0, -1.0]])
+    mask = torch.tensor([[1.0, 1.0]])
+    loss, diag = clipped_pg_loss(logp, logp.detach(), adv, mask)
+    assert loss.item() == pytest.approx(0.0) and diag["ratio"] == pytest.approx(1.0)
+    # The ratio is clipped: a big positive ratio with a positive advantage stops at 1 + ε.
+    loss, diag = clipped_pg_loss(logp + 1.0, logp, torch.ones_like(adv), mask, clip_high=0.28)
+    assert loss.item() == pytest.approx(-1.28) and diag["clip_frac"] == 1.0
+    assert kl_penalty(logp, logp, mask).item() == pytest.approx(0.0)
+    assert kl_penalty(logp, logp - 0.5, mask).item() > 0
+
+
+def test_each_turns_advantage_lands_on_its_own_tokens() -> None:
+    from turngym.agents.render import TokenSample
+
+    s = TokenSample(input_ids=list(range(10)), loss_mask=[0, 0, 1, 1, 0, 0, 1, 1, 1, 0], logprobs=[0.0] * 10, turn_spans={0: (2, 4), 1: (6, 9)})
+    adv = token_advantages(s, [0.5, -2.0])
+    assert adv == [0, 0, 0.5, 0.5, 0, 0, -2.0, -2.0, -2.0, 0]
+    batch = collate([s], [adv], pad_id=0)
+    np.testing.assert_allclose(batch.adv_next.numpy()[0], adv[1:])
+    np.testing.assert_allclose(batch.mask_next.numpy()[0], s.loss_mask[1:])
+
+
+def test_training_changes_parameters_and_writes_artifacts(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = Trainer(_tiny(steps=2), out, progress=False, log=None).run()
+    warm = torch.load(out / "checkpoint" / "trainable.pt")
+    from transformers import AutoModelForCausalLM
+
+    start = AutoModelForCausalLM.from_pretrained(out / "warm_start").state_dict()
+    changed = [k for k in start if not torch.equal(start[k], warm[k])]
+    assert changed, "no parameter moved during RL"
+    lines = _rl_lines(out)
+    rl = [r for r in lines if r["phase"] == "rl"]
+    assert [r["step"] for r in rl] == [1, 2]
+    assert all(np.isfinite(r["loss"]) for r in rl)
+    assert [r["phase"] for r in lines].count("eval") == 2
+    assert (out / "learning_curve.png").stat().st_size > 1000
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["success_before"] == result.success_before
+
+
+class _Killed(Exception):
+    pass
+
+
+class _DiesAtStep(Trainer):
+    """Test double: the process is "killed" when RL step ``die_at`` starts."""
+
+    die_at = 2
+
+
+    def _rl_step(self, step, opt):  # noqa: ANN001, ANN202
+        if step == self.die_at:
+            raise _Killed
+        return super()._rl_step(step, opt)
+
+
+def test_resume_continues_exactly(tmp_path: Path) -> None:
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    Trainer(_tiny(), straight, progress=False, log=None).run()
+    with pytest.raises(_Killed):
+        _DiesAtStep(_tiny(), killed, progress=False, log=None).run()
+    assert json.loads((killed / "checkpoint" / "state.json").read_text())["step"] == 2
+    Trainer(TrainConfig(), killed, resume=True, progress=False, log=None).run()  # config comes from the run dir
+    a, b = _weights(straight), _weights(killed)
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    assert _rl_lines(straight) == _rl_lines(killed)  # no lost or repeated iterations
+
+
+def test_grpo_and_gigpo_run_on_the_same_env_and_seed(tmp_path: Path) -> None:
+    for algo in ("grpo", "tree", "igpo_turn_group", "papo"):
+        Trainer(_tiny(steps=1, algo=algo, warmup_steps=0, eval_episodes=1), tmp_path / algo, progress=False, log=None).run()
+        rl = [r for r in _rl_lines(tmp_path / algo) if r["phase"] == "rl"]
+        assert len(rl) == 1 and np.isfinite(rl[0]["loss"])
+
+
+def test_lora_and_kl_run_and_resume(tmp_path: Path) -> None:
+    pytest.importorskip("peft")
+    cfg = _tiny(steps=2, lora=True, lora_rank=4, kl_coef=0.05)
+    out = tmp_path / "lora"
+    killer = type("_DiesAtOne", (_DiesAtStep,), {"die_at": 1})
+    with pytest.raises(_Killed):
+        killer(cfg, out, progress=False, log=None).run()
+    state = torch.load(out / "checkpoint" / "trainable.pt")
+    assert state and all("lora" in k for k in state)  # only the adapters are checkpointed
+    Trainer(TrainConfig(), out, resume=True, progress=False, log=None).run()
+    rl = [r for r in _rl_lines(out) if r["phase"] == "rl"]
+    assert [r["step"] for r in rl] == [1, 2]
+    assert all(r["kl"] >= 0 for r in rl)
