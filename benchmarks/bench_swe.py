@@ -44,18 +44,23 @@ def main() -> None:
         s = time.perf_counter()
         env.reset(options={"task": t})
         resets.append(time.perf_counter() - s)
-    out["reset_ms_p50 (cached)"] = pct(resets, 50)
+    out["reset_ms_p50"] = pct(resets, 50)
 
-    steps = []
+    # Every step below changes the tree first (a unique marker file), so nothing is cached:
+    # an edit step runs the hidden evaluation (the whole suite), run_tests runs the F2P tests.
+    edits, runs = [], []
     for i, t in enumerate(sample[:30]):
         env.reset(options={"task": t})
         marker = f"# bench {i} {time.time()}\n"
-        env.step(json.dumps({"name": "create_file", "arguments": {"path": "bench_marker.py", "content": marker}}))
         s = time.perf_counter()
-        env.step(json.dumps({"name": "run_tests", "arguments": {}}))
-        steps.append(time.perf_counter() - s)
-    out["run_tests_step_ms_p50"] = pct(steps, 50)
-    out["run_tests_step_ms_p99"] = pct(steps, 99)
+        env.step(json.dumps({"name": "create_file", "arguments": {"path": "bench_marker.py", "content": marker}}))
+        edits.append(time.perf_counter() - s)
+        s = time.perf_counter()
+        env.step(json.dumps({"name": "run_tests", "arguments": {"tests": list(t.fail_to_pass)}}))
+        runs.append(time.perf_counter() - s)
+    out["edit_step_ms_p50 (hidden eval)"] = pct(edits, 50)
+    out["run_tests_step_ms_p50"] = pct(runs, 50)
+    out["run_tests_step_ms_p99"] = pct(runs, 99)
 
     s = time.perf_counter()
     gen = generate_tasks(["lrucache"], seed=123)

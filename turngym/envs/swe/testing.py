@@ -24,8 +24,8 @@ from turngym.envs.swe.repos import Tree
 
 __all__ = ["TestRun", "run_pytest", "set_executor", "Executor"]
 
-#: An executor writes ``tree`` into a fresh working directory, runs ``argv`` there with a
-#: wall-clock ``timeout`` and returns (exit code or None on timeout, output, the bytes of
+#: An executor writes ``tree`` into a fresh working directory, runs ``python -m pytest ARGS``
+#: there (with its own interpreter) under a wall-clock ``timeout`` and returns (exit code or None on timeout, output, the bytes of
 #: ``JUNIT`` if it was written). It raises InfraError if it cannot run at all.
 Executor = Callable[[Tree, Sequence[str], float], tuple[int | None, str, bytes | None]]
 
@@ -36,14 +36,15 @@ JUNIT = ".junit.xml"
 PYTEST_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
-def subprocess_executor(tree: Tree, argv: Sequence[str], timeout: float) -> tuple[int | None, str, bytes | None]:
+def subprocess_executor(tree: Tree, args: Sequence[str], timeout: float) -> tuple[int | None, str, bytes | None]:
     """Run in a temporary directory with a plain subprocess: **not isolated** (tests, fallback)."""
     with tempfile.TemporaryDirectory(prefix="turngym-swe-") as tmp:
         root = Path(tmp)
         tree.write_to(root)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp, **PYTEST_ENV}
         try:
-            proc = subprocess.run(list(argv), cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+            argv = [sys.executable, "-m", "pytest", *args]
+            proc = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
             out = exc.stdout or ""
             return None, out if isinstance(out, str) else out.decode("utf-8", "replace"), None
@@ -66,7 +67,7 @@ class SandboxExecutor:
         self.processes = processes
         self._sandbox = None
 
-    def __call__(self, tree: Tree, argv: Sequence[str], timeout: float) -> tuple[int | None, str, bytes | None]:
+    def __call__(self, tree: Tree, args: Sequence[str], timeout: float) -> tuple[int | None, str, bytes | None]:
         from turngym.sandbox import Limits, make_sandbox
 
         if self._sandbox is None:
@@ -75,7 +76,8 @@ class SandboxExecutor:
         files = {path: text.encode("utf-8", "surrogatepass") for path, text in tree.items()}
         with self._sandbox.open_session(limits) as session:
             session.write_files(files)
-            res = session.run(list(argv), env=PYTEST_ENV)
+            py = self._sandbox.python  # the sandbox's interpreter setup (venvs, site dirs bound in)
+            res = session.run([*py.argv(), "-m", "pytest", *args], env={**py.env(), **PYTEST_ENV})
             if res.limit_hit in ("wall", "cpu"):
                 return None, res.stdout + res.stderr, None
             try:
@@ -179,10 +181,9 @@ def run_pytest(tree: Tree, tests: Sequence[str] | None = None, *, timeout: float
     if hit is not None:
         _CACHE.move_to_end(key)
         return hit
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short",
-            "-o", "junit_family=xunit1", f"--junitxml={JUNIT}", *(tests or ["tests"])]
+    args = ["-q", "-p", "no:cacheprovider", "--tb=short", "-o", "junit_family=xunit1", f"--junitxml={JUNIT}", *(tests or ["tests"])]
     t0 = time.perf_counter()
-    code, output, junit = _executor(tree, argv, timeout)
+    code, output, junit = _executor(tree, args, timeout)
     duration = time.perf_counter() - t0
     if code is None:
         run = TestRun(frozenset(), frozenset(), (), False, True, output[-4000:], duration)
