@@ -140,6 +140,8 @@ class HouseholdEnv(TurngymEnv):
     )
     default_max_turns = 50
     system_prompt = SYSTEM_PROMPT
+    #: ALFWorld commands are one line: generation stops at the end of it
+    stop_strings = ("\n",)
 
     def __init__(
         self,

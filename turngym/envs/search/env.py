@@ -173,6 +173,8 @@ class SearchQAEnv(TurngymEnv):
     )
     default_max_turns = 10
     system_prompt = SYSTEM_PROMPT
+    #: generation stops after one complete action (Search-R1 stops at </search> too)
+    stop_strings = ("</search>", "</answer>")
 
     def __init__(
         self,

@@ -161,6 +161,8 @@ class ShopEnv(TurngymEnv):
     )
     default_max_turns = 15
     system_prompt = SYSTEM_PROMPT
+    #: generation stops after one complete search[...] / click[...] action
+    stop_strings = ("]",)
 
     def __init__(
         self,
