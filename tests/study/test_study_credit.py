@@ -72,13 +72,14 @@ def test_variance_study_ground_truth_and_turn_level_baselines() -> None:
 
 
 def _fake_run(root, claim, env, arm, seed, success, turns, zero):  # a test double of a finished run's files
-    d = root / "runs" / claim / f"{env}-{arm}-s{seed}"
+    name = f"{'farming' if claim == 'farming' else 'train'}/{env}-{arm}-s{seed}"
+    d = root / "runs" / name
     d.mkdir(parents=True)
     curve = [{"phase": "rl", "step": i + 1, "success": success, "episodes": 16, "mean_turns": turns + i, "zero_adv_frac": zero,
               "mean_shaped_return": 1.0} for i in range(3)]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in curve))
     ev = {"success": success, "tool_calls": turns, "success_by_hops": {"1": success, "2": success / 2}}
-    (d / "study.json").write_text(json.dumps({"name": d.name, "claim": claim, "env": env, "arm": arm, "algo": arm, "seed": seed, "steps": 3,
+    (d / "study.json").write_text(json.dumps({"name": name, "claim": claim, "env": env, "arm": arm, "algo": arm, "seed": seed, "steps": 3,
                                               "env_id": "e", "heldout_env_id": "e", "success_before": 0.1, "pool_eval": ev, "heldout_eval": ev}))
 
 
@@ -87,12 +88,13 @@ def test_report_numbers_come_from_the_metrics_files(tmp_path) -> None:
         _fake_run(tmp_path, "gigpo_vs_grpo", "shop", "gigpo", seed, 0.6 + 0.01 * seed, 3, 0.1)
         _fake_run(tmp_path, "gigpo_vs_grpo", "shop", "grpo", seed, 0.3 + 0.01 * seed, 3, 0.1)
         _fake_run(tmp_path, "papo", "math", "papo", seed, 0.5, 2, 0.1)
-        _fake_run(tmp_path, "papo", "math", "grpo", seed, 0.5, 2, 0.6)
+        _fake_run(tmp_path, "gigpo_vs_grpo", "math", "grpo", seed, 0.5, 2, 0.6)
         _fake_run(tmp_path, "farming", "math", "naive", seed, 0.2, 5, 0.0)
         _fake_run(tmp_path, "farming", "math", "bounded", seed, 0.5, 2, 0.0)
+    (tmp_path / "study_config.json").write_text(json.dumps(StudyConfig(envs=("shop",), seeds=3).to_dict()))
     (tmp_path / "variance.json").write_text(json.dumps(run_variance_study(VarianceConfig(tasks=2, repeats=2, mc=4))))
     text = write_report(tmp_path, command="turngym study credit --quick").read_text()
-    assert "| gigpo_vs_grpo | shop | gigpo | 3 | 3 | 10.0 ± 0.0 | 61.0 ± 1.0 |" in text
+    assert "| train | shop | gigpo | 3 | 3 | 10.0 ± 0.0 | 61.0 ± 1.0 |" in text
     assert "**shop** — pool: **reproduced** (GiGPO − GRPO +30.0 points" in text
     assert "PAPO 10.0 ± 0.0% vs GRPO 60.0 ± 0.0%" in text and "kept" in text
     assert "Claim 5" in text and "Not run." in text  # no search runs: said so, not invented

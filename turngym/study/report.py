@@ -116,12 +116,12 @@ def _diff(a: list[float], b: list[float]) -> tuple[float, float, int]:
 
 def _results_table(runs: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
     rows, lines = [], [
-        "| claim | env | arm | seeds | RL steps | warm start (pool) | after RL (pool) | after RL (held out) | held-out split |",
+        "| group | env | arm | seeds | RL steps | warm start (pool) | after RL (pool) | after RL (held out) | held-out split |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     by: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in runs:
-        by[r["claim"], r["env"], r["arm"]].append(r)
+        by[r["name"].split("/")[0], r["env"], r["arm"]].append(r)
     for (claim, env, arm), rs in sorted(by.items()):
         before = _ms([r["success_before"] for r in rs])
         after = _ms([r["pool_eval"]["success"] for r in rs])
@@ -158,7 +158,9 @@ def write_report(out: Path, *, command: str) -> Path:
     # ---- claim 1
     md += ["## Claim 1 — GiGPO beats GRPO on household and shop", "",
            "Paper (GiGPO, 1.5B): +13.9 points on ALFWorld, +10.6 on WebShop.", ""]
-    c1 = [r for r in runs if r["claim"] == "gigpo_vs_grpo"]
+    c1_envs, c1_algos = cfg.get("envs", []), cfg.get("algos", [])
+    c1 = [r for r in runs if r["name"].startswith("train/") and r["env"] in c1_envs and r["arm"] in c1_algos]
+    c1 = c1 if "gigpo_vs_grpo" in cfg.get("claims", []) else []
     if not c1:
         md += ["Not run.", ""]
     for env in sorted({r["env"] for r in c1}):
@@ -211,8 +213,8 @@ def write_report(out: Path, *, command: str) -> Path:
     # ---- claim 3
     md += ["## Claim 3 — PAPO keeps a learning signal when groups are all-correct", ""]
     p, o = arms.get(("math", "papo"), []), arms.get(("math", "grpo"), [])
-    p = [r for r in p if r["claim"] == "papo"]
-    o = [r for r in o if r["claim"] == "papo"]
+    p = [r for r in p if r["name"].startswith("train/")] if "papo" in cfg.get("claims", []) else []
+    o = [r for r in o if r["name"].startswith("train/")]
     if p and o:
         zp, zo = _ms([_late(r["curve"], "zero_adv_frac") for r in p]), _ms([_late(r["curve"], "zero_adv_frac") for r in o])
         d = _diff([r["pool_eval"]["success"] for r in p], [r["pool_eval"]["success"] for r in o])
@@ -263,8 +265,9 @@ def write_report(out: Path, *, command: str) -> Path:
 
     # ---- claim 5
     md += ["## Claim 5 — information gain helps multi-hop search", ""]
-    ig = [r for r in runs if r["claim"] == "info_gain" and r["arm"] == "igpo"]
-    gr = [r for r in runs if r["claim"] == "info_gain" and r["arm"] == "grpo"]
+    plain_search = [r for r in runs if r["name"].startswith("train/") and r["env"] == "search"] if "info_gain" in cfg.get("claims", []) else []
+    ig = [r for r in plain_search if r["arm"] == "igpo"]
+    gr = [r for r in plain_search if r["arm"] == "grpo"]
     if ig and gr:
         hops = sorted({h for r in ig + gr for h in r["pool_eval"].get("success_by_hops", {})}, key=int)
         md += ["| split | hops | IGPO | GRPO | IGPO − GRPO |", "|---|---|---|---|---|"]
