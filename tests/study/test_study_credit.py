@@ -109,3 +109,15 @@ def test_cli_lists_the_study_command(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["study", "credit", "--help"])
     assert "--budget" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_quick_mode_runs_every_claim_end_to_end(tmp_path) -> None:
+    from turngym.study.credit import run_study
+
+    report = run_study(StudyConfig.quick_config(out=tmp_path), log=lambda msg: None)
+    text = report.read_text()
+    for n in range(1, 6):
+        assert f"## Claim {n}" in text
+    assert len(list(tmp_path.glob("runs/*/*/study.json"))) == 7
+    assert "turngym study credit" in text and "--quick" in text
