@@ -152,7 +152,7 @@ def run_variance_study(cfg: VarianceConfig) -> dict[str, Any]:
         turns_per_episode: list[int] = []
         for task in range(cfg.tasks):
             truth.env.reset(seed=task)
-            for rep in range(cfg.repeats):
+            for _ in range(cfg.repeats):
                 paths = _rollout(env, policy, task, branching)
                 cols: dict[str, list[Any]] = {k: [] for k in ("episode", "group", "turn", "reward", "state_key", "node", "parent")}
                 for e, path in enumerate(paths):
