@@ -236,6 +236,11 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
         summary["claims"]["papo"] = {"zero_adv_papo": zp, "zero_adv_grpo": zo, "diff_pool": d}
         md += [f"Fraction of turns with exactly zero advantage over the second half of training: PAPO {_fmt(*zp)}% vs GRPO {_fmt(*zo)}% "
                f"— the signal is {'kept' if zp[0] < zo[0] else 'NOT kept'} by PAPO. Final pool success: {_verdict(*d, what='PAPO − GRPO')}.", ""]
+        if zo[0] < 0.05:
+            md += [f"**Caveat — the premise did not arise:** GRPO's advantages were exactly zero on only {100 * zo[0]:.1f}% of turns, because "
+                   "the study's runs use the env's default shaping (per-turn process rewards make returns differ even inside an all-correct "
+                   "group). So this run does not test the claim; a test needs an outcome-only GRPO arm (shaping weights 0) at a success rate "
+                   "where whole groups are correct.", ""]
         md += [f"![zero advantages]({png})", "", f"![success]({png2})", ""] if png and png2 else []
     else:
         md += ["Not run.", ""]
