@@ -273,7 +273,7 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
         summary["claims"]["farming"] = {"turns_change_naive": farm_naive, "turns_change_bounded": farm_bounded, "tool_calls_naive_minus_bounded": d}
         farms = farm_naive > 0.25 and d[0] > 0
         md += [f"Change in episode length during training: naive {farm_naive:+.2f} turns, bounded {farm_bounded:+.2f}; calculator calls per "
-               f"episode after training, naive − bounded: {d[0]:+.2f} (2 s.e. = {2 * d[1]:.2f}). Verdict: "
+               f"episode after training, naive − bounded: {d[0]:+.2f} ({f'2 s.e. = {2 * d[1]:.2f}' if d[2] > 1 else 'one seed per arm: no spread, a single-seed result'}). Verdict: "
                + ("**reproduced** — the naive arm learns to farm the repeatable signal, the bounded one does not." if farms and farm_bounded < farm_naive
                   else "**not reproduced at this scale** — the naive arm did not measurably learn to farm within the budget."), ""]
         png = _plot({"naive": nv, "bounded": bd}, "mean_turns", out / "claim4_turns.png", "math + per-call shaping: episode length", "turns per episode")
