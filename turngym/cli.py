@@ -304,6 +304,19 @@ def _run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _setup_study(p: argparse.ArgumentParser) -> None:
+    from turngym.study.credit import setup_parser
+
+    setup_parser(p)
+
+
+def _run_study(args: argparse.Namespace) -> int:
+    from turngym.study.credit import config_from_args, run_study
+
+    run_study(config_from_args(args))
+    return 0
+
+
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "envs": ("list registered environments", _setup_envs, _run_envs),
     "play": ("step an environment by hand in the terminal", _setup_play, _run_play),
@@ -311,6 +324,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "serve": ("serve environments over WebSocket/HTTP (turngym and OpenEnv protocols)", _setup_serve, _run_serve),
     "sandbox": ("list sandbox backends, or run Python in one", _setup_sandbox, _run_sandbox),
     "train": ("train a policy with turn-level credit assignment (no arguments: the embedded default run)", _setup_train, _run_train),
+    "study": ("reproducible studies: `turngym study credit` tests the credit-assignment claims", _setup_study, _run_study),
 }
 
 

@@ -1,0 +1,123 @@
+"""The credit study: planning, the variance study's truth and scoring, the report, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from turngym.core.errors import ConfigError
+from turngym.study.credit import CLAIMS, StudyConfig, plan_runs, regenerate_command
+from turngym.study.report import write_report
+from turngym.study.variance import VarianceConfig, _score, run_variance_study
+
+
+def test_plan_runs_covers_every_claim_and_seed() -> None:
+    cfg = StudyConfig(seeds=2, envs=("household", "shop"), algos=("gigpo", "grpo"))
+    runs = plan_runs(cfg)
+    names = [r.name for r in runs]
+    assert len(names) == len(set(names))
+    assert {r.claim for r in runs} == set(CLAIMS) - {"variance"}
+    assert len([r for r in runs if r.claim == "gigpo_vs_grpo"]) == 2 * 2 * 2
+    farm = {r.arm: r.overrides["shaping_cap"] for r in runs if r.claim == "farming"}
+    assert math.isinf(farm["naive"]) and farm["bounded"] < 1
+    assert not plan_runs(StudyConfig(claims=("variance",)))
+
+
+def test_config_rejects_unknown_names() -> None:
+    with pytest.raises(ConfigError, match="unknown env"):
+        StudyConfig(envs=("nope",))
+    with pytest.raises(ConfigError, match="gae"):
+        StudyConfig(algos=("gae",))
+    with pytest.raises(ConfigError, match="claim"):
+        StudyConfig(claims=("magic",))
+
+
+def test_regenerate_command_round_trips_through_the_cli_parser() -> None:
+    import argparse
+    import shlex
+
+    from turngym.study.credit import config_from_args, setup_parser
+
+    cfg = StudyConfig(seeds=2, budget=123, envs=("shop",), claims=("papo", "variance"), out="x/y")
+    parser = argparse.ArgumentParser()
+    setup_parser(parser)
+    again = config_from_args(parser.parse_args(shlex.split(regenerate_command(cfg))[2:]))
+    assert again.to_dict() == cfg.to_dict()
+
+
+def test_score_is_zero_error_for_an_estimator_equal_to_the_truth_up_to_scale() -> None:
+    gt = np.array([0.5, -0.5, 0.2, 0.2, -0.1])
+    sa = ["a", "b", "c", "c", "d"]
+    res = _score({"exact": list(3.0 * gt), "noisy": [1.0, -1.0, 1.0, -1.0, 0.0]}, gt, sa)["estimators"]
+    assert res["exact"]["mse"] == pytest.approx(0.0, abs=1e-12)
+    assert res["exact"]["corr"] == pytest.approx(1.0)
+    assert res["exact"]["scale"] == pytest.approx(1 / 3)
+    assert res["noisy"]["variance"] > 0  # the repeated (s,a) "c" got two different advantages
+    assert res["noisy"]["rel_mse"] > res["exact"]["rel_mse"]
+
+
+def test_variance_study_ground_truth_and_turn_level_baselines() -> None:
+    res = run_variance_study(VarianceConfig(tasks=4, repeats=3, mc=8))
+    for shape in ("group", "tree"):
+        est = res["shapes"][shape]["estimators"]
+        assert set(est) == {"grpo", "gigpo", "turn_grpo", "tree", "gae_grouped"}
+        assert all(-1 <= e["corr"] <= 1 for e in est.values())
+    # in a group of independent episodes no turn has a sibling past the first: turn_grpo is mostly 0
+    assert res["shapes"]["group"]["estimators"]["turn_grpo"]["zero_frac"] > res["shapes"]["tree"]["estimators"]["turn_grpo"]["zero_frac"]
+    assert res["shapes"]["tree"]["branching"] == [2, 2, 2]
+    assert res == run_variance_study(VarianceConfig(tasks=4, repeats=3, mc=8)) | {"seconds": res["seconds"]}  # deterministic
+
+
+def _fake_run(root, claim, env, arm, seed, success, turns, zero):  # a test double of a finished run's files
+    name = f"{'farming' if claim == 'farming' else 'train'}/{env}-{arm}-s{seed}"
+    d = root / "runs" / name
+    d.mkdir(parents=True)
+    curve = [{"phase": "rl", "step": i + 1, "success": success, "episodes": 16, "mean_turns": turns + i, "zero_adv_frac": zero,
+              "mean_shaped_return": 1.0} for i in range(3)]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in curve))
+    ev = {"success": success, "tool_calls": turns, "success_by_hops": {"1": success, "2": success / 2}}
+    (d / "study.json").write_text(json.dumps({"name": name, "claim": claim, "env": env, "arm": arm, "algo": arm, "seed": seed, "steps": 3,
+                                              "env_id": "e", "heldout_env_id": "e", "success_before": 0.1, "pool_eval": ev, "heldout_eval": ev}))
+
+
+def test_report_numbers_come_from_the_metrics_files(tmp_path) -> None:
+    for seed in range(3):
+        _fake_run(tmp_path, "gigpo_vs_grpo", "shop", "gigpo", seed, 0.6 + 0.01 * seed, 3, 0.1)
+        _fake_run(tmp_path, "gigpo_vs_grpo", "shop", "grpo", seed, 0.3 + 0.01 * seed, 3, 0.1)
+        _fake_run(tmp_path, "papo", "math", "papo", seed, 0.5, 2, 0.1)
+        _fake_run(tmp_path, "gigpo_vs_grpo", "math", "grpo", seed, 0.5, 2, 0.6)
+        _fake_run(tmp_path, "farming", "math", "naive", seed, 0.2, 5, 0.0)
+        _fake_run(tmp_path, "farming", "math", "bounded", seed, 0.5, 2, 0.0)
+    (tmp_path / "study_config.json").write_text(json.dumps(StudyConfig(envs=("shop",), seeds=3).to_dict()))
+    (tmp_path / "variance.json").write_text(json.dumps(run_variance_study(VarianceConfig(tasks=2, repeats=2, mc=4))))
+    text = write_report(tmp_path, command="turngym study credit --quick").read_text()
+    assert "| train | shop | gigpo | 3 | 3 | 10.0 ± 0.0 | 61.0 ± 1.0 |" in text
+    assert "**shop** — pool: **reproduced** (GiGPO − GRPO +30.0 points" in text
+    assert "PAPO 10.0 ± 0.0% vs GRPO 60.0 ± 0.0%" in text and "kept" in text
+    assert "Claim 5" in text and "Not run." in text  # no search runs: said so, not invented
+    assert (tmp_path / "claim1_shop.png").stat().st_size > 1000
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["claims"]["gigpo_vs_grpo/shop"]["diff_pool"][0] == pytest.approx(0.3)
+
+
+def test_cli_lists_the_study_command(capsys) -> None:
+    from turngym.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["study", "credit", "--help"])
+    assert "--budget" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_quick_mode_runs_every_claim_end_to_end(tmp_path) -> None:
+    from turngym.study.credit import run_study
+
+    report = run_study(StudyConfig.quick_config(out=tmp_path), log=lambda msg: None)
+    text = report.read_text()
+    for n in range(1, 6):
+        assert f"## Claim {n}" in text
+    assert len(list(tmp_path.glob("runs/*/*/study.json"))) == 7
+    assert "turngym study credit" in text and "--quick" in text

@@ -1,0 +1,357 @@
+"""``turngym study credit``: the credit-assignment claims of the literature, in miniature.
+
+One command trains every (claim, env, algo, seed) run with the *same* model, warm start
+(imitation of noisy oracle demonstrations, seeded by the run's seed, so the algorithms of a
+seed start from identical weights), env-step budget and hyper-parameters — only the advantage
+estimator (or, for claim 4, the shaping guard) differs — then evaluates each policy on the
+training task pool and on held-out tasks (the unseen split where the env has one), runs the
+training-free variance study (claim 2), and writes ``OUT/report.md`` from the metrics files
+alone (:mod:`turngym.study.report`).
+
+Claims (a section of the report each):
+
+1. ``gigpo_vs_grpo`` — GiGPO vs GRPO on household and shop (``--envs`` / ``--algos``).
+2. ``variance`` — advantage variance against a Monte Carlo truth (:mod:`turngym.study.variance`).
+3. ``papo`` — PAPO vs outcome-only GRPO on Math once groups become all-correct.
+4. ``farming`` — a repeatable shaped signal (``tool_ok``, paid per calculator call) with and
+   without the bounded-shaping guard.
+5. ``info_gain`` — IGPO vs GRPO on multi-hop SearchQA, success by hop count.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from turngym.core.errors import ConfigError
+
+__all__ = ["CLAIMS", "ENV_PRESETS", "RunSpec", "StudyConfig", "plan_runs", "run_one", "run_study"]
+
+CLAIMS = ("gigpo_vs_grpo", "variance", "papo", "farming", "info_gain")
+
+
+@dataclass(frozen=True)
+class EnvPreset:
+    """A small, CPU-sized configuration of an env family and where its held-out tasks come from."""
+
+    env_id: str
+    env_kwargs: dict[str, Any]
+    heldout_env_id: str | None = None
+    """Env id of the held-out split (None = the same env on fresh task seeds)."""
+    max_new_tokens: int = 24
+
+
+ENV_PRESETS: dict[str, EnvPreset] = {
+    "household": EnvPreset("turngym/Household-v0", {"difficulties": [1], "max_turns": 12}, heldout_env_id="turngym/Household-Unseen-v0"),
+    "shop": EnvPreset("turngym/Shop-v0", {"difficulty": "easy", "max_turns": 8}),
+    "math": EnvPreset("turngym/Math-v0", {"min_steps": 1, "max_steps": 2}),
+    "search": EnvPreset("turngym/SearchQA-v0", {"min_hops": 1, "max_hops": 2, "max_turns": 6}),
+}
+
+# Claim 4: the calculator's ``tool_ok`` signal pays every successful call (repeats included);
+# the other shaping terms are switched off so the only thing to farm is that one signal.
+FARM_WEIGHTS = {"tool_ok": 0.25, "new_intermediate": 0.0, "repeat_call": 0.0, "progress": 0.0}
+FARM_CAP = 0.25
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run of the study."""
+
+    claim: str
+    env: str
+    algo: str
+    seed: int
+    variant: str = ""
+    """A label for runs of one algo that differ otherwise (claim 4: ``naive`` / ``bounded``)."""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """TrainConfig fields beyond the shared ones (reward weights, shaping cap)."""
+
+    @property
+    def arm(self) -> str:
+        return self.variant or self.algo
+
+    @property
+    def name(self) -> str:
+        """``<group>/<env>-<arm>-s<seed>``: plain runs (no overrides) live under ``train/`` and
+        are shared by the claims that need them (GRPO on Math is claim 1's and claim 3's)."""
+        group = "train" if not self.overrides else self.claim
+        return f"{group}/{self.env}-{self.arm}-s{self.seed}"
+
+
+@dataclass
+class StudyConfig:
+    """The whole study; shared hyper-parameters apply to every run alike."""
+
+    envs: Sequence[str] = ("household", "shop")
+    """Envs of claim 1's grid. At this CPU scale ``math`` is the feasible one (see the report)."""
+    algos: Sequence[str] = ("gigpo", "grpo")
+    claims: Sequence[str] = CLAIMS
+    seeds: int = 3
+    budget: int = 6000
+    """RL env steps per run (turns taken in training rollouts); converted to RL iterations from
+    the mean episode length of the warm-start demonstrations' env (measured, see ``steps_for``)."""
+    out: Path = Path("runs/study")
+    quick: bool = False
+    jobs: int = 1
+    groups_per_step: int = 8
+    group_size: int = 8
+    warmup_steps: int = 150
+    demo_episodes: int = 600
+    task_pool: int = 16
+    eval_episodes: int = 96
+    heldout_episodes: int = 96
+    lr: float = 2e-4
+    max_turns: int | None = None
+    """Override every env's turn limit (quick mode: an untrained policy plays to the limit)."""
+    max_new_tokens: int | None = None
+    """Override the action token budget (quick mode)."""
+
+    def __post_init__(self) -> None:
+        self.out = Path(self.out)
+        bad = [e for e in self.envs if e not in ENV_PRESETS]
+        if bad:
+            raise ConfigError(f"unknown env(s) {bad}; choose from {sorted(ENV_PRESETS)}")
+        bad = [c for c in self.claims if c not in CLAIMS]
+        if bad:
+            raise ConfigError(f"unknown claim(s) {bad}; choose from {list(CLAIMS)}")
+        from turngym.trainers.advantages import ESTIMATORS
+
+        bad = [a for a in self.algos if a not in ESTIMATORS or a == "gae"]
+        if bad:
+            raise ConfigError(f"unknown or critic-based algo(s) {bad}; choose from {sorted(set(ESTIMATORS) - {'gae'})}")
+        if self.seeds < 1 or self.budget < 1 or self.jobs < 1:
+            raise ConfigError("seeds, budget and jobs must be >= 1")
+
+    @classmethod
+    def quick_config(cls, **kw: Any) -> StudyConfig:
+        """The CI smoke test: every claim, one seed, a few RL steps, small models and pools."""
+        base = dict(seeds=1, budget=8, quick=True, groups_per_step=2, group_size=4, warmup_steps=4, demo_episodes=16,
+                    task_pool=4, eval_episodes=4, heldout_episodes=4, envs=("math",), max_turns=3, max_new_tokens=12)
+        base.update({k: v for k, v in kw.items() if v is not None})
+        return cls(**base)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["out"] = str(self.out)
+        d["envs"], d["algos"], d["claims"] = list(self.envs), list(self.algos), list(self.claims)
+        return d
+
+
+def plan_runs(cfg: StudyConfig) -> list[RunSpec]:
+    """Every training run of the study, claim by claim (claim 2 needs none)."""
+    runs: list[RunSpec] = []
+    seeds = range(cfg.seeds)
+    if "gigpo_vs_grpo" in cfg.claims:
+        runs += [RunSpec("gigpo_vs_grpo", env, algo, s) for env in cfg.envs for algo in cfg.algos for s in seeds]
+    if "papo" in cfg.claims:
+        runs += [RunSpec("papo", "math", algo, s) for algo in ("papo", "grpo") for s in seeds]
+    if "farming" in cfg.claims:
+        for variant, cap in (("naive", math.inf), ("bounded", FARM_CAP)):
+            runs += [RunSpec("farming", "math", "grpo", s, variant, {"reward_weights": FARM_WEIGHTS, "shaping_cap": cap}) for s in seeds]
+    if "info_gain" in cfg.claims:
+        runs += [RunSpec("info_gain", "search", algo, s) for algo in ("igpo", "grpo") for s in seeds]
+    unique: dict[str, RunSpec] = {}
+    for r in runs:
+        unique.setdefault(r.name, r)
+    return list(unique.values())
+
+
+def steps_for(cfg: StudyConfig, preset: EnvPreset) -> tuple[int, float]:
+    """RL iterations that spend about ``cfg.budget`` env steps, from the mean length of episodes
+    of the warm-start demonstrator (a noisy oracle) on this env; and that mean length."""
+    import turngym
+    from turngym.rollout import run_episodes
+    from turngym.trainers.imitation import NoisyOracle
+
+    eps = run_episodes(lambda: turngym.make(preset.env_id, **preset.env_kwargs), NoisyOracle(0.3, seed=0), list(range(16)), batch_size=16)
+    mean_len = float(np.mean([len(e.turns) for e in eps]))
+    per_step = cfg.groups_per_step * cfg.group_size * mean_len
+    return max(1, round(cfg.budget / per_step)), mean_len
+
+
+def study_model() -> Path:
+    """The one model every run starts from: the trainers' default 0.5M-parameter tiny
+    architecture, its tokenizer trained on the study's envs only (so it does not depend on
+    other families' infrastructure, e.g. the SWE sandbox, and compresses these envs' text)."""
+    from turngym.agents.tiny import TinyModelConfig, build_tiny_model
+    from turngym.trainers.config import TrainConfig
+
+    return build_tiny_model(config=TinyModelConfig(**TrainConfig().tiny_model), env_ids=sorted({p.env_id for p in ENV_PRESETS.values()} | {"turngym/Household-Unseen-v0"}))
+
+
+def _train_config(cfg: StudyConfig, spec: RunSpec, steps: int) -> Any:
+    from turngym.trainers.config import TrainConfig
+
+    preset = ENV_PRESETS[spec.env]
+    env_kwargs = dict(preset.env_kwargs) | ({"max_turns": cfg.max_turns} if getattr(cfg, "max_turns", None) else {})
+    params: dict[str, Any] = dict(
+        model=str(study_model()), lora=False, keep_system_prompt=False,  # the tiny model, trained in full, as model="tiny"
+        env_id=preset.env_id, env_kwargs=env_kwargs, algo=spec.algo, seed=spec.seed, steps=steps,
+        groups_per_step=cfg.groups_per_step, group_size=cfg.group_size, warmup_steps=cfg.warmup_steps,
+        demo_episodes=cfg.demo_episodes, task_pool=cfg.task_pool, eval_episodes=cfg.eval_episodes,
+        max_new_tokens=getattr(cfg, "max_new_tokens", None) or preset.max_new_tokens, lr=cfg.lr, save_every=10**6,
+    )
+    if spec.algo in ("gigpo",):
+        params["algo_params"] = {"gamma": 0.95}
+    params.update(spec.overrides)
+    return TrainConfig(**params)
+
+
+def _episode_stats(episodes: list[Any], env_id: str, env_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Success, length, calculator calls and success by hop count of evaluation episodes."""
+    eps = [e for e in episodes if not e.infra_error]
+    out: dict[str, Any] = {
+        "episodes": len(eps),
+        "success": float(np.mean([e.success for e in eps])) if eps else float("nan"),
+        "mean_turns": float(np.mean([len(e.turns) for e in eps])) if eps else float("nan"),
+        "tool_calls": float(np.mean([sum(t.signals.get("tool_ok", 0.0) for t in e.turns) for e in eps])) if eps else float("nan"),
+        "answered": float(np.mean([bool(e.outcome.get("terminated", e.turns and e.turns[-1].terminated)) for e in eps])) if eps else float("nan"),
+    }
+    if "SearchQA" in env_id:
+        import turngym
+
+        env = turngym.make(env_id, **env_kwargs)
+        by_hop: dict[int, list[bool]] = {}
+        for e in eps:
+            env.reset(options={"task": e.task_id})
+            by_hop.setdefault(int(env.unwrapped.task.hops), []).append(e.success)
+        env.close()
+        out["success_by_hops"] = {str(h): float(np.mean(v)) for h, v in sorted(by_hop.items())}
+        out["episodes_by_hops"] = {str(h): len(v) for h, v in sorted(by_hop.items())}
+    return out
+
+
+def run_one(cfg: StudyConfig, spec: RunSpec, steps: int) -> dict[str, Any]:
+    """Train one run, evaluate it on the pool and on held-out tasks; write ``study.json``."""
+    from turngym.trainers.loop import _EVAL_SEED, Trainer
+
+    out = cfg.out / "runs" / spec.name
+    preset = ENV_PRESETS[spec.env]
+    train_cfg = _train_config(cfg, spec, steps)
+    t0 = time.perf_counter()
+    trainer = Trainer(train_cfg, out, progress=False, log=None)
+    result = trainer.run()
+    # the pool evaluation of the trained policy, with its episodes (tool calls, hops)
+    pool_seeds = [i % train_cfg.task_pool for i in range(cfg.eval_episodes)]
+    pool_eps = trainer._rollout(pool_seeds, group_size=1, policy_seed=train_cfg.seed + _EVAL_SEED)
+    pool = _episode_stats(pool_eps, preset.env_id, train_cfg.env_kwargs)
+    # held out: the unseen split, or fresh task seeds of the same env
+    heldout_id = preset.heldout_env_id or preset.env_id
+    trainer.config = replace(train_cfg, env_id=heldout_id, task_pool=0)
+    held_eps = trainer._rollout([_EVAL_SEED + i for i in range(cfg.heldout_episodes)], group_size=1, policy_seed=train_cfg.seed + _EVAL_SEED)
+    held = _episode_stats(held_eps, heldout_id, train_cfg.env_kwargs)
+    record = {
+        "name": spec.name, "claim": spec.claim, "env": spec.env, "env_id": preset.env_id, "heldout_env_id": heldout_id,
+        "algo": spec.algo, "arm": spec.arm, "seed": spec.seed, "steps": steps,
+        "success_before": result.success_before, "success_after": result.success_after,
+        "pool_eval": pool, "heldout_eval": held, "seconds": round(time.perf_counter() - t0, 1),
+        "train_config": train_cfg.to_dict(),
+    }
+    (out / "study.json").write_text(json.dumps(record, indent=1, default=str))
+    for heavy in ("checkpoint", "checkpoint.old", "warm_start"):  # weights are not part of the evidence
+        shutil.rmtree(out / heavy, ignore_errors=True)
+    return record
+
+
+def _run_one_entry(args: tuple[StudyConfig, RunSpec, int]) -> dict[str, Any]:
+    return run_one(*args)
+
+
+def run_study(cfg: StudyConfig, *, log: Callable[[str], None] = print) -> Path:
+    """Run every selected claim and write ``OUT/report.md``; returns its path."""
+    from turngym.study.report import write_report
+    from turngym.study.variance import VarianceConfig, run_variance_study
+
+    t0 = time.perf_counter()
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    (cfg.out / "study_config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
+    if "variance" in cfg.claims:
+        vcfg = VarianceConfig.quick() if cfg.quick else VarianceConfig()
+        log(f"claim 2 (variance): {vcfg.tasks} tasks x {vcfg.repeats} rollouts, MC {vcfg.mc}")
+        res = run_variance_study(vcfg)
+        (cfg.out / "variance.json").write_text(json.dumps(res, indent=1))
+        log(f"  done in {res['seconds']} s")
+    runs = plan_runs(cfg)
+    if runs:  # build (or find) the shared tiny model once, before parallel runs race to build it
+        log(f"model: {study_model()}")
+    steps = {}
+    for env in sorted({r.env for r in runs}):
+        steps[env], mean_len = steps_for(cfg, ENV_PRESETS[env])
+        log(f"{env}: demonstrator episodes last {mean_len:.1f} turns -> {steps[env]} RL iterations for {cfg.budget} env steps")
+    todo = [r for r in runs if not (cfg.out / "runs" / r.name / "study.json").exists()]
+    if len(todo) < len(runs):
+        log(f"{len(runs) - len(todo)} of {len(runs)} runs already done (their study.json exists): skipping them")
+    log(f"{len(todo)} training runs, {cfg.jobs} at a time")
+    if cfg.jobs == 1:
+        for i, spec in enumerate(todo, 1):
+            rec = run_one(cfg, spec, steps[spec.env])
+            log(f"[{i}/{len(todo)}] {spec.name}: {rec['success_before']:.2f} -> {rec['success_after']:.2f} (held out {rec['heldout_eval']['success']:.2f}), {rec['seconds']:.0f} s")
+    else:
+        import multiprocessing as mp
+
+        with ProcessPoolExecutor(cfg.jobs, mp_context=mp.get_context("spawn")) as pool:
+            futures = {pool.submit(_run_one_entry, (cfg, spec, steps[spec.env])): spec for spec in todo}
+            for i, fut in enumerate(as_completed(futures), 1):
+                rec = fut.result()
+                log(f"[{i}/{len(todo)}] {rec['name']}: {rec['success_before']:.2f} -> {rec['success_after']:.2f} (held out {rec['heldout_eval']['success']:.2f}), {rec['seconds']:.0f} s")
+    wall = time.perf_counter() - t0
+    prev = cfg.out / "wall.json"
+    total = wall + (json.loads(prev.read_text())["seconds"] if prev.exists() and len(todo) < len(runs) else 0.0)
+    prev.write_text(json.dumps({"seconds": round(total, 1)}))
+    report = write_report(cfg.out, command=regenerate_command(cfg))
+    log(f"report: {report} ({total:.0f} s)")
+    return report
+
+
+def regenerate_command(cfg: StudyConfig) -> str:
+    """The exact command line that reproduces ``cfg`` (every option spelled out)."""
+    parts = ["turngym", "study", "credit", "--envs", *cfg.envs, "--algos", *cfg.algos, "--claims", *cfg.claims,
+             "--seeds", str(cfg.seeds), "--budget", str(cfg.budget), "--jobs", str(cfg.jobs), "--out", str(cfg.out)]
+    if cfg.quick:
+        parts.append("--quick")
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def setup_parser(parser: Any) -> None:
+    """Add ``credit`` (and its options) under ``turngym study``."""
+    sub = parser.add_subparsers(dest="study", required=True, metavar="STUDY")
+    c = sub.add_parser("credit", help="the credit-assignment claims (GiGPO, turn/tree baselines, PAPO, bounded shaping, IGPO)")
+    c.add_argument("--envs", nargs="+", choices=sorted(ENV_PRESETS), help="envs of the GiGPO-vs-GRPO grid (default: household shop)")
+    c.add_argument("--algos", nargs="+", help="estimators of the GiGPO-vs-GRPO grid (default: gigpo grpo)")
+    c.add_argument("--claims", nargs="+", choices=CLAIMS, help="claims to run (default: all)")
+    c.add_argument("--seeds", type=int, help="seeds per (env, algo) (default 3; --quick: 1)")
+    c.add_argument("--budget", type=int, help="RL env steps per run (default 6000; --quick: 64)")
+    c.add_argument("--out", default=None, help="output directory (default runs/study; --quick: runs/study-quick)")
+    c.add_argument("--jobs", type=int, default=1, help="training runs in parallel (processes of 1 torch thread each)")
+    c.add_argument("--quick", action="store_true", help="CI smoke test: every claim at a tiny scale (about a minute)")
+
+
+def config_from_args(args: Any) -> StudyConfig:
+    kw: dict[str, Any] = {"envs": args.envs, "algos": args.algos, "claims": args.claims, "seeds": args.seeds,
+                          "budget": args.budget, "jobs": args.jobs}
+    kw["out"] = Path(args.out or ("runs/study-quick" if args.quick else "runs/study"))
+    kw = {k: v for k, v in kw.items() if v is not None}
+    return StudyConfig.quick_config(**kw) if args.quick else StudyConfig(**kw)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``turngym study ...`` with ``argv`` the arguments after ``study``."""
+    import argparse
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="turngym study")
+    setup_parser(parser)
+    run_study(config_from_args(parser.parse_args(argv)))
+    return 0
