@@ -19,6 +19,17 @@ import time
 from collections.abc import Callable
 
 
+def _oracle_episode(env, seed: int) -> list[str]:  # noqa: ANN001
+    """Play one oracle episode; return its actions."""
+    env.reset(seed=seed)
+    actions = []
+    while True:
+        actions.append(env.oracle_action())
+        *_, term, trunc, _ = env.step(actions[-1])
+        if term or trunc:
+            return actions
+
+
 def bench_turngym(seconds: float) -> float:
     import turngym
 
@@ -26,13 +37,8 @@ def bench_turngym(seconds: float) -> float:
     steps, seed = 0, 0
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        env.reset(seed=seed)
+        steps += len(_oracle_episode(env, seed))
         seed += 1
-        while True:
-            *_, term, trunc, _ = env.step(env.oracle_action())
-            steps += 1
-            if term or trunc:
-                break
     return steps / (time.perf_counter() - t0)
 
 
@@ -41,17 +47,7 @@ def bench_turngym_step_only(seconds: float) -> float:
     import turngym
 
     env = turngym.make("turngym/Math-v0")
-    scripts = []
-    for seed in range(500):
-        env.reset(seed=seed)
-        actions = []
-        while True:
-            a = env.oracle_action()
-            actions.append(a)
-            *_, term, trunc, _ = env.step(a)
-            if term or trunc:
-                break
-        scripts.append((seed, actions))
+    scripts = [(seed, _oracle_episode(env, seed)) for seed in range(500)]
     steps = 0
     busy = 0.0
     t0 = time.perf_counter()

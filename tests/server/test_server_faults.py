@@ -77,7 +77,8 @@ def test_client_disconnect_mid_episode_frees_its_session():
             ws.transport.abort()  # vanish mid-episode, no close handshake
 
         asyncio.run(abandon())
-        _wait_for(lambda: srv.manager.active == 0)
+        # the slot is freed first, then the env is closed on the pool: wait for both
+        _wait_for(lambda: srv.manager.active == 0 and len(ProbeMathEnv.closed) >= 2)
         assert len(ProbeMathEnv.closed) >= 2  # the startup probe env + the abandoned session's env
         env = RemoteEnv(srv.url, MATH, retries=0)  # the only slot is free again
         assert env.reset(seed=0)[0]

@@ -26,7 +26,7 @@ import numpy as np
 
 from turngym.agents.base import Policy
 from turngym.core.errors import ConfigError, InfraError
-from turngym.rollout.runner import agent_input, new_episode, record_turn
+from turngym.rollout.runner import agent_input, new_episode, record_turn, unscored_episode
 from turngym.rollout.types import Episode
 
 __all__ = ["EnvWorker", "ActorEnv", "run_episodes_ray"]
@@ -204,11 +204,7 @@ def run_episodes_ray(
                 obs, info = ray.get(proxy.worker.reset.remote(proxy.slot, seeds[i], options))
             except (InfraError, ray.exceptions.RayActorError) as exc:
                 proxy.dead = proxy.dead or f"env worker died: {exc}"
-                group = f"{prefix}/{seeds[i]}"
-                ep = Episode(f"{group}/0", env_id, "", seeds[i], "", group=group)
-                ep.outcome = {"reward": 0.0, "success": False, "reason": "infra_error"}
-                ep.meta["infra_error"] = proxy.dead
-                finish(ep, i)
+                finish(unscored_episode(f"{prefix}/{seeds[i]}", 0, env_id, seeds[i], proxy.dead), i)
                 continue
             # ids and groups exactly as run_episodes names them (group_size=1)
             group = f"{prefix}/{seeds[i]}" if tasks is None else f"{prefix}/{seeds[i]}/{info.get('task_id', i)}"

@@ -20,7 +20,7 @@ from turngym.agents.base import Action, AgentInput, Policy
 from turngym.core.errors import ConfigError, InfraError
 from turngym.rollout.types import Episode, Turn
 
-__all__ = ["run_episodes", "record_turn", "new_episode"]
+__all__ = ["run_episodes", "record_turn", "new_episode", "unscored_episode"]
 
 
 def new_episode(
@@ -37,6 +37,17 @@ def new_episode(
         system_prompt=getattr(raw, "system_prompt", ""),
         group=group,
     )
+
+
+def unscored_episode(group: str, index: int, env_id: str, seed: int | None, why: str) -> Episode:
+    """An episode that never started because the env's infrastructure failed at ``reset``.
+
+    It carries ``meta["infra_error"]`` so summaries and trainers drop it instead of scoring it 0.
+    """
+    ep = Episode(f"{group}/{index}", env_id, "", seed, "", group=group)
+    ep.outcome = {"reward": 0.0, "success": False, "reason": "infra_error"}
+    ep.meta["infra_error"] = why
+    return ep
 
 
 def agent_input(ep: Episode, env: Any, history: int | None) -> AgentInput:
@@ -164,10 +175,7 @@ def run_episodes(
             try:
                 obs, info = env.reset(seed=seeds[s], options=options)
             except InfraError as exc:  # e.g. a remote env's server is gone: record it, go on
-                group = f"{prefix}/{seeds[s]}"
-                ep = Episode(f"{group}/{g}", env_id, "", seeds[s], "", group=group)
-                ep.outcome = {"reward": 0.0, "success": False, "reason": "infra_error"}
-                ep.meta["infra_error"] = str(exc)
+                ep = unscored_episode(f"{prefix}/{seeds[s]}", g, env_id, seeds[s], str(exc))
                 results[j] = ep
                 if on_episode is not None:
                     on_episode(ep)

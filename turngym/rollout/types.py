@@ -72,16 +72,6 @@ class Episode:
     def finished(self) -> bool:
         return bool(self.turns) and (self.turns[-1].terminated or self.turns[-1].truncated)
 
-    def messages(self) -> list[dict[str, str]]:
-        """The episode as a chat: system, first observation, then action/observation pairs."""
-        msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        msgs.append({"role": "user", "content": self.initial_observation})
-        for t in self.turns:
-            msgs.append({"role": "assistant", "content": t.action})
-            if not (t.terminated or t.truncated):
-                msgs.append({"role": "user", "content": t.observation})
-        return msgs
-
     def context(
         self, upto: int | None = None, history: int | None = None
     ) -> tuple[list[dict[str, str]], list[list[int] | None]]:

@@ -181,6 +181,21 @@ def run_pytest(tree: Tree, tests: Sequence[str] | None = None, *, timeout: float
     if hit is not None:
         _CACHE.move_to_end(key)
         return hit
+    if tests:
+        # The env's hidden evaluation has usually run the whole suite on this tree already:
+        # the selected tests' verdicts are a subset of it (tests are independent functions).
+        full = _CACHE.get((tree.digest, ()))
+        if full is not None and full.imports_ok and set(tests) <= full.passed | full.failed:
+            wanted = set(tests)
+            return TestRun(
+                full.passed & wanted,
+                full.failed & wanted,
+                tuple(m for m in full.messages if m[0] in wanted),
+                False,
+                False,
+                full.output,
+                0.0,
+            )
     args = ["-q", "-p", "no:cacheprovider", "--tb=short", "-o", "junit_family=xunit1", f"--junitxml={JUNIT}", *(tests or ["tests"])]
     t0 = time.perf_counter()
     code, output, junit = _executor(tree, args, timeout)
