@@ -47,7 +47,8 @@ def main() -> None:
     out["reset_ms_p50"] = pct(resets, 50)
 
     # Every step below changes the tree first (a unique marker file), so nothing is cached:
-    # an edit step runs the hidden evaluation (the whole suite), run_tests runs the F2P tests.
+    # an edit step runs the hidden evaluation (the whole suite); run_tests of the F2P tests
+    # afterwards reads their verdicts from that run (no second pytest).
     edits, runs = [], []
     for i, t in enumerate(sample[:30]):
         env.reset(options={"task": t})
