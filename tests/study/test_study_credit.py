@@ -22,6 +22,9 @@ def test_plan_runs_covers_every_claim_and_seed() -> None:
     assert {r.claim for r in runs} == set(CLAIMS) - {"variance"}
     assert len([r for r in runs if r.claim == "gigpo_vs_grpo"]) == 2 * 2 * 2
     farm = {r.arm: r.overrides["shaping_cap"] for r in runs if r.claim == "farming"}
+    papo = [r for r in runs if r.claim == "papo"]
+    assert {r.algo for r in papo} == {"papo", "grpo"} and len(papo) == 2 * 2
+    assert all(set(r.overrides["reward_weights"].values()) == {0.0} for r in papo)  # outcome-only reward in both arms
     assert math.isinf(farm["naive"]) and farm["bounded"] < 1
     assert not plan_runs(StudyConfig(claims=("variance",)))
 
@@ -72,7 +75,7 @@ def test_variance_study_ground_truth_and_turn_level_baselines() -> None:
 
 
 def _fake_run(root, claim, env, arm, seed, success, turns, zero):  # a test double of a finished run's files
-    name = f"{'farming' if claim == 'farming' else 'train'}/{env}-{arm}-s{seed}"
+    name = f"{claim if claim in ('farming', 'papo') else 'train'}/{env}-{arm}-s{seed}"
     d = root / "runs" / name
     d.mkdir(parents=True)
     curve = [{"phase": "rl", "step": i + 1, "success": success, "episodes": 16, "mean_turns": turns + i, "zero_adv_frac": zero,
@@ -87,8 +90,8 @@ def test_report_numbers_come_from_the_metrics_files(tmp_path) -> None:
     for seed in range(3):
         _fake_run(tmp_path, "gigpo_vs_grpo", "shop", "gigpo", seed, 0.6 + 0.01 * seed, 3, 0.1)
         _fake_run(tmp_path, "gigpo_vs_grpo", "shop", "grpo", seed, 0.3 + 0.01 * seed, 3, 0.1)
-        _fake_run(tmp_path, "papo", "math", "papo", seed, 0.5, 2, 0.1)
-        _fake_run(tmp_path, "gigpo_vs_grpo", "math", "grpo", seed, 0.5, 2, 0.6)
+        _fake_run(tmp_path, "papo", "math", "papo_outcome", seed, 0.5, 2, 0.1 + 0.01 * seed)
+        _fake_run(tmp_path, "papo", "math", "grpo_outcome", seed, 0.5, 2, 0.6)
         _fake_run(tmp_path, "farming", "math", "naive", seed, 0.2, 5, 0.0)
         _fake_run(tmp_path, "farming", "math", "bounded", seed, 0.5, 2, 0.0)
     (tmp_path / "study_config.json").write_text(json.dumps(StudyConfig(envs=("shop",), seeds=3).to_dict()))
@@ -96,7 +99,8 @@ def test_report_numbers_come_from_the_metrics_files(tmp_path) -> None:
     text = write_report(tmp_path, command="turngym study credit --quick").read_text()
     assert "| train | shop | gigpo | 3 | 3 | 10.0 ± 0.0 | 61.0 ± 1.0 |" in text
     assert "**shop** — pool: **reproduced** (GiGPO − GRPO +30.0 points" in text
-    assert "PAPO 10.0 ± 0.0% vs GRPO 60.0 ± 0.0%" in text and "kept" in text
+    assert "| papo (outcome reward + process term) | 11.0 ± 1.0% |" in text
+    assert "zero-advantage turns, GRPO − PAPO +49.0 points" in text and "PAPO keeps a gradient" in text
     assert "Claim 5" in text and "Not run." in text  # no search runs: said so, not invented
     assert (tmp_path / "claim1_shop.png").stat().st_size > 1000
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -111,13 +115,16 @@ def test_cli_lists_the_study_command(capsys) -> None:
     assert "--budget" in capsys.readouterr().out
 
 
-@pytest.mark.slow
 def test_quick_mode_runs_every_claim_end_to_end(tmp_path) -> None:
+    """``turngym study credit --quick``, the CI smoke test of the whole study (~30 s)."""
     from turngym.study.credit import run_study
 
     report = run_study(StudyConfig.quick_config(out=tmp_path), log=lambda msg: None)
     text = report.read_text()
     for n in range(1, 6):
         assert f"## Claim {n}" in text
-    assert len(list(tmp_path.glob("runs/*/*/study.json"))) == 7
+    assert len(list(tmp_path.glob("runs/*/*/study.json"))) == len(plan_runs(StudyConfig.quick_config())) == 8
+    for n in (1, 3, 4, 5):  # every trained claim produced numbers, not "Not run."
+        section = text.split(f"## Claim {n}")[1].split("## Claim")[0]
+        assert "Not run." not in section
     assert "turngym study credit" in text and "--quick" in text

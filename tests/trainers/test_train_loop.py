@@ -148,3 +148,72 @@ def test_lora_and_kl_run_and_resume(tmp_path: Path) -> None:
     rl = [r for r in _rl_lines(out) if r["phase"] == "rl"]
     assert [r["step"] for r in rl] == [1, 2]
     assert all(r["kl"] >= 0 for r in rl)
+
+
+def _masked_batch(vocab: int):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (3, 17), generator=g)
+    attn = torch.ones_like(ids)
+    attn[1, 12:] = 0  # a right-padded row
+    mask = (torch.rand(3, 16, generator=g) < 0.4).float() * attn[:, 1:]
+    from turngym.trainers.batch import TokenBatch
+
+    return TokenBatch(ids, attn, mask, torch.zeros_like(mask), torch.zeros_like(mask))
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_masked_logprobs_equal_the_full_softmax_with_gradients(lora: bool) -> None:
+    """The fast path (vocabulary projection only at policy tokens) gives the same values and
+    the same gradients as the full softmax at every masked position, and 0 elsewhere."""
+    from transformers import AutoModelForCausalLM
+
+    from turngym.agents.tiny import build_tiny_model
+    from turngym.trainers.batch import _plain_head, token_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(build_tiny_model())
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM"))
+    assert _plain_head(model)
+    batch = _masked_batch(model.config.vocab_size)
+    where = batch.mask_next > 0
+    grads = []
+    for only in (True, False):
+        model.zero_grad()
+        lp = token_logprobs(model, batch, only_masked=only)
+        (lp * batch.mask_next).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters() if p.requires_grad and p.grad is not None])
+        if only:
+            fast = lp.detach()
+            assert torch.all(fast[~where] == 0)
+        else:
+            full = lp.detach()
+    assert torch.allclose(fast[where], full[where], atol=1e-5)
+    assert len(grads[0]) == len(grads[1]) > 0
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(*grads))
+
+
+def test_soft_capped_heads_take_the_full_path() -> None:
+    from types import SimpleNamespace
+
+    from turngym.trainers.batch import _plain_head
+
+    capped = SimpleNamespace(config=SimpleNamespace(final_logit_softcapping=30.0), get_decoder=lambda: 1, get_output_embeddings=lambda: 1)
+    assert not _plain_head(capped)
+    assert not _plain_head(SimpleNamespace(config=None))
+
+
+def test_papo_process_term_has_its_own_weights(tmp_path: Path) -> None:
+    """PAPO's setting: outcome-only reward (every shaping weight 0) with a dense process term
+    from the env spec's weights — the two shapers of the trainer must not share weights."""
+    import turngym
+    from turngym.agents import OracleAgent
+    from turngym.rollout import run_episodes
+
+    zero = {name: 0.0 for name in turngym.make("turngym/Math-v0").reward_spec.names}
+    trainer = Trainer(_tiny(algo="papo", reward_weights=zero), tmp_path, progress=False, log=None)
+    trainer._setup()
+    (ep,) = run_episodes(trainer._make_env, OracleAgent(), [0])
+    assert not trainer.shaper.shape_episode(ep).shaping.any()
+    assert trainer.process_shaper.shape_episode(ep).shaping.any()

@@ -50,19 +50,34 @@ class EnvPreset:
     heldout_env_id: str | None = None
     """Env id of the held-out split (None = the same env on fresh task seeds)."""
     max_new_tokens: int = 24
+    train: dict[str, Any] = field(default_factory=dict)
+    """TrainConfig fields this env needs at CPU scale (the same for every algo of the env)."""
 
 
 ENV_PRESETS: dict[str, EnvPreset] = {
-    "household": EnvPreset("turngym/Household-v0", {"difficulties": [1], "max_turns": 12}, heldout_env_id="turngym/Household-Unseen-v0"),
-    "shop": EnvPreset("turngym/Shop-v0", {"difficulty": "easy", "max_turns": 8}),
+    # ALFWorld's text without the admissible-action list: the list triples the sequence length
+    # (1,194 → 369 tokens per demonstration), which a 2-core CPU pays for in every update.
+    "household": EnvPreset("turngym/Household-v0", {"difficulties": [1], "max_turns": 12, "show_admissible": False},
+                           heldout_env_id="turngym/Household-Unseen-v0", train={"micro_batch_size": 16}),
+    # WebShop pages are long (1,618 tokens per demonstration): length-sorted micro-batches of 8
+    # cut the padding, and a shorter warm start keeps a run within minutes.
+    "shop": EnvPreset("turngym/Shop-v0", {"difficulty": "easy", "max_turns": 8}, train={"micro_batch_size": 8, "warmup_steps": 100}),
     "math": EnvPreset("turngym/Math-v0", {"min_steps": 1, "max_steps": 2}),
-    "search": EnvPreset("turngym/SearchQA-v0", {"min_hops": 1, "max_hops": 2, "max_turns": 6}),
+    "search": EnvPreset("turngym/SearchQA-v0", {"min_hops": 1, "max_hops": 3, "max_turns": 8}),
 }
 
 # Claim 4: the calculator's ``tool_ok`` signal pays every successful call (repeats included);
 # the other shaping terms are switched off so the only thing to farm is that one signal.
 FARM_WEIGHTS = {"tool_ok": 0.25, "new_intermediate": 0.0, "repeat_call": 0.0, "progress": 0.0}
 FARM_CAP = 0.25
+
+
+def outcome_only_weights(env: str) -> dict[str, float]:
+    """Shaping weights that switch every shaped signal of ``env`` off (reward = the outcome)."""
+    import turngym
+
+    spec = turngym.make(ENV_PRESETS[env].env_id).reward_spec
+    return {name: 0.0 for name in spec.names}
 
 
 @dataclass(frozen=True)
@@ -155,8 +170,9 @@ def plan_runs(cfg: StudyConfig) -> list[RunSpec]:
     seeds = range(cfg.seeds)
     if "gigpo_vs_grpo" in cfg.claims:
         runs += [RunSpec("gigpo_vs_grpo", env, algo, s) for env in cfg.envs for algo in cfg.algos for s in seeds]
-    if "papo" in cfg.claims:
-        runs += [RunSpec("papo", "math", algo, s) for algo in ("papo", "grpo") for s in seeds]
+    if "papo" in cfg.claims:  # PAPO's setting: an outcome-only reward, where GRPO goes silent on all-correct groups
+        zero = {"reward_weights": outcome_only_weights("math")}
+        runs += [RunSpec("papo", "math", algo, s, f"{algo}_outcome", zero) for algo in ("papo", "grpo") for s in seeds]
     if "farming" in cfg.claims:
         for variant, cap in (("naive", math.inf), ("bounded", FARM_CAP)):
             runs += [RunSpec("farming", "math", "grpo", s, variant, {"reward_weights": FARM_WEIGHTS, "shaping_cap": cap}) for s in seeds]
@@ -205,6 +221,8 @@ def _train_config(cfg: StudyConfig, spec: RunSpec, steps: int) -> Any:
     )
     if spec.algo in ("gigpo",):
         params["algo_params"] = {"gamma": 0.95}
+    if not cfg.quick:
+        params.update(preset.train)
     params.update(spec.overrides)
     return TrainConfig(**params)
 

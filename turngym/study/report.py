@@ -56,13 +56,6 @@ def _late(curve: list[dict[str, Any]], key: str) -> float:
     return float(np.mean(vals)) if vals else float("nan")
 
 
-def _arms(runs: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    by: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in runs:
-        by[r["env"], r["arm"]].append(r)
-    return dict(by)
-
-
 def _plot(groups: dict[str, list[dict[str, Any]]], key: str, path: Path, title: str, ylabel: str) -> str | None:
     """Mean over seeds of ``key`` per RL step against env steps, band = ± std over seeds."""
     try:
@@ -155,7 +148,6 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
     table, rows = _results_table(runs)
     md += ["## Results", "", *table, ""]
     summary["results"] = rows
-    arms = _arms([r for r in runs])
 
     # ---- claim 1
     md += ["## Claim 1 — GiGPO beats GRPO on household and shop", "",
@@ -225,22 +217,30 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
 
     # ---- claim 3
     md += ["## Claim 3 — PAPO keeps a learning signal when groups are all-correct", ""]
-    p, o = arms.get(("math", "papo"), []), arms.get(("math", "grpo"), [])
-    p = [r for r in p if r["name"].startswith("train/")] if "papo" in cfg.get("claims", []) else []
-    o = [r for r in o if r["name"].startswith("train/")]
+    p = [r for r in runs if r["claim"] == "papo" and r["arm"] == "papo_outcome"]
+    o = [r for r in runs if r["claim"] == "papo" and r["arm"] == "grpo_outcome"]
     if p and o:
         zp, zo = _ms([_late(r["curve"], "zero_adv_frac") for r in p]), _ms([_late(r["curve"], "zero_adv_frac") for r in o])
         d = _diff([r["pool_eval"]["success"] for r in p], [r["pool_eval"]["success"] for r in o])
-        png = _plot({"papo": p, "grpo (outcome only)": o}, "zero_adv_frac", out / "claim3_zero_adv.png", "math: fraction of zero advantages", "zero-advantage turns")
-        png2 = _plot({"papo": p, "grpo (outcome only)": o}, "success", out / "claim3_success.png", "math: training success", "success rate")
-        summary["claims"]["papo"] = {"zero_adv_papo": zp, "zero_adv_grpo": zo, "diff_pool": d}
-        md += [f"Fraction of turns with exactly zero advantage over the second half of training: PAPO {_fmt(*zp)}% vs GRPO {_fmt(*zo)}% "
-               f"— the signal is {'kept' if zp[0] < zo[0] else 'NOT kept'} by PAPO. Final pool success: {_verdict(*d, what='PAPO − GRPO')}.", ""]
+        dz = _diff([_late(r["curve"], "zero_adv_frac") for r in o], [_late(r["curve"], "zero_adv_frac") for r in p])
+        groups = {"papo (outcome reward + process term)": p, "grpo (outcome only)": o}
+        png = _plot(groups, "zero_adv_frac", out / "claim3_zero_adv.png", "math: fraction of zero advantages", "zero-advantage turns")
+        png2 = _plot(groups, "success", out / "claim3_success.png", "math: training success", "success rate")
+        summary["claims"]["papo"] = {"zero_adv_papo": zp, "zero_adv_grpo": zo, "zero_adv_grpo_minus_papo": dz, "diff_pool": d}
+        md += ["Both arms get the outcome reward only (every shaping weight 0); PAPO adds its process term: each turn's shaping "
+               "under the env's suggested weights, z-scored among the correct episodes of the group only. *Zero-advantage turns* = "
+               "the fraction of turns whose advantage is exactly 0 (no gradient), over the second half of training.", "",
+               "| arm | zero-advantage turns (2nd half) | warm start (pool) | after RL (pool) | after RL (held out) |", "|---|---|---|---|---|"]
+        for label, rs in groups.items():
+            md.append(f"| {label} | {_fmt(*_ms([_late(r['curve'], 'zero_adv_frac') for r in rs]))}% | {_fmt(*_ms([r['success_before'] for r in rs]))} "
+                      f"| {_fmt(*_ms([r['pool_eval']['success'] for r in rs]))} | {_fmt(*_ms([r['heldout_eval']['success'] for r in rs]))} |")
+        md.append("")
+        md += [f"Learning signal: {_verdict(*dz, what='zero-advantage turns, GRPO − PAPO')} — PAPO "
+               f"{'keeps' if dz[0] > 0 else 'does NOT keep'} a gradient on the turns where outcome-only GRPO has none. "
+               f"Final pool success: {_verdict(*d, what='PAPO − GRPO')}.", ""]
         if zo[0] < 0.05:
-            md += [f"**Caveat — the premise did not arise:** GRPO's advantages were exactly zero on only {100 * zo[0]:.1f}% of turns, because "
-                   "the study's runs use the env's default shaping (per-turn process rewards make returns differ even inside an all-correct "
-                   "group). So this run does not test the claim; a test needs an outcome-only GRPO arm (shaping weights 0) at a success rate "
-                   "where whole groups are correct.", ""]
+            md += [f"**Caveat — the premise did not arise:** GRPO's advantages were exactly zero on only {100 * zo[0]:.1f}% of turns "
+                   "(few all-correct or all-wrong groups at this success rate), so this run cannot test the claim.", ""]
         md += [f"![zero advantages]({png})", "", f"![success]({png2})", ""] if png and png2 else []
     else:
         md += ["Not run.", ""]

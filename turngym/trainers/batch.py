@@ -76,9 +76,38 @@ def collate(samples: Sequence[Any], advantages: Sequence[Sequence[float]] | None
     )
 
 
-def token_logprobs(model: Any, batch: TokenBatch) -> Any:
-    """log π(token_{t+1} | tokens_≤t) for every position (shape ``(n, width − 1)``)."""
+def token_logprobs(model: Any, batch: TokenBatch, *, only_masked: bool = True) -> Any:
+    """log π(token_{t+1} | tokens_≤t), shape ``(n, width − 1)``.
+
+    With ``only_masked`` (the default) the vocabulary projection and softmax run only at the
+    positions of ``batch.mask_next`` — the policy's own tokens — and every other position is 0.
+    In multi-turn episodes most tokens are observations, so this skips most of the largest
+    matrix product of a small model (×1.8 faster on Household with the tiny model) and most of
+    the logits memory of a large-vocabulary one. Models whose head is more than a linear layer
+    (logit soft-capping or scaling) take the full path, as does ``only_masked=False``.
+    """
     import torch
 
+    targets = batch.input_ids[:, 1:]
+    if only_masked and _plain_head(model):
+        hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state[:, :-1]
+        where = batch.mask_next > 0
+        logits = model.get_output_embeddings()(hidden[where]).float()
+        picked = torch.log_softmax(logits, dim=-1).gather(-1, targets[where].unsqueeze(-1)).squeeze(-1)
+        out = torch.zeros(targets.shape, dtype=picked.dtype, device=picked.device)
+        return out.masked_scatter(where, picked)
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()
-    return torch.log_softmax(logits, dim=-1).gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def _plain_head(model: Any) -> bool:
+    """True when logits are exactly ``lm_head(decoder(x))`` (no soft-capping or scaling)."""
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(model, "get_decoder") or not hasattr(model, "get_output_embeddings"):
+        return False
+    if any(getattr(config, k, None) not in (None, 1.0) for k in ("final_logit_softcapping", "logit_scale", "logits_scaling")):
+        return False
+    try:
+        return model.get_decoder() is not None and model.get_output_embeddings() is not None
+    except (AttributeError, NotImplementedError):
+        return False

@@ -72,6 +72,10 @@ class TrainConfig:
     """β of the KL(π‖π_ref) loss term; the reference is the warm-started policy. 0 = off."""
     reward_weights: dict[str, float] = field(default_factory=dict)
     """Per-signal shaping weights overriding the env spec's (``{"progress": 0.5}``)."""
+    process_weights: dict[str, float] | None = None
+    """PAPO only: per-signal weights of the process score (None = the env spec's suggestions,
+    independent of ``reward_weights`` — ``reward_weights`` all 0 gives PAPO's outcome-only reward
+    with a dense process term)."""
     shaping_cap: float = 0.5
     """Bound on an episode's cumulative shaping reward."""
     warmup_steps: int = 150

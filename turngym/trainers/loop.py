@@ -25,7 +25,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,6 +105,9 @@ class Trainer:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         probe = self._make_env()
         self.shaper = RewardShaper(probe.reward_spec, gamma=1.0, weights=cfg.reward_weights, cap=cfg.shaping_cap)
+        # PAPO's process score has weights of its own, so an outcome-only reward can be paired
+        # with a dense process signal (the paper's decoupling); by default the env spec's.
+        self.process_shaper = RewardShaper(probe.reward_spec, gamma=1.0, weights=cfg.process_weights or {}, cap=cfg.shaping_cap)
         self.success_threshold = probe.reward_spec.success_threshold
         probe.close()
 
@@ -200,7 +203,7 @@ class Trainer:
         for step, idx in enumerate(batches):
             opt.zero_grad(set_to_none=True)
             total_tokens = sum(sum(samples[i].loss_mask) for i in idx)
-            for chunk in np.array_split(idx, math.ceil(len(idx) / cfg.micro_batch_size)):
+            for chunk in _by_length(idx, samples, cfg.micro_batch_size):
                 batch = collate([samples[i] for i in chunk], None, self.pad_id, self.device)
                 with self._autocast():
                     logp = token_logprobs(model, batch)
@@ -262,8 +265,8 @@ class Trainer:
         parts = [self.shaper.shape_episode(ep) for ep in episodes]
         shaped = [p.total for p in parts]
         columns = self._turn_columns(episodes, shaped)
-        if cfg.algo == "papo":  # the process score of a turn: its (bounded) shaping reward
-            columns["process"] = [float(x) for p in parts for x in p.shaping]
+        if cfg.algo == "papo":  # the process score of a turn: its (bounded) shaping under the process weights
+            columns["process"] = [float(x) for ep in episodes for x in self.process_shaper.shape_episode(ep).shaping]
         adv = compute_advantages(cfg.algo, TurnTable(columns), **cfg.algo_params)
         per_episode, row = [], 0
         for ep in episodes:
@@ -280,7 +283,7 @@ class Trainer:
             for mb in np.array_split(order, cfg.minibatches):
                 opt.zero_grad(set_to_none=True)
                 total_tokens = sum(sum(samples[i].loss_mask) for i in mb)
-                for chunk in np.array_split(mb, math.ceil(len(mb) / cfg.micro_batch_size)):
+                for chunk in _by_length(mb, samples, cfg.micro_batch_size):
                     batch = collate([samples[i] for i in chunk], [tok_adv[i] for i in chunk], self.pad_id, self.device)
                     weight = batch.n_tokens / max(total_tokens, 1)
                     with self._autocast():
@@ -516,3 +519,14 @@ class Trainer:
 def train(config: TrainConfig | None = None, out: str | Path = "runs/default", **options: Any) -> TrainResult:
     """Run :class:`Trainer` (``options``: ``resume``, ``progress``, ``log``)."""
     return Trainer(config or TrainConfig(), out, **options).run()
+
+
+def _by_length(indices: Any, samples: Sequence[Any], size: int) -> list[np.ndarray]:
+    """Split a minibatch into micro-batches of similar sequence length (fewer padded tokens).
+
+    The loss of each micro-batch is weighted by its share of the minibatch's tokens, so the
+    accumulated gradient does not depend on how the minibatch is split — only the padding does.
+    """
+    idx = np.asarray(indices)
+    idx = idx[np.argsort([len(samples[i].input_ids) for i in idx], kind="stable")]
+    return np.array_split(idx, math.ceil(len(idx) / size))
