@@ -117,7 +117,9 @@ def test_scripted_turns_are_context_unless_asked(tiny: HFPolicy) -> None:
     demo = render_episode(ep, tiny.tokenizer, train_text_actions=True)
     for t in ep.turns:
         a, b = demo.turn_spans[t.index]
-        assert tiny.tokenizer.decode(demo.input_ids[a:b]) == t.action and all(demo.loss_mask[a:b])
+        # the action's text, then the end-of-turn token under the mask: a demonstration teaches stopping
+        assert tiny.tokenizer.decode(demo.input_ids[a : b - 1]) == t.action and all(demo.loss_mask[a:b])
+        assert demo.input_ids[b - 1] == tiny.tokenizer.eos_token_id
 
 
 def test_template_that_rewrites_history_is_refused(tiny: HFPolicy) -> None:

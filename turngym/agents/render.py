@@ -186,7 +186,13 @@ class ChatRenderer:
                     if body and body[-1] == self.eos_id and self.eos_text and footer.startswith(self.eos_text):
                         footer = footer[len(self.eos_text) :]
                 else:
+                    # A text action (a demonstration) ends with the template's end-of-turn token
+                    # under the mask, like a sampled action that stopped on EOS: imitation must
+                    # teach the policy to *stop*, or it rambles past every action.
                     body = self.encode(msg["content"])
+                    if self.eos_id is not None and self.eos_text and footer.startswith(self.eos_text):
+                        body.append(self.eos_id)
+                        footer = footer[len(self.eos_text) :]
                 spans.append((len(ids), len(ids) + len(body)))
                 generated.append(gen is not None)
                 ids += body
