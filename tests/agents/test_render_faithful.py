@@ -151,3 +151,16 @@ def test_smollm2_four_turn_episode_renders_generated_ids() -> None:
     [scores] = policy.score([sample.input_ids], [sample.loss_mask])
     recorded = [lp for lp, m in zip(sample.logprobs, sample.loss_mask, strict=True) if m]
     np.testing.assert_allclose(scores, recorded, atol=2e-3)
+
+
+def test_rendering_the_same_demonstration_twice_gives_the_same_sample(tiny: HFPolicy) -> None:
+    """Regression: the end-of-turn id appended to a demonstration's action once leaked into the
+    renderer's token cache, so every later rendering of that action grew by one token."""
+    from turngym.agents import OracleAgent
+
+    [ep] = run_episodes(math_env, OracleAgent(), [1])
+    renderer = ChatRenderer(tiny.tokenizer)
+    first = render_episode(ep, renderer, train_text_actions=True)
+    for _ in range(3):
+        again = render_episode(ep, renderer, train_text_actions=True)
+        assert again.input_ids == first.input_ids and again.loss_mask == first.loss_mask

@@ -110,19 +110,20 @@ class ChatRenderer:
         self.tokenizer = tokenizer
         self.eos_id: int | None = tokenizer.eos_token_id
         self.eos_text: str = tokenizer.eos_token or ""
-        self._cache: dict[str, list[int]] = {}
+        self._cache: dict[str, tuple[int, ...]] = {}
         self._cache_size = cache_size
 
     # ------------------------------------------------------------------ primitives
     def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` without added special tokens (memoized)."""
+        """Token ids of ``text`` without added special tokens (memoized; a fresh list each call,
+        so a caller that appends to it cannot corrupt the cache)."""
         ids = self._cache.get(text)
         if ids is None:
-            ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            ids = tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
             if len(self._cache) >= self._cache_size:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[text] = ids
-        return ids
+        return list(ids)
 
     def _template(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool) -> str:
         if not messages and not add_generation_prompt:
