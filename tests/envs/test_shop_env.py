@@ -70,6 +70,8 @@ def test_bad_arguments_raise_config_errors():
         ShopEnv(difficulty="easy", paraphrase=3)
     with pytest.raises(ConfigError, match="n_products"):
         GeneratedCatalog(n_products=5)
+    with pytest.raises(ConfigError, match="page_size"):
+        ShopEnv(difficulty="easy", page_size=0)
 
 
 # -- oracle and baselines ------------------------------------------------------------------
@@ -133,6 +135,19 @@ def test_results_page_lists_products_and_paging():
     assert env.product(s.results[40]).asin in obs
     obs, *_ = env.step("click[< prev]")
     assert "Page 4" in obs
+
+
+def test_page_size_sets_products_per_results_page_and_the_oracle_pages_through():
+    env = make(difficulty="easy", page_size=3, max_turns=30)
+    obs, *_ = search(env)
+    s = env.state
+    shown = [env.product(i).asin for i in s.results[:4]]
+    assert all(f"[{a}]" in obs for a in shown[:3]) and f"[{shown[3]}]" not in obs
+    for _ in range(16):
+        obs, *_ = env.step("click[next >]")
+    assert "Page 17" in obs and "click[next >]" not in obs  # 50 results / 3 per page = 17 pages
+    rewards = [play(make(difficulty="easy", page_size=3), oracle, seed)["reward"] for seed in range(20)]
+    assert rewards == [1.0] * 20
 
 
 def test_item_page_options_subpages_and_back():

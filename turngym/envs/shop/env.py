@@ -91,7 +91,7 @@ class ShopEnv(TurngymEnv):
 
     ## Observation
     WebShop's text pages with the instruction on top and the clickable actions listed at the
-    bottom: search page; results (10 per page, up to 50: ASIN, title, price); item page
+    bottom: search page; results (``page_size`` per page, 10 as in WebShop; up to 50: ASIN, title, price); item page
     (options, selected options, title, price, rating, sub-page buttons, Buy Now); the
     Description / Features / Reviews / Attributes sub-pages.
 
@@ -174,9 +174,13 @@ class ShopEnv(TurngymEnv):
         catalog_seed: int = 0,
         catalog: Catalog | None = None,
         tasks: Sequence[ShopTask] | None = None,
+        page_size: int = pages.PRODUCTS_PER_PAGE,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if int(page_size) < 1:
+            raise ConfigError(f"page_size (products per results page) must be >= 1, got {page_size!r}")
+        self.page_size = int(page_size)
         if difficulty not in DIFFICULTIES:
             raise ConfigError(f"difficulty must be one of {sorted(DIFFICULTIES)}, got {difficulty!r}")
         size, density, level = DIFFICULTIES[difficulty]
@@ -247,22 +251,22 @@ class ShopEnv(TurngymEnv):
         if s.page == "search":
             return []
         if s.page == "results":
-            return pages.results_clickables(s.results, s.page_num, [self.product(i).asin for i in self._on_page()])
+            return pages.results_clickables(s.results, s.page_num, [self.product(i).asin for i in self._on_page()], self.page_size)
         if s.page == "item":
             return pages.item_clickables(self.product(s.item))
         return pages.subpage_clickables()
 
     def _on_page(self, state: ShopState | None = None) -> Sequence[int]:
         s = state or self.state
-        start = (s.page_num - 1) * pages.PRODUCTS_PER_PAGE
-        return s.results[start : start + pages.PRODUCTS_PER_PAGE]
+        start = (s.page_num - 1) * self.page_size
+        return s.results[start : start + self.page_size]
 
     def _render(self) -> str:
         s, prompt = self.state, self.goal.prompt
         if s.page == "search":
             return pages.render_search(prompt)
         if s.page == "results":
-            return pages.render_results(prompt, s.results, s.page_num, [self.product(i) for i in self._on_page()])
+            return pages.render_results(prompt, s.results, s.page_num, [self.product(i) for i in self._on_page()], self.page_size)
         if s.page == "item":
             return pages.render_item(prompt, self.product(s.item), dict(s.chosen))
         return pages.render_subpage(prompt, self.product(s.item), s.page)

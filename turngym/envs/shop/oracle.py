@@ -59,7 +59,7 @@ def oracle_action(env: ShopEnv) -> str:
         for rank, item in enumerate(s.results):
             if _solves(env, item) is None:
                 continue
-            target_page = rank // pages.PRODUCTS_PER_PAGE + 1
+            target_page = rank // env.page_size + 1
             if target_page > s.page_num:
                 return f"click[{pages.NEXT}]"
             if target_page < s.page_num:

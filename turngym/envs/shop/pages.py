@@ -39,8 +39,8 @@ SUBPAGES = ("description", "features", "reviews", "attributes")
 PRODUCTS_PER_PAGE = 10
 
 
-def page_count(n_results: int) -> int:
-    return max(1, -(-n_results // PRODUCTS_PER_PAGE))
+def page_count(n_results: int, page_size: int = PRODUCTS_PER_PAGE) -> int:
+    return max(1, -(-n_results // page_size))
 
 
 def _actions(clickables: Sequence[str], search: bool = False) -> str:
@@ -49,17 +49,12 @@ def _actions(clickables: Sequence[str], search: bool = False) -> str:
     return "Available actions: " + ", ".join(acts)
 
 
-def _page_slice(results: Sequence[int], page: int) -> Sequence[int]:
-    start = (page - 1) * PRODUCTS_PER_PAGE
-    return results[start : start + PRODUCTS_PER_PAGE]
-
-
-def results_clickables(results: Sequence[int], page: int, asins: Sequence[str]) -> list[str]:
+def results_clickables(results: Sequence[int], page: int, asins: Sequence[str], page_size: int = PRODUCTS_PER_PAGE) -> list[str]:
     """Buttons of a results page; ``asins`` are those of the products shown on it."""
     out = [BACK]
     if page > 1:
         out.append(PREV)
-    if page < page_count(len(results)):
+    if page < page_count(len(results), page_size):
         out.append(NEXT)
     out += [a.lower() for a in asins]
     return out
@@ -84,19 +79,19 @@ def render_search(instruction: str) -> str:
     return f"WebShop\nInstruction: {instruction}\n[Search]\n\n{_actions((), search=True)}"
 
 
-def render_results(instruction: str, results: Sequence[int], page: int, products: Sequence[Product]) -> str:
+def render_results(instruction: str, results: Sequence[int], page: int, products: Sequence[Product], page_size: int = PRODUCTS_PER_PAGE) -> str:
     """``products`` are the ones on this page, in order."""
     lines = [f"Instruction: {instruction}", "[Back to Search]"]
     lines.append(f"Page {page} (Total results: {len(results)})")
     if page > 1:
         lines.append("[< Prev]")
-    if page < page_count(len(results)):
+    if page < page_count(len(results), page_size):
         lines.append("[Next >]")
     if not products:
         lines.append("No products match your search.")
     for p in products:
         lines += ["", f"[{p.asin}]", p.title, f"${p.price:.2f}"]
-    clickables = results_clickables(results, page, [p.asin for p in products])
+    clickables = results_clickables(results, page, [p.asin for p in products], page_size)
     return "\n".join(lines) + "\n\n" + _actions(clickables)
 
 
