@@ -190,6 +190,10 @@ def test_masked_logprobs_equal_the_full_softmax_with_gradients(lora: bool) -> No
         else:
             full = lp.detach()
     assert torch.allclose(fast[where], full[where], atol=1e-5)
+    with torch.no_grad():  # the padding-mask-free causal path equals the model with its padding mask
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()
+        ref = torch.log_softmax(logits, -1).gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    assert torch.allclose(fast[where], ref[where], atol=1e-5)
     assert len(grads[0]) == len(grads[1]) > 0
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(*grads))
 

@@ -253,13 +253,47 @@ def _episode_stats(episodes: list[Any], env_id: str, env_kwargs: dict[str, Any])
     return out
 
 
+def warm_start_dir(cfg: StudyConfig, env: str, seed: int) -> Path:
+    """Where the warm start of ``(env, seed)`` lives: one per env and seed, shared by every
+    arm (the imitation phase does not depend on the estimator or the reward weights)."""
+    return cfg.out / "warm" / f"{env}-s{seed}"
+
+
+def warm_start(cfg: StudyConfig, env: str, seed: int) -> Path:
+    """Imitation of noisy oracle demonstrations for ``(env, seed)``, saved as a model directory
+    (its NLL curve in ``metrics.jsonl`` beside it); an existing one is reused."""
+    from turngym.trainers.loop import Trainer
+
+    out = warm_start_dir(cfg, env, seed)
+    if (out / "model" / "config.json").exists():
+        return out / "model"
+    train_cfg = _train_config(cfg, RunSpec("warm", env, "grpo", seed), steps=1)
+    trainer = Trainer(train_cfg, out, progress=False, log=None)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.jsonl").unlink(missing_ok=True)
+    train_cfg.save(out / "config.json")
+    trainer._metrics_lines = 0
+    trainer._setup()
+    trainer._warm_start()
+    tmp = out / "model.tmp"
+    trainer.model.save_pretrained(tmp)
+    trainer.tokenizer.save_pretrained(tmp)
+    tmp.rename(out / "model")  # atomic: a killed warm start is redone, never half-read
+    return out / "model"
+
+
+def _warm_start_entry(args: tuple[StudyConfig, str, int]) -> Path:
+    return warm_start(*args)
+
+
 def run_one(cfg: StudyConfig, spec: RunSpec, steps: int) -> dict[str, Any]:
-    """Train one run, evaluate it on the pool and on held-out tasks; write ``study.json``."""
+    """Train one run from its (env, seed)'s shared warm start, evaluate it on the pool and on
+    held-out tasks; write ``study.json``."""
     from turngym.trainers.loop import _EVAL_SEED, Trainer
 
     out = cfg.out / "runs" / spec.name
     preset = ENV_PRESETS[spec.env]
-    train_cfg = _train_config(cfg, spec, steps)
+    train_cfg = replace(_train_config(cfg, spec, steps), model=str(warm_start(cfg, spec.env, spec.seed)), warmup_steps=0)
     t0 = time.perf_counter()
     trainer = Trainer(train_cfg, out, progress=False, log=None)
     result = trainer.run()
@@ -277,7 +311,7 @@ def run_one(cfg: StudyConfig, spec: RunSpec, steps: int) -> dict[str, Any]:
         "algo": spec.algo, "arm": spec.arm, "seed": spec.seed, "steps": steps,
         "success_before": result.success_before, "success_after": result.success_after,
         "pool_eval": pool, "heldout_eval": held, "seconds": round(time.perf_counter() - t0, 1),
-        "train_config": train_cfg.to_dict(),
+        "warm_start": str(warm_start_dir(cfg, spec.env, spec.seed)), "train_config": train_cfg.to_dict(),
     }
     (out / "study.json").write_text(json.dumps(record, indent=1, default=str))
     for heavy in ("checkpoint", "checkpoint.old", "warm_start"):  # weights are not part of the evidence
@@ -313,7 +347,17 @@ def run_study(cfg: StudyConfig, *, log: Callable[[str], None] = print) -> Path:
     todo = [r for r in runs if not (cfg.out / "runs" / r.name / "study.json").exists()]
     if len(todo) < len(runs):
         log(f"{len(runs) - len(todo)} of {len(runs)} runs already done (their study.json exists): skipping them")
-    log(f"{len(todo)} training runs, {cfg.jobs} at a time")
+    warm = sorted({(r.env, r.seed) for r in todo if not (warm_start_dir(cfg, r.env, r.seed) / "model").exists()})
+    log(f"{len(warm)} warm starts (one per env and seed, shared by its arms), then {len(todo)} training runs, {cfg.jobs} at a time")
+    if cfg.jobs == 1:
+        for env, seed in warm:
+            warm_start(cfg, env, seed)
+    elif warm:
+        import multiprocessing as mp
+
+        with ProcessPoolExecutor(cfg.jobs, mp_context=mp.get_context("spawn")) as pool:
+            for fut in as_completed([pool.submit(_warm_start_entry, (cfg, env, seed)) for env, seed in warm]):
+                log(f"warm start ready: {fut.result()}")
     if cfg.jobs == 1:
         for i, spec in enumerate(todo, 1):
             rec = run_one(cfg, spec, steps[spec.env])
@@ -326,6 +370,8 @@ def run_study(cfg: StudyConfig, *, log: Callable[[str], None] = print) -> Path:
             for i, fut in enumerate(as_completed(futures), 1):
                 rec = fut.result()
                 log(f"[{i}/{len(todo)}] {rec['name']}: {rec['success_before']:.2f} -> {rec['success_after']:.2f} (held out {rec['heldout_eval']['success']:.2f}), {rec['seconds']:.0f} s")
+    for model in cfg.out.glob("warm/*/model"):  # weights are not evidence; a re-run recreates them exactly
+        shutil.rmtree(model, ignore_errors=True)
     wall = time.perf_counter() - t0
     prev = cfg.out / "wall.json"
     total = wall + (json.loads(prev.read_text())["seconds"] if prev.exists() and len(todo) < len(runs) else 0.0)

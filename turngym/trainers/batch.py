@@ -89,14 +89,19 @@ def token_logprobs(model: Any, batch: TokenBatch, *, only_masked: bool = True) -
     import torch
 
     targets = batch.input_ids[:, 1:]
+    # Right padding never reaches a real token through a causal mask, so a right-padded batch
+    # needs no padding mask; without one SDPA takes its fused causal kernel (exactly equal).
+    attn = batch.attention_mask
+    if bool((attn[:, 1:] <= attn[:, :-1]).all()):
+        attn = None
     if only_masked and _plain_head(model):
-        hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state[:, :-1]
+        hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=attn).last_hidden_state[:, :-1]
         where = batch.mask_next > 0
         logits = model.get_output_embeddings()(hidden[where]).float()
         picked = torch.log_softmax(logits, dim=-1).gather(-1, targets[where].unsqueeze(-1)).squeeze(-1)
         out = torch.zeros(targets.shape, dtype=picked.dtype, device=picked.device)
         return out.masked_scatter(where, picked)
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()
+    logits = model(input_ids=batch.input_ids, attention_mask=attn).logits[:, :-1].float()
     return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
