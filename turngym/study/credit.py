@@ -297,10 +297,8 @@ def run_one(cfg: StudyConfig, spec: RunSpec, steps: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     trainer = Trainer(train_cfg, out, progress=False, log=None)
     result = trainer.run()
-    # the pool evaluation of the trained policy, with its episodes (tool calls, hops)
-    pool_seeds = [i % train_cfg.task_pool for i in range(cfg.eval_episodes)]
-    pool_eps = trainer._rollout(pool_seeds, group_size=1, policy_seed=train_cfg.seed + _EVAL_SEED)
-    pool = _episode_stats(pool_eps, preset.env_id, train_cfg.env_kwargs)
+    # the pool evaluation of the trained policy (the trainer's final one), with its episodes
+    pool = _episode_stats(trainer.last_eval_episodes, preset.env_id, train_cfg.env_kwargs)
     # held out: the unseen split, or fresh task seeds of the same env
     heldout_id = preset.heldout_env_id or preset.env_id
     trainer.config = replace(train_cfg, env_id=heldout_id, task_pool=0)

@@ -75,6 +75,8 @@ class Trainer:
     def __init__(self, config: TrainConfig, out: str | Path, *, resume: bool = False, progress: bool = True, log: Callable[[str], None] | None = print) -> None:
         self.out = Path(out)
         self.resume = resume
+        self.last_eval_episodes: list[Any] = []
+        """Episodes of the latest :meth:`evaluate` (tool calls, hops, … beyond its success rate)."""
         if resume:
             if not (self.out / "config.json").exists():
                 raise ConfigError(f"nothing to resume in {self.out}: no config.json (start without --resume)")
@@ -167,6 +169,7 @@ class Trainer:
         pool = self.config.task_pool
         seeds = [i % pool for i in range(n)] if pool else [_EVAL_SEED + i for i in range(n)]
         eps = self._rollout(seeds, group_size=1, policy_seed=self.config.seed + _EVAL_SEED)
+        self.last_eval_episodes = eps  # for callers that want more than the success rate
         eps = [e for e in eps if not e.infra_error]
         return float(np.mean([e.success for e in eps])) if eps else float("nan")
 
