@@ -311,10 +311,9 @@ def _setup_study(p: argparse.ArgumentParser) -> None:
 
 
 def _run_study(args: argparse.Namespace) -> int:
-    from turngym.study.credit import config_from_args, run_study
+    from turngym.study.credit import run_from_args
 
-    run_study(config_from_args(args))
-    return 0
+    return run_from_args(args)
 
 
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {

@@ -105,6 +105,13 @@ def test_report_numbers_come_from_the_metrics_files(tmp_path) -> None:
     assert (tmp_path / "claim1_shop.png").stat().st_size > 1000
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["claims"]["gigpo_vs_grpo/shop"]["diff_pool"][0] == pytest.approx(0.3)
+    # `--report-only` rewrites the same report from the same files
+    from turngym.cli import main
+
+    (tmp_path / "report.md").unlink()
+    assert main(["study", "credit", "--report-only", "--out", str(tmp_path)]) == 0
+    again = (tmp_path / "report.md").read_text()
+    assert again.split("\n", 3)[3] == text.split("\n", 3)[3]  # all but the regenerate line (this test wrote its own)
 
 
 def test_cli_lists_the_study_command(capsys) -> None:

@@ -399,7 +399,8 @@ def setup_parser(parser: Any) -> None:
     c.add_argument("--budget", type=int, help="RL env steps per run (default 6000; --quick: 64)")
     c.add_argument("--out", default=None, help="output directory (default runs/study; --quick: runs/study-quick)")
     c.add_argument("--jobs", type=int, default=1, help="training runs in parallel (processes of 1 torch thread each)")
-    c.add_argument("--quick", action="store_true", help="CI smoke test: every claim at a tiny scale (about a minute)")
+    c.add_argument("--quick", action="store_true", help="CI smoke test: every claim at a tiny scale (about 30 s)")
+    c.add_argument("--report-only", action="store_true", help="rewrite OUT/report.md, summary.json and the plots from OUT's metrics files; train nothing")
 
 
 def config_from_args(args: Any) -> StudyConfig:
@@ -417,5 +418,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="turngym study")
     setup_parser(parser)
-    run_study(config_from_args(parser.parse_args(argv)))
+    return run_from_args(parser.parse_args(argv))
+
+
+def run_from_args(args: Any) -> int:
+    """Run what parsed ``turngym study credit`` arguments ask for."""
+    if args.report_only:
+        print(rewrite_report(Path(args.out or "runs/study")))
+        return 0
+    run_study(config_from_args(args))
     return 0
+
+
+def rewrite_report(out: Path) -> Path:
+    """Regenerate ``out``'s report from its files, with the command recorded in its config."""
+    from turngym.study.report import write_report
+
+    cfg_path = out / "study_config.json"
+    if not cfg_path.exists():
+        raise ConfigError(f"{out} holds no study (no study_config.json): run `turngym study credit --out {out}` first")
+    data = json.loads(cfg_path.read_text())
+    cfg = StudyConfig(**{k: v for k, v in data.items() if k in StudyConfig.__dataclass_fields__})
+    return write_report(out, command=regenerate_command(cfg))

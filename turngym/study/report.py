@@ -107,6 +107,27 @@ def _diff(a: list[float], b: list[float]) -> tuple[float, float, int]:
     return ma - mb, math.sqrt(sa**2 / na + sb**2 / nb), min(na, nb)
 
 
+def _setup_table(out: Path, runs: list[dict[str, Any]]) -> list[str]:
+    """One row per env: its configuration, RL iterations, warm-start NLL and success."""
+    lines = ["## Setup", "", "| env | env arguments | imitation steps × batch | micro-batch | RL iterations | imitation NLL (end) | warm start success (pool) |",
+             "|---|---|---|---|---|---|---|"]
+    for env in sorted({r["env"] for r in runs}):
+        rs = [r for r in runs if r["env"] == env]
+        tc = rs[0].get("train_config", {})
+        nll, warm_cfg = [], {}
+        for seed in sorted({r["seed"] for r in rs}):
+            wdir = out / "warm" / f"{env}-s{seed}"
+            if (wdir / "metrics.jsonl").exists():
+                recs = [json.loads(x) for x in (wdir / "metrics.jsonl").read_text().splitlines()]
+                nll += [recs[-1]["nll"]] if recs else []
+            if (wdir / "config.json").exists():
+                warm_cfg = json.loads((wdir / "config.json").read_text())
+        imitation = f"{warm_cfg['warmup_steps']} × {warm_cfg['warmup_batch_size']}" if warm_cfg else "—"
+        lines.append(f"| {env} (`{rs[0]['env_id']}`) | `{json.dumps(tc.get('env_kwargs', {}))}` | {imitation} | {tc.get('micro_batch_size', '—')} | "
+                     f"{sorted({r['steps'] for r in rs})[0]} | {_fmt(*_ms(nll), pct=False)} | {_fmt(*_ms([r['success_before'] for r in rs]))} |")
+    return lines + [""]
+
+
 def _results_table(runs: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
     rows, lines = [], [
         "| group | env | arm | seeds | RL steps | warm start (pool) | after RL (pool) | after RL (held out) | held-out split |",
@@ -139,12 +160,15 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
     md += [f"Wall time: {wall / 60:.1f} min on this machine (2 shared CPU cores, tiny 0.5M-parameter model, 1 torch thread per run, "
            f"{cfg.get('jobs', 1)} run(s) in parallel). {len(runs)} training runs; budget {cfg.get('budget')} RL env steps per run, "
            f"{cfg.get('seeds')} seed(s)." + (" **Quick mode** (CI smoke test): the numbers are not evidence." if cfg.get("quick") else ""), ""]
-    md += ["Every run of a seed starts from the same warm start (imitation of noisy oracle demonstrations, seeded by the seed) "
-           f"and uses the same hyper-parameters (groups {cfg.get('groups_per_step')} × {cfg.get('group_size')}, lr {cfg.get('lr')}, "
-           f"task pool {cfg.get('task_pool')}); only the estimator (claim 4: the shaping guard) differs. "
+    md += ["Every (env, seed) has **one** warm start — imitation of noisy oracle demonstrations (30% random turns), seeded by "
+           "the seed — and every arm of that env and seed starts from it, with the same hyper-parameters "
+           f"(groups {cfg.get('groups_per_step')} × {cfg.get('group_size')}, lr {cfg.get('lr')}, task pool {cfg.get('task_pool')}, "
+           "the same env-step budget); only the estimator (claim 3: also the process term, claim 4: the shaping guard) differs. "
            "*Pool* = the training task pool (sampled at temperature 1), *held out* = tasks never trained on. "
-           "Raw metrics: `runs/<claim>/<run>/metrics.jsonl` (per RL step) and `study.json` (evaluations), `variance.json`; "
-           "aggregated numbers: `summary.json`. Verdicts use the difference of seed means against 2 standard errors.", ""]
+           "Raw metrics: `runs/<group>/<run>/metrics.jsonl` (per RL step) and `study.json` (evaluations), "
+           "`warm/<env>-s<seed>/metrics.jsonl` (imitation NLL), `variance.json`; aggregated numbers: `summary.json`. "
+           "Verdicts compare the difference of seed means with 2 standard errors.", ""]
+    md += _setup_table(out, runs)
     table, rows = _results_table(runs)
     md += ["## Results", "", *table, ""]
     summary["results"] = rows
