@@ -322,10 +322,19 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
                 c5[f"{split}/{h}"] = d
                 md.append(f"| {split.split('_')[0]} | {h} | {_fmt(*_ms(a))} | {_fmt(*_ms(b))} | {100 * d[0]:+.1f} |")
         md.append("")
-        multi = [h for h in hops if int(h) >= 2]
-        d = c5.get(f"pool_eval/{multi[-1]}") if multi else None
+
+        def multi_hop(r: dict[str, Any], split: str) -> float | None:
+            """Success over a run's multi-hop (≥ 2) questions, weighted by their counts."""
+            ev = r[split]
+            pairs = [(ev["success_by_hops"][h], ev.get("episodes_by_hops", {}).get(h, 1)) for h in ev.get("success_by_hops", {}) if int(h) >= 2]
+            n = sum(c for _, c in pairs)
+            return sum(v * c for v, c in pairs) / n if n else None
+
         summary["claims"]["info_gain"] = c5
-        md += [f"Verdict (pool, {multi[-1] if multi else '?'}-hop questions): " + (_verdict(*d, what="IGPO − GRPO") if d else "**no multi-hop tasks evaluated**"), ""]
+        for split, label in (("pool_eval", "pool"), ("heldout_eval", "held out")):
+            d = _diff([multi_hop(r, split) for r in ig], [multi_hop(r, split) for r in gr])
+            c5[f"{split}/multi_hop"] = d
+            md += [f"Verdict ({label}, all multi-hop questions): " + (_verdict(*d, what="IGPO − GRPO") if d[2] else "**no multi-hop tasks evaluated**") + ".", ""]
         png = _plot({"igpo": ig, "grpo": gr}, "success", out / "claim5_success.png", "search: training success", "success rate")
         md += [f"![search]({png})", ""] if png else []
     else:
