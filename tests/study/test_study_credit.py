@@ -78,7 +78,7 @@ def _fake_run(root, claim, env, arm, seed, success, turns, zero):  # a test doub
     name = f"{claim if claim in ('farming', 'papo') else 'train'}/{env}-{arm}-s{seed}"
     d = root / "runs" / name
     d.mkdir(parents=True)
-    curve = [{"phase": "rl", "step": i + 1, "success": success, "episodes": 16, "mean_turns": turns + i, "zero_adv_frac": zero,
+    curve = [{"phase": "rl", "step": i + 1, "success": success, "episodes": 16, "mean_turns": turns + i, "zero_adv_frac": zero, "invalid_rate": 0.1,
               "mean_shaped_return": 1.0} for i in range(3)]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in curve))
     ev = {"success": success, "tool_calls": turns, "success_by_hops": {"1": success, "2": success / 2}}
@@ -101,6 +101,7 @@ def test_report_numbers_come_from_the_metrics_files(tmp_path) -> None:
     text = write_report(tmp_path, command="turngym study credit --quick").read_text()
     assert "| train | shop | gigpo | 3 | 3 | 10.0 ± 0.0 | 61.0 ± 1.0 |" in text
     assert "**shop** — pool: **reproduced** (GiGPO − GRPO +30.0 points" in text
+    assert "| gigpo | 10.0 ± 0.0 → 61.0 ± 1.0 | 61.0 ± 1.0 | 3.000 ± 0.000 → 4.500 ± 0.000 | 10.0 ± 0.0% → 10.0 ± 0.0% |" in text
     assert "| papo (outcome reward + process term) | 11.0 ± 1.0% |" in text
     assert "zero-advantage turns, GRPO − PAPO +49.0 points" in text and "PAPO keeps a gradient" in text
     # 2-hop success is half the run's success: IGPO 30, 31, 32 vs GRPO 15 → +16.0 points

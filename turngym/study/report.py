@@ -191,6 +191,16 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
         d_held = _diff([r["heldout_eval"]["success"] for r in g], [r["heldout_eval"]["success"] for r in b])
         summary["claims"][f"gigpo_vs_grpo/{env}"] = {"diff_pool": d_pool, "diff_heldout": d_held}
         md += [f"**{env}** — pool: {_verdict(*d_pool, what='GiGPO − GRPO')}; held out: {_verdict(*d_held, what='GiGPO − GRPO')}.", ""]
+        md += ["| arm | success: warm start → after RL (pool) | held out | turns/episode (first RL step → 2nd half) | invalid actions (first → 2nd half) |",
+               "|---|---|---|---|---|"]
+        for arm, rs in by_arm.items():
+            first = {k: _ms([r["curve"][0].get(k, math.nan) for r in rs if r["curve"]]) for k in ("mean_turns", "invalid_rate")}
+            late = {k: _ms([_late(r["curve"], k) for r in rs]) for k in ("mean_turns", "invalid_rate")}
+            md.append(f"| {arm} | {_fmt(*_ms([r['success_before'] for r in rs]))} → {_fmt(*_ms([r['pool_eval']['success'] for r in rs]))} "
+                      f"| {_fmt(*_ms([r['heldout_eval']['success'] for r in rs]))} "
+                      f"| {_fmt(*first['mean_turns'], pct=False)} → {_fmt(*late['mean_turns'], pct=False)} "
+                      f"| {_fmt(*first['invalid_rate'])}% → {_fmt(*late['invalid_rate'])}% |")
+        md.append("")
         if png:
             md += [f"![{env}]({png})", ""]
 
