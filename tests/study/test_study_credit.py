@@ -101,6 +101,7 @@ def test_report_numbers_come_from_the_metrics_files(tmp_path) -> None:
     text = write_report(tmp_path, command="turngym study credit --quick").read_text()
     assert "| train | shop | gigpo | 3 | 3 | 10.0 ± 0.0 | 61.0 ± 1.0 |" in text
     assert "**shop** — pool: **reproduced** (GiGPO − GRPO +30.0 points" in text
+    assert "| 1. GiGPO > GRPO (shop) | **reproduced** (+30.0 points of pool success, 2 s.e. 1.6) |" in text  # the summary table
     assert "| gigpo | 10.0 ± 0.0 → 61.0 ± 1.0 | 61.0 ± 1.0 | 3.000 ± 0.000 → 4.500 ± 0.000 | 10.0 ± 0.0% → 10.0 ± 0.0% |" in text
     assert "| papo (outcome reward + process term) | 11.0 ± 1.0% |" in text
     assert "zero-advantage turns, GRPO − PAPO +49.0 points" in text and "PAPO keeps a gradient" in text

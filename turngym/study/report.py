@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,12 @@ def _verdict(diff: float, se: float, n: int, *, what: str) -> str:
     return f"**not reproduced at this scale** ({what} {100 * diff:+.1f} points, within 2 standard errors = {100 * 2 * se:.1f})"
 
 
+def _glance(verdict: str, d: tuple[float, float, int], unit: str) -> str:
+    """``**word** (+x.y unit ± 2 s.e.)`` from a :func:`_verdict` string and its difference."""
+    word = re.search(r"\*\*(.+?)\*\*", verdict)
+    return f"**{word.group(1) if word else '?'}** ({100 * d[0]:+.1f} {unit}, 2 s.e. {100 * 2 * d[1]:.1f})"
+
+
 def _diff(a: list[float], b: list[float]) -> tuple[float, float, int]:
     ma, sa, na = _ms(a)
     mb, sb, nb = _ms(b)
@@ -124,7 +131,7 @@ def _setup_table(out: Path, runs: list[dict[str, Any]]) -> list[str]:
                 warm_cfg = json.loads((wdir / "config.json").read_text())
         imitation = f"{warm_cfg['warmup_steps']} × {warm_cfg['warmup_batch_size']}" if warm_cfg else "—"
         lines.append(f"| {env} (`{rs[0]['env_id']}`) | `{json.dumps(tc.get('env_kwargs', {}))}` | {imitation} | {tc.get('micro_batch_size', '—')} | "
-                     f"{sorted({r['steps'] for r in rs})[0]} | {_fmt(*_ms(nll), pct=False)} | {_fmt(*_ms([r['success_before'] for r in rs]))} |")
+                     f"{sorted({r['steps'] for r in rs})[0]} | {_fmt(*_ms(nll), pct=False)} | {_fmt(*_ms(list({r['seed']: r['success_before'] for r in rs}.values())))} |")
     return lines + [""]
 
 
@@ -168,6 +175,8 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
            "Raw metrics: `runs/<group>/<run>/metrics.jsonl` (per RL step) and `study.json` (evaluations), "
            "`warm/<env>-s<seed>/metrics.jsonl` (imitation NLL), `variance.json`; aggregated numbers: `summary.json`. "
            "Verdicts compare the difference of seed means with 2 standard errors.", ""]
+    glance_at = len(md)
+    glance: dict[str, str] = {}
     md += _setup_table(out, runs)
     table, rows = _results_table(runs)
     md += ["## Results", "", *table, ""]
@@ -191,6 +200,7 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
         d_held = _diff([r["heldout_eval"]["success"] for r in g], [r["heldout_eval"]["success"] for r in b])
         summary["claims"][f"gigpo_vs_grpo/{env}"] = {"diff_pool": d_pool, "diff_heldout": d_held}
         md += [f"**{env}** — pool: {_verdict(*d_pool, what='GiGPO − GRPO')}; held out: {_verdict(*d_held, what='GiGPO − GRPO')}.", ""]
+        glance[f"1. GiGPO > GRPO ({env})"] = _glance(_verdict(*d_pool, what="GiGPO − GRPO"), d_pool, "points of pool success")
         md += ["| arm | success: warm start → after RL (pool) | held out | turns/episode (first RL step → 2nd half) | invalid actions (first → 2nd half) |",
                "|---|---|---|---|---|"]
         for arm, rs in by_arm.items():
@@ -243,6 +253,7 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
         head = (f"**partly reproduced**: {', '.join('`' + w + '`' for w in wins)} has both lower variance and lower error than `grpo` on the same states, "
                 f"by a factor far below ×T" if wins else "**not reproduced**: no turn-level or tree baseline has both lower variance and lower error than `grpo`")
         summary["claims"]["variance_verdict"] = {"both_better_than_grpo": wins}
+        glance["2. turn/tree baselines reduce variance"] = head.split(":")[0] + (f" ({', '.join(wins)} only)" if wins else "")
         md += [f"Verdict: {head}. Details (tree rollouts, where the turn-level and tree baselines have siblings to compare):", ""]
         md += [f"- {x}" for x in verdicts]
         md.append("")
@@ -272,6 +283,8 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
         md += [f"Learning signal: {_verdict(*dz, what='zero-advantage turns, GRPO − PAPO')} — PAPO "
                f"{'keeps' if dz[0] > 0 else 'does NOT keep'} a gradient on the turns where outcome-only GRPO has none. "
                f"Final pool success: {_verdict(*d, what='PAPO − GRPO')}.", ""]
+        glance["3. PAPO keeps a signal on all-correct groups"] = (_glance(_verdict(*dz, what=""), dz, "points fewer zero-advantage turns")
+                                                                  + "; final success: " + _glance(_verdict(*d, what=""), d, "points"))
         if zo[0] < 0.05:
             md += [f"**Caveat — the premise did not arise:** GRPO's advantages were exactly zero on only {100 * zo[0]:.1f}% of turns "
                    "(few all-correct or all-wrong groups at this success rate), so this run cannot test the claim.", ""]
@@ -306,6 +319,8 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
         d = _diff([r["pool_eval"]["tool_calls"] for r in nv], [r["pool_eval"]["tool_calls"] for r in bd])
         summary["claims"]["farming"] = {"turns_change_naive": farm_naive, "turns_change_bounded": farm_bounded, "tool_calls_naive_minus_bounded": d}
         farms = farm_naive > 0.25 and d[0] > 0
+        glance["4. bounded shaping stops farming"] = (f"**reproduced** (naive: {d[0]:+.1f} calculator calls per episode vs bounded)"
+                                                     if farms and farm_bounded < farm_naive else "**not reproduced at this scale**")
         md += [f"Change in episode length during training: naive {farm_naive:+.2f} turns, bounded {farm_bounded:+.2f}; calculator calls per "
                f"episode after training, naive − bounded: {d[0]:+.2f} ({f'2 s.e. = {2 * d[1]:.2f}' if d[2] > 1 else 'one seed per arm: no spread, a single-seed result'}). Verdict: "
                + ("**reproduced** — the naive arm learns to farm the repeatable signal, the bounded one does not." if farms and farm_bounded < farm_naive
@@ -345,11 +360,21 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
             d = _diff([multi_hop(r, split) for r in ig], [multi_hop(r, split) for r in gr])
             c5[f"{split}/multi_hop"] = d
             md += [f"Verdict ({label}, all multi-hop questions): " + (_verdict(*d, what="IGPO − GRPO") if d[2] else "**no multi-hop tasks evaluated**") + ".", ""]
+            if split == "pool_eval" and d[2]:
+                glance["5. IGPO > GRPO on multi-hop search"] = _glance(_verdict(*d, what=""), d, "points of multi-hop pool success")
         png = _plot({"igpo": ig, "grpo": gr}, "success", out / "claim5_success.png", "search: training success", "success rate")
         md += [f"![search]({png})", ""] if png else []
     else:
         md += ["Not run.", ""]
 
+    if glance:
+        held = [row["after_heldout"][0] for row in rows if row["after_heldout"][2]]
+        scope = ([f"Scope: held-out success after RL is at most {100 * max(held):.1f}% in every arm — the 0.5M-parameter policy "
+                  f"learns its {cfg.get('task_pool')}-task pool (RL on fixed levels) and does not generalize to new tasks, so every "
+                  "verdict here is about the pool.", ""] if held and max(held) < 0.05 else [])
+        md[glance_at:glance_at] = ["## Verdicts at a glance", "", "| claim | here |", "|---|---|",
+                                   *[f"| {k} | {v} |" for k, v in glance.items()], "", *scope]
+    summary["glance"] = glance
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     path = out / "report.md"
     path.write_text("\n".join(md) + "\n")
