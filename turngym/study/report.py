@@ -211,6 +211,14 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
                       f"| {_fmt(*first['mean_turns'], pct=False)} → {_fmt(*late['mean_turns'], pct=False)} "
                       f"| {_fmt(*first['invalid_rate'])}% → {_fmt(*late['invalid_rate'])}% |")
         md.append("")
+        worse = [a for a, rs in by_arm.items() if _ms([r["pool_eval"]["success"] for r in rs])[0] < _ms([r["success_before"] for r in rs])[0]]
+        limit = env_runs[0].get("train_config", {}).get("env_kwargs", {}).get("max_turns")
+        late_turns = _ms([_late(r["curve"], "mean_turns") for r in env_runs])[0]
+        if worse and len(worse) == len(by_arm) and limit and late_turns > 0.95 * limit:
+            md += [f"Every arm ends *below* its warm start: the policies cut their invalid actions and ran episodes to the turn limit "
+                   f"({late_turns:.2f} of {limit} turns) instead of finishing the task. With success near 0, the invalid-action penalty "
+                   "(−0.1 a turn) is the strongest signal in the return, and avoiding it is what RL learned — a failure of this "
+                   "scale (warm start, model size), not evidence about the estimators.", ""]
         if png:
             md += [f"![{env}]({png})", ""]
 
