@@ -101,7 +101,8 @@ def test_report_numbers_come_from_the_metrics_files(tmp_path) -> None:
     text = write_report(tmp_path, command="turngym study credit --quick").read_text()
     assert "| train | shop | gigpo | 3 | 3 | 10.0 ± 0.0 | 61.0 ± 1.0 |" in text
     assert "**shop** — pool: **reproduced** (GiGPO − GRPO +30.0 points" in text
-    assert "| 1. GiGPO > GRPO (shop) | **reproduced** (+30.0 points of pool success, 2 s.e. 1.6) |" in text  # the summary table
+    # the summary table; paired by seed the difference is exactly 0.30 on every seed, so its s.e. is 0
+    assert "| 1. GiGPO > GRPO (shop) | **reproduced** (+30.0 points of pool success, 2 s.e. 0.0) |" in text
     assert "| gigpo | 10.0 ± 0.0 → 61.0 ± 1.0 | 61.0 ± 1.0 | 3.000 ± 0.000 → 4.500 ± 0.000 | 10.0 ± 0.0% → 10.0 ± 0.0% |" in text
     assert "| papo (outcome reward + process term) | 11.0 ± 1.0% |" in text
     assert "zero-advantage turns, GRPO − PAPO +49.0 points" in text and "PAPO keeps a gradient" in text
@@ -147,3 +148,16 @@ def test_a_claim_without_runs_says_not_run(tmp_path) -> None:
     text = write_report(tmp_path, command="turngym study credit").read_text()
     for n in range(1, 6):
         assert text.split(f"## Claim {n}")[1].split("## Claim")[0].strip().endswith("Not run.")
+
+
+def test_arm_differences_are_paired_by_seed() -> None:
+    """Arms of a seed share its warm start: the per-seed difference removes the seed spread."""
+    from turngym.study.report import _arm_diff
+
+    base = [0.1, 0.5, 0.9]
+    a = [{"seed": s, "v": b + 0.05 + 0.01 * s} for s, b in enumerate(base)]
+    b = [{"seed": s, "v": b} for s, b in enumerate(base)]
+    mean, se, n = _arm_diff(a, b, lambda r: r["v"])
+    assert (mean, n) == (pytest.approx(0.06), 3) and se == pytest.approx(0.01 / 3**0.5)
+    unpaired_mean, unpaired_se, _ = _arm_diff(a, b[:2], lambda r: r["v"])  # seeds differ: unpaired
+    assert unpaired_se > 0.2 and unpaired_mean == pytest.approx(np.mean([x["v"] for x in a]) - 0.3)
