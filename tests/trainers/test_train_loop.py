@@ -221,3 +221,18 @@ def test_papo_process_term_has_its_own_weights(tmp_path: Path) -> None:
     (ep,) = run_episodes(trainer._make_env, OracleAgent(), [0])
     assert not trainer.shaper.shape_episode(ep).shaping.any()
     assert trainer.process_shaper.shape_episode(ep).shaping.any()
+
+
+def test_a_saved_warm_start_is_where_rl_starts(tmp_path: Path) -> None:
+    """``warm_start_only`` + ``model=<dir>, warmup_steps=0`` starts RL from exactly those weights,
+    and its first evaluation equals the one a full run makes after the same imitation."""
+    from transformers import AutoModelForCausalLM
+
+    warm = Trainer(_tiny(), tmp_path / "w", progress=False, log=None).warm_start_only(tmp_path / "model")
+    full = Trainer(_tiny(steps=1), tmp_path / "full", progress=False, log=None).run()
+    shared = Trainer(_tiny(steps=1, model=str(warm), lora=False, keep_system_prompt=False, warmup_steps=0), tmp_path / "shared", progress=False, log=None).run()
+    a = AutoModelForCausalLM.from_pretrained(tmp_path / "full" / "warm_start").state_dict()
+    b = AutoModelForCausalLM.from_pretrained(warm).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert shared.success_before == full.success_before
+    assert [json.loads(x)["phase"] for x in (tmp_path / "w" / "metrics.jsonl").read_text().splitlines()] == ["warmup"]

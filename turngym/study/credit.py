@@ -268,18 +268,7 @@ def warm_start(cfg: StudyConfig, env: str, seed: int) -> Path:
     if (out / "model" / "config.json").exists():
         return out / "model"
     train_cfg = _train_config(cfg, RunSpec("warm", env, "grpo", seed), steps=1)
-    trainer = Trainer(train_cfg, out, progress=False, log=None)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.jsonl").unlink(missing_ok=True)
-    train_cfg.save(out / "config.json")
-    trainer._metrics_lines = 0
-    trainer._setup()
-    trainer._warm_start()
-    tmp = out / "model.tmp"
-    trainer.model.save_pretrained(tmp)
-    trainer.tokenizer.save_pretrained(tmp)
-    tmp.rename(out / "model")  # atomic: a killed warm start is redone, never half-read
-    return out / "model"
+    return Trainer(train_cfg, out, progress=False, log=None).warm_start_only(out / "model")
 
 
 def _warm_start_entry(args: tuple[StudyConfig, str, int]) -> Path:

@@ -512,6 +512,27 @@ class Trainer:
                  f"{seconds:.0f} s; see {self.out}/metrics.jsonl and learning_curve.png")
         return result
 
+    def warm_start_only(self, save_to: str | Path) -> Path:
+        """Run only the imitation phase and save the warm-started model (a normal HF model
+        directory, written atomically) to ``save_to``; its NLL curve goes to ``OUT/metrics.jsonl``.
+
+        A later run with ``model=save_to, warmup_steps=0`` starts RL from exactly these
+        weights — how several estimators share one warm start.
+        """
+        save_to = Path(save_to)
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "metrics.jsonl").unlink(missing_ok=True)
+        self.config.save(self.out / "config.json")
+        self._metrics_lines = 0
+        self._setup()
+        self._warm_start()
+        tmp = save_to.with_name(save_to.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save_pretrained(tmp)
+        self.tokenizer.save_pretrained(tmp)
+        tmp.rename(save_to)
+        return save_to
+
     def _optimizer(self) -> Any:
         import torch
 
