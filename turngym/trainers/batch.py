@@ -82,8 +82,9 @@ def token_logprobs(model: Any, batch: TokenBatch, *, only_masked: bool = True) -
     With ``only_masked`` (the default) the vocabulary projection and softmax run only at the
     positions of ``batch.mask_next`` — the policy's own tokens — and every other position is 0.
     In multi-turn episodes most tokens are observations, so this skips most of the largest
-    matrix product of a small model (×1.8 faster on Household with the tiny model) and most of
-    the logits memory of a large-vocabulary one. Models whose head is more than a linear layer
+    matrix product of a small model (a training micro-batch ×2.4 faster on Household and Shop
+    demonstrations with the tiny model, ``benchmarks/bench_train.py``) and most of the logits
+    memory of a large-vocabulary one. Models whose head is more than a linear layer
     (logit soft-capping or scaling) take the full path, as does ``only_masked=False``.
     """
     import torch
