@@ -19,6 +19,7 @@ __all__ = [
     "Parsed",
     "TagAction",
     "ToolCall",
+    "function_tool",
     "parse_tag",
     "parse_tool_calls",
     "parse_code_block",
@@ -56,6 +57,14 @@ class ToolCall:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "arguments": dict(self.arguments)}
+
+
+def function_tool(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """A tool in the OpenAI function-calling format every chat template speaks; its parameters
+    are closed (``additionalProperties: false``), so an argument the function does not take is
+    an error the agent hears about, not something silently dropped."""
+    params = {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": params}}
 
 
 @lru_cache(maxsize=64)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from turngym.core.parsing import function_tool
 from turngym.envs.swe.repos import Tree
 from turngym.envs.swe.testing import run_pytest
 
@@ -33,50 +34,39 @@ class ToolResult:
     submitted: bool = False
 
 
-def _fn(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {"type": "object", "properties": properties, "required": required, "additionalProperties": False},
-        },
-    }
-
-
 TOOLS: list[dict[str, Any]] = [
-    _fn("list_dir", "List a directory of the repository.", {"path": {"type": "string", "description": "directory, default '.'"}}, []),
-    _fn(
+    function_tool("list_dir", "List a directory of the repository.", {"path": {"type": "string", "description": "directory, default '.'"}}, []),
+    function_tool(
         "view_file",
         f"Show a file with line numbers (at most {MAX_VIEW_LINES} lines per call).",
         {"path": {"type": "string"}, "start": {"type": "integer", "description": "first line, 1-based"}, "end": {"type": "integer", "description": "last line, inclusive"}},
         ["path"],
     ),
-    _fn(
+    function_tool(
         "search",
         "Find lines containing a string (or a regex when regex=true) in the repository's files.",
         {"pattern": {"type": "string"}, "path": {"type": "string", "description": "limit to this file or directory"}, "regex": {"type": "boolean"}},
         ["pattern"],
     ),
-    _fn(
+    function_tool(
         "replace",
         "Replace the one occurrence of `old` in a file by `new` (`old` must occur exactly once).",
         {"path": {"type": "string"}, "old": {"type": "string"}, "new": {"type": "string"}},
         ["path", "old", "new"],
     ),
-    _fn(
+    function_tool(
         "create_file",
         "Create a file with the given content (set overwrite=true to replace an existing file).",
         {"path": {"type": "string"}, "content": {"type": "string"}, "overwrite": {"type": "boolean"}},
         ["path", "content"],
     ),
-    _fn(
+    function_tool(
         "run_tests",
         "Run the test suite, or only the given test ids (e.g. 'tests/test_x.py::test_y').",
         {"tests": {"type": "array", "items": {"type": "string"}}},
         [],
     ),
-    _fn("submit", "Submit the current state of the repository as the fix. Ends the episode.", {}, []),
+    function_tool("submit", "Submit the current state of the repository as the fix. Ends the episode.", {}, []),
 ]
 
 _SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from turngym.core.parsing import function_tool
 from turngym.envs.tools.backend import Backend, CallResult, format_result
 
 __all__ = ["StoreBackend", "STORE_TOOLS", "PolicyViolation", "StoreError"]
@@ -31,49 +32,33 @@ class StoreError(Exception):
     """The action cannot be carried out (unknown id, bad quantity...)."""
 
 
-def _fn(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {
-                "type": "object",
-                "properties": properties,
-                "required": required,
-                "additionalProperties": False,
-            },
-        },
-    }
-
-
 _ORDER_ID = {"type": "string", "description": "The order id, such as 'O1003'."}
 _ADDRESS = {"type": "string", "description": "A full street address."}
 
 #: The store's tools in OpenAI function format, in a stable order.
 STORE_TOOLS: tuple[dict[str, Any], ...] = (
-    _fn(
+    function_tool(
         "identify_customer",
         "Identify the customer you are talking to by their email. Required before any account action.",
         {"email": {"type": "string", "description": "The customer's email address."}},
         ["email"],
     ),
-    _fn(
+    function_tool(
         "get_customer",
         "Get the identified customer's profile and order ids.",
         {"customer_id": {"type": "string", "description": "The customer id, such as 'C01'."}},
         ["customer_id"],
     ),
-    _fn(
+    function_tool(
         "get_order", "Get an order's items, status, total and shipping address.", {"order_id": _ORDER_ID}, ["order_id"]
     ),
-    _fn(
+    function_tool(
         "search_products",
         "Search the catalogue by (part of) a product name; returns sku, name, price and stock.",
         {"query": {"type": "string", "description": "Words of the product name."}},
         ["query"],
     ),
-    _fn(
+    function_tool(
         "place_order",
         "Place a new order for the identified customer, shipped to their default address.",
         {
@@ -90,25 +75,25 @@ STORE_TOOLS: tuple[dict[str, Any], ...] = (
         },
         ["items"],
     ),
-    _fn(
+    function_tool(
         "cancel_order",
         "Cancel a pending order (policy: only pending orders can be cancelled).",
         {"order_id": _ORDER_ID, "reason": {"type": "string", "enum": ["no longer needed", "ordered by mistake"]}},
         ["order_id", "reason"],
     ),
-    _fn(
+    function_tool(
         "update_order_address",
         "Change the shipping address of a pending order (policy: pending orders only).",
         {"order_id": _ORDER_ID, "address": _ADDRESS},
         ["order_id", "address"],
     ),
-    _fn(
+    function_tool(
         "refund_order",
         "Refund a delivered order in full (policy: delivered orders only, once).",
         {"order_id": _ORDER_ID, "reason": {"type": "string", "enum": ["damaged", "wrong item", "not as described"]}},
         ["order_id", "reason"],
     ),
-    _fn(
+    function_tool(
         "return_items",
         "Start a return of some items of a delivered order (policy: delivered orders only).",
         {
@@ -117,7 +102,7 @@ STORE_TOOLS: tuple[dict[str, Any], ...] = (
         },
         ["order_id", "skus"],
     ),
-    _fn(
+    function_tool(
         "update_customer_address",
         "Change the identified customer's default address.",
         {"address": _ADDRESS},
