@@ -441,21 +441,13 @@ class Trainer:
     def run(self) -> TrainResult:
         import copy
 
-        import torch
-
         cfg = self.config
         start_time = time.perf_counter()
         self.out.mkdir(parents=True, exist_ok=True)
         can_resume = self.resume and any((self.out / d / "state.json").exists() for d in ("checkpoint", "checkpoint.old"))
         if not self.resume:
-            for name in ("metrics.jsonl", "summary.json", "learning_curve.png"):
-                (self.out / name).unlink(missing_ok=True)
-            for name in ("checkpoint", "checkpoint.old", "warm_start"):
-                shutil.rmtree(self.out / name, ignore_errors=True)
-            cfg.save(self.out / "config.json")
-        self._metrics_lines = 0
-        torch.manual_seed(cfg.seed)
-        self._setup()
+            self._clear_outputs()
+        self._prepare()
 
         if self.resume and can_resume:
             if cfg.use_lora:
@@ -470,8 +462,7 @@ class Trainer:
                 self.log(f"no checkpoint in {self.out} yet: starting from the beginning")
                 (self.out / "metrics.jsonl").unlink(missing_ok=True)
             self._warm_start()
-            self.model.save_pretrained(self.out / "warm_start")
-            self.tokenizer.save_pretrained(self.out / "warm_start")
+            self._save_model(self.out / "warm_start")
             before = self.evaluate()
             self._metric({"phase": "eval", "step": 0, "success": before, "label": "warm start"})
             self.log(f"success rate of the warm-started policy: {before:.1%} ({cfg.eval_episodes} episodes)")
@@ -521,17 +512,34 @@ class Trainer:
         """
         save_to = Path(save_to)
         self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "metrics.jsonl").unlink(missing_ok=True)
-        self.config.save(self.out / "config.json")
-        self._metrics_lines = 0
-        self._setup()
+        self._clear_outputs()
+        self._prepare()
         self._warm_start()
         tmp = save_to.with_name(save_to.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(tmp)
-        self.tokenizer.save_pretrained(tmp)
+        self._save_model(tmp)
         tmp.rename(save_to)
         return save_to
+
+    def _clear_outputs(self) -> None:
+        """A fresh (not resumed) run: drop an earlier run's files from ``out``, save the config."""
+        for name in ("metrics.jsonl", "summary.json", "learning_curve.png"):
+            (self.out / name).unlink(missing_ok=True)
+        for name in ("checkpoint", "checkpoint.old", "warm_start"):
+            shutil.rmtree(self.out / name, ignore_errors=True)
+        self.config.save(self.out / "config.json")
+
+    def _prepare(self) -> None:
+        import torch
+
+        self._metrics_lines = 0
+        torch.manual_seed(self.config.seed)
+        self._setup()
+
+    def _save_model(self, path: Path) -> None:
+        """The current weights and tokenizer as a normal HF model directory."""
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
 
     def _optimizer(self) -> Any:
         import torch
