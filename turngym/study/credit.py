@@ -26,7 +26,7 @@ import shlex
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -271,10 +271,6 @@ def warm_start(cfg: StudyConfig, env: str, seed: int) -> Path:
     return Trainer(train_cfg, out, progress=False, log=None).warm_start_only(out / "model")
 
 
-def _warm_start_entry(args: tuple[StudyConfig, str, int]) -> Path:
-    return warm_start(*args)
-
-
 def run_one(cfg: StudyConfig, spec: RunSpec, steps: int) -> dict[str, Any]:
     """Train one run from its (env, seed)'s shared warm start, evaluate it on the pool and on
     held-out tasks; write ``study.json``."""
@@ -306,8 +302,22 @@ def run_one(cfg: StudyConfig, spec: RunSpec, steps: int) -> dict[str, Any]:
     return record
 
 
-def _run_one_entry(args: tuple[StudyConfig, RunSpec, int]) -> dict[str, Any]:
-    return run_one(*args)
+def _call(fn_args: tuple[Callable[..., Any], tuple[Any, ...]]) -> Any:
+    fn, args = fn_args
+    return fn(*args)
+
+
+def _map(fn: Callable[..., Any], arg_tuples: list[tuple[Any, ...]], jobs: int) -> Iterator[Any]:
+    """``fn(*args)`` for each tuple: in this process with ``jobs == 1``, else in ``jobs`` spawned
+    processes (one torch thread each), results in order of completion."""
+    if jobs == 1 or len(arg_tuples) <= 1:
+        yield from (fn(*args) for args in arg_tuples)
+        return
+    import multiprocessing as mp
+
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+        for fut in as_completed([pool.submit(_call, (fn, args)) for args in arg_tuples]):
+            yield fut.result()
 
 
 def run_study(cfg: StudyConfig, *, log: Callable[[str], None] = print) -> Path:
@@ -336,27 +346,10 @@ def run_study(cfg: StudyConfig, *, log: Callable[[str], None] = print) -> Path:
         log(f"{len(runs) - len(todo)} of {len(runs)} runs already done (their study.json exists): skipping them")
     warm = sorted({(r.env, r.seed) for r in todo if not (warm_start_dir(cfg, r.env, r.seed) / "model").exists()})
     log(f"{len(warm)} warm starts (one per env and seed, shared by its arms), then {len(todo)} training runs, {cfg.jobs} at a time")
-    if cfg.jobs == 1:
-        for env, seed in warm:
-            warm_start(cfg, env, seed)
-    elif warm:
-        import multiprocessing as mp
-
-        with ProcessPoolExecutor(cfg.jobs, mp_context=mp.get_context("spawn")) as pool:
-            for fut in as_completed([pool.submit(_warm_start_entry, (cfg, env, seed)) for env, seed in warm]):
-                log(f"warm start ready: {fut.result()}")
-    if cfg.jobs == 1:
-        for i, spec in enumerate(todo, 1):
-            rec = run_one(cfg, spec, steps[spec.env])
-            log(f"[{i}/{len(todo)}] {spec.name}: {rec['success_before']:.2f} -> {rec['success_after']:.2f} (held out {rec['heldout_eval']['success']:.2f}), {rec['seconds']:.0f} s")
-    else:
-        import multiprocessing as mp
-
-        with ProcessPoolExecutor(cfg.jobs, mp_context=mp.get_context("spawn")) as pool:
-            futures = {pool.submit(_run_one_entry, (cfg, spec, steps[spec.env])): spec for spec in todo}
-            for i, fut in enumerate(as_completed(futures), 1):
-                rec = fut.result()
-                log(f"[{i}/{len(todo)}] {rec['name']}: {rec['success_before']:.2f} -> {rec['success_after']:.2f} (held out {rec['heldout_eval']['success']:.2f}), {rec['seconds']:.0f} s")
+    for path in _map(warm_start, [(cfg, env, seed) for env, seed in warm], cfg.jobs):
+        log(f"warm start ready: {path}")
+    for i, rec in enumerate(_map(run_one, [(cfg, spec, steps[spec.env]) for spec in todo], cfg.jobs), 1):
+        log(f"[{i}/{len(todo)}] {rec['name']}: {rec['success_before']:.2f} -> {rec['success_after']:.2f} (held out {rec['heldout_eval']['success']:.2f}), {rec['seconds']:.0f} s")
     for model in cfg.out.glob("warm/*/model"):  # weights are not evidence; a re-run recreates them exactly
         shutil.rmtree(model, ignore_errors=True)
     wall = time.perf_counter() - t0
