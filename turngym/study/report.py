@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -89,22 +88,38 @@ def _plot(groups: dict[str, list[dict[str, Any]]], key: str, path: Path, title: 
     return path.name
 
 
-def _verdict(diff: float, se: float, n: int, *, what: str) -> str:
+def _verdict_word(diff: float, se: float, n: int) -> str:
+    """The verdict on a difference of arms: its sign against 2 standard errors."""
     if math.isnan(diff):
-        return "**not run**"
+        return "not run"
     if n < 2:
-        return f"**inconclusive** (one seed: {what} {100 * diff:+.1f} points, no spread to compare against)"
+        return "inconclusive"
     if diff > 2 * se and diff > 0:
-        return f"**reproduced** ({what} {100 * diff:+.1f} points, > 2 standard errors = {100 * 2 * se:.1f})"
+        return "reproduced"
     if diff < -2 * se:
-        return f"**contradicted** ({what} {100 * diff:+.1f} points, beyond 2 standard errors = {100 * 2 * se:.1f})"
-    return f"**not reproduced at this scale** ({what} {100 * diff:+.1f} points, within 2 standard errors = {100 * 2 * se:.1f})"
+        return "contradicted"
+    return "not reproduced at this scale"
 
 
-def _glance(verdict: str, d: tuple[float, float, int], unit: str) -> str:
-    """``**word** (+x.y unit ± 2 s.e.)`` from a :func:`_verdict` string and its difference."""
-    word = re.search(r"\*\*(.+?)\*\*", verdict)
-    return f"**{word.group(1) if word else '?'}** ({100 * d[0]:+.1f} {unit}, 2 s.e. {100 * 2 * d[1]:.1f})"
+_VERDICT_DETAIL = {
+    "reproduced": "> 2 standard errors = {se2:.1f}",
+    "contradicted": "beyond 2 standard errors = {se2:.1f}",
+    "not reproduced at this scale": "within 2 standard errors = {se2:.1f}",
+}
+
+
+def _verdict(diff: float, se: float, n: int, *, what: str) -> str:
+    word = _verdict_word(diff, se, n)
+    if word == "not run":
+        return "**not run**"
+    if word == "inconclusive":
+        return f"**inconclusive** (one seed: {what} {100 * diff:+.1f} points, no spread to compare against)"
+    return f"**{word}** ({what} {100 * diff:+.1f} points, {_VERDICT_DETAIL[word].format(se2=100 * 2 * se)})"
+
+
+def _glance(d: tuple[float, float, int], unit: str) -> str:
+    """``**word** (+x.y unit, 2 s.e. z)``: one cell of the summary table."""
+    return f"**{_verdict_word(*d)}** ({100 * d[0]:+.1f} {unit}, 2 s.e. {100 * 2 * d[1]:.1f})"
 
 
 def _diff(a: list[float], b: list[float]) -> tuple[float, float, int]:
@@ -220,7 +235,7 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
         d_held = _arm_diff(g, b, lambda r: r["heldout_eval"]["success"])
         summary["claims"][f"gigpo_vs_grpo/{env}"] = {"diff_pool": d_pool, "diff_heldout": d_held}
         md += [f"**{env}** — pool: {_verdict(*d_pool, what='GiGPO − GRPO')}; held out: {_verdict(*d_held, what='GiGPO − GRPO')}.", ""]
-        glance[f"1. GiGPO > GRPO ({env})"] = _glance(_verdict(*d_pool, what="GiGPO − GRPO"), d_pool, "points of pool success")
+        glance[f"1. GiGPO > GRPO ({env})"] = _glance(d_pool, "points of pool success")
         md += ["| arm | success: warm start → after RL (pool) | held out | turns/episode (first RL step → 2nd half) | invalid actions (first → 2nd half) |",
                "|---|---|---|---|---|"]
         for arm, rs in by_arm.items():
@@ -311,8 +326,8 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
         md += [f"Learning signal: {_verdict(*dz, what='zero-advantage turns, GRPO − PAPO')} — PAPO "
                f"{'keeps' if dz[0] > 0 else 'does NOT keep'} a gradient on the turns where outcome-only GRPO has none. "
                f"Final pool success: {_verdict(*d, what='PAPO − GRPO')}.", ""]
-        glance["3. PAPO keeps a signal on all-correct groups"] = (_glance(_verdict(*dz, what=""), dz, "points fewer zero-advantage turns")
-                                                                  + "; final success: " + _glance(_verdict(*d, what=""), d, "points"))
+        glance["3. PAPO keeps a signal on all-correct groups"] = (_glance(dz, "points fewer zero-advantage turns")
+                                                                  + "; final success: " + _glance(d, "points"))
         if zo[0] < 0.05:
             md += [f"**Caveat — the premise did not arise:** GRPO's advantages were exactly zero on only {100 * zo[0]:.1f}% of turns "
                    "(few all-correct or all-wrong groups at this success rate), so this run cannot test the claim.", ""]
@@ -389,7 +404,7 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
             c5[f"{split}/multi_hop"] = d
             md += [f"Verdict ({label}, all multi-hop questions): " + (_verdict(*d, what="IGPO − GRPO") if d[2] else "**no multi-hop tasks evaluated**") + ".", ""]
             if split == "pool_eval" and d[2]:
-                glance["5. IGPO > GRPO on multi-hop search"] = _glance(_verdict(*d, what=""), d, "points of multi-hop pool success")
+                glance["5. IGPO > GRPO on multi-hop search"] = _glance(d, "points of multi-hop pool success")
         png = _plot({"igpo": ig, "grpo": gr}, "success", out / "claim5_success.png", "search: training success", "success rate")
         md += [f"![search]({png})", ""] if png else []
     else:
