@@ -168,6 +168,12 @@ def _setup_table(out: Path, runs: list[dict[str, Any]]) -> list[str]:
     return lines + [""]
 
 
+def _success_stats(rs: list[dict[str, Any]]) -> tuple[tuple[float, float, int], ...]:
+    """(warm start, after RL on the pool, after RL held out): mean, std, n over the runs."""
+    return (_ms([r["success_before"] for r in rs]), _ms([r["pool_eval"]["success"] for r in rs]),
+            _ms([r["heldout_eval"]["success"] for r in rs]))
+
+
 def _results_table(runs: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
     rows, lines = [], [
         "| group | env | arm | seeds | RL steps | warm start (pool) | after RL (pool) | after RL (held out) | held-out split |",
@@ -177,9 +183,7 @@ def _results_table(runs: list[dict[str, Any]]) -> tuple[list[str], list[dict[str
     for r in runs:
         by[r["name"].split("/")[0], r["env"], r["arm"]].append(r)
     for (claim, env, arm), rs in sorted(by.items()):
-        before = _ms([r["success_before"] for r in rs])
-        after = _ms([r["pool_eval"]["success"] for r in rs])
-        held = _ms([r["heldout_eval"]["success"] for r in rs])
+        before, after, held = _success_stats(rs)
         rows.append({"claim": claim, "env": env, "arm": arm, "seeds": len(rs), "before": before, "after_pool": after, "after_heldout": held})
         split = rs[0]["heldout_env_id"] + (" (unseen split)" if rs[0]["heldout_env_id"] != rs[0]["env_id"] else " (fresh task seeds)")
         lines.append(f"| {claim} | {env} | {arm} | {len(rs)} | {rs[0]['steps']} | {_fmt(*before)} | {_fmt(*after)} | {_fmt(*held)} | {split} |")
@@ -241,8 +245,8 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
         for arm, rs in by_arm.items():
             first = {k: _ms([r["curve"][0].get(k, math.nan) for r in rs if r["curve"]]) for k in ("mean_turns", "invalid_rate")}
             late = {k: _ms([_late(r["curve"], k) for r in rs]) for k in ("mean_turns", "invalid_rate")}
-            md.append(f"| {arm} | {_fmt(*_ms([r['success_before'] for r in rs]))} → {_fmt(*_ms([r['pool_eval']['success'] for r in rs]))} "
-                      f"| {_fmt(*_ms([r['heldout_eval']['success'] for r in rs]))} "
+            before, after, held = _success_stats(rs)
+            md.append(f"| {arm} | {_fmt(*before)} → {_fmt(*after)} | {_fmt(*held)} "
                       f"| {_fmt(*first['mean_turns'], pct=False)} → {_fmt(*late['mean_turns'], pct=False)} "
                       f"| {_fmt(*first['invalid_rate'])}% → {_fmt(*late['invalid_rate'])}% |")
         md.append("")
@@ -320,8 +324,8 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
                "the fraction of turns whose advantage is exactly 0 (no gradient), over the second half of training.", "",
                "| arm | zero-advantage turns (2nd half) | warm start (pool) | after RL (pool) | after RL (held out) |", "|---|---|---|---|---|"]
         for label, rs in groups.items():
-            md.append(f"| {label} | {_fmt(*_ms([_late(r['curve'], 'zero_adv_frac') for r in rs]))}% | {_fmt(*_ms([r['success_before'] for r in rs]))} "
-                      f"| {_fmt(*_ms([r['pool_eval']['success'] for r in rs]))} | {_fmt(*_ms([r['heldout_eval']['success'] for r in rs]))} |")
+            before, after, held = _success_stats(rs)
+            md.append(f"| {label} | {_fmt(*_ms([_late(r['curve'], 'zero_adv_frac') for r in rs]))}% | {_fmt(*before)} | {_fmt(*after)} | {_fmt(*held)} |")
         md.append("")
         md += [f"Learning signal: {_verdict(*dz, what='zero-advantage turns, GRPO − PAPO')} — PAPO "
                f"{'keeps' if dz[0] > 0 else 'does NOT keep'} a gradient on the turns where outcome-only GRPO has none. "
