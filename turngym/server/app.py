@@ -65,6 +65,15 @@ def attach(session: Session, ws: WebSocket) -> None:
     session.disconnect = disconnect
 
 
+async def release(mgr: SessionManager, session: Session | None, ws: WebSocket) -> None:
+    """End of a session socket, however it ended: free the session, close the socket if open."""
+    if session is not None:
+        await mgr.close(session)
+    if ws.application_state == WebSocketState.CONNECTED:
+        with contextlib.suppress(Exception):
+            await ws.close()
+
+
 async def _session_ws(ws: WebSocket) -> None:
     mgr: SessionManager = ws.app.state.manager
     await ws.accept()
@@ -116,11 +125,7 @@ async def _session_ws(ws: WebSocket) -> None:
     except RuntimeError as exc:  # the socket was closed under us (idle timeout, shutdown)
         log.debug("session socket closed: %s", exc)
     finally:
-        if session is not None:
-            await mgr.close(session)
-        if ws.application_state == WebSocketState.CONNECTED:
-            with contextlib.suppress(Exception):
-                await ws.close()
+        await release(mgr, session, ws)
 
 
 async def _episode(request: Request) -> Response:

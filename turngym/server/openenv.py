@@ -18,13 +18,12 @@ Actions are ``{"text": "..."}``; ``reset`` accepts ``seed``, ``episode_id`` and 
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
-from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from turngym.server.errors import ServerBusy
 from turngym.server.handlers import do_reset, do_step
@@ -128,7 +127,7 @@ def _state(session: Session) -> dict[str, Any]:
 
 
 async def _serve(ws: WebSocket, env_id: str) -> None:
-    from turngym.server.app import attach, receive_frame
+    from turngym.server.app import attach, receive_frame, release
 
     mgr: SessionManager = ws.app.state.manager
     await ws.accept()
@@ -187,11 +186,7 @@ async def _serve(ws: WebSocket, env_id: str) -> None:
     except (WebSocketDisconnect, RuntimeError):
         pass
     finally:
-        if session is not None:
-            await mgr.close(session)
-        if ws.application_state == WebSocketState.CONNECTED:
-            with contextlib.suppress(Exception):
-                await ws.close()
+        await release(mgr, session, ws)
 
 
 class _Invalid(ValueError):
