@@ -146,6 +146,12 @@ def _instruction(rng: random.Random, type_name: str, category: str, attrs: Seque
     return f"looking for {_a(type_name)}: {_join(attrs)}{with_opts}{budget}"
 
 
+def _product_fields(p: Product, catalog: Catalog) -> dict[str, Any]:
+    """The fields of a task that come from its target product."""
+    return {"gold": p.asin, "catalog": catalog.key, "asin": p.asin, "query": p.query,
+            "product_category": p.product_category, "name": p.title, "nouns": p.nouns}
+
+
 def generate_task(catalog: Catalog, seed: int, paraphrase: int = 1) -> ShopTask:
     """Draw the goal for ``seed`` from ``catalog`` and render its instruction.
 
@@ -165,14 +171,8 @@ def generate_task(catalog: Catalog, seed: int, paraphrase: int = 1) -> ShopTask:
     return ShopTask(
         id=f"shop/{catalog.key}/p{paraphrase}/{seed}",
         prompt=prompt,
-        gold=p.asin,
         meta={"paraphrase": paraphrase, "source": "generated"},
-        catalog=catalog.key,
-        asin=p.asin,
-        query=p.query,
-        product_category=p.product_category,
-        name=p.title,
-        nouns=p.nouns,
+        **_product_fields(p, catalog),
         attributes=tuple(attrs),
         options=tuple(options),
         price_upper=cap,
@@ -317,14 +317,8 @@ def _task(catalog: Catalog, p: Product, i: int, kind: str, instruction: str, att
     return ShopTask(
         id=f"shop/{catalog.key}/{kind}/{i}",
         prompt=instruction.strip().rstrip(".") + _price_text(cap),
-        gold=p.asin,
         meta={"source": f"webshop-{kind}"},
-        catalog=catalog.key,
-        asin=p.asin,
-        query=p.query,
-        product_category=p.product_category,
-        name=p.title,
-        nouns=p.nouns,
+        **_product_fields(p, catalog),
         attributes=tuple(attributes),
         options=tuple(options),
         price_upper=cap,
