@@ -79,6 +79,7 @@ def test_each_turns_advantage_lands_on_its_own_tokens() -> None:
     batch = collate([s], [adv], pad_id=0)
     np.testing.assert_allclose(batch.adv_next.numpy()[0], adv[1:])
     np.testing.assert_allclose(batch.mask_next.numpy()[0], s.loss_mask[1:])
+    assert batch.right_padded  # collate pads on the right, so the model may skip the padding mask
 
 
 def test_training_changes_parameters_and_writes_artifacts(tmp_path: Path) -> None:
@@ -158,7 +159,7 @@ def _masked_batch(vocab: int):
     mask = (torch.rand(3, 16, generator=g) < 0.4).float() * attn[:, 1:]
     from turngym.trainers.batch import TokenBatch
 
-    return TokenBatch(ids, attn, mask, torch.zeros_like(mask), torch.zeros_like(mask))
+    return TokenBatch(ids, attn, mask, torch.zeros_like(mask), torch.zeros_like(mask), right_padded=True)
 
 
 @pytest.mark.parametrize("lora", [False, True])

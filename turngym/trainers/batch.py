@@ -38,6 +38,9 @@ class TokenBatch:
     mask_next: Any
     old_logp_next: Any
     adv_next: Any
+    right_padded: bool = False
+    """Every row is its tokens then padding (as :func:`collate` builds it): under a causal mask
+    no real token sees the padding, so the model can run without the padding mask."""
 
     @property
     def n_tokens(self) -> int:
@@ -73,6 +76,7 @@ def collate(samples: Sequence[Any], advantages: Sequence[Sequence[float]] | None
         mask_next=t(mask[:, 1:]),
         old_logp_next=t(old[:, 1:]),
         adv_next=t(adv[:, 1:]),
+        right_padded=True,
     )
 
 
@@ -92,9 +96,7 @@ def token_logprobs(model: Any, batch: TokenBatch, *, only_masked: bool = True) -
     targets = batch.input_ids[:, 1:]
     # Right padding never reaches a real token through a causal mask, so a right-padded batch
     # needs no padding mask; without one SDPA takes its fused causal kernel (exactly equal).
-    attn = batch.attention_mask
-    if bool((attn[:, 1:] <= attn[:, :-1]).all()):
-        attn = None
+    attn = None if batch.right_padded else batch.attention_mask
     if only_masked and _plain_head(model):
         hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=attn).last_hidden_state[:, :-1]
         where = batch.mask_next > 0
