@@ -78,8 +78,10 @@ def outcome_only_weights(env: str) -> dict[str, float]:
     """Shaping weights that switch every shaped signal of ``env`` off (reward = the outcome)."""
     import turngym
 
-    spec = turngym.make(ENV_PRESETS[env].env_id).reward_spec
-    return {name: 0.0 for name in spec.names}
+    probe = turngym.make(ENV_PRESETS[env].env_id)
+    names = probe.reward_spec.names
+    probe.close()
+    return {name: 0.0 for name in names}
 
 
 @dataclass(frozen=True)
