@@ -1,29 +1,76 @@
-"""The test harness that runs *inside* the sandbox (stdlib only, no turngym imports).
+"""The trusted grader that runs *inside* the sandbox (stdlib only, no turngym imports).
 
-Protocol: stdin carries one line with a random nonce, then a JSON payload
-``{"problems": [{"id", "solution", "entry_point", "setup", "tests": [[name, code], ...]}],
-"per_test_s": float, "error_chars": int}``. Results go to stdout as JSON lines prefixed by
-the nonce, so nothing the solution prints can pass for a result. The solution's own
-``print`` output is captured (capped) instead of reaching stdout.
+Why it is shaped like this: the sandbox keeps the solution away from the host, but the
+grader has to run somewhere the solution cannot reach, or the solution can simply report
+that every test passed (walk the stack to the code that writes results, patch ``json``,
+return an object whose ``__eq__`` is always true). So the solution never runs in this
+process:
 
-Each solution is executed in a fresh namespace; each test in a copy of it, with ``candidate``
-bound to the entry point and ``_check`` (strict, type-aware equality) available. A per-test
-``SIGALRM`` turns an endless test into a failure without losing the tests after it.
-:func:`runner.evaluate_many` sends ``source + "\\nmain()"`` with ``python -c``.
+* This process reads its input (a random nonce and the problems, tests included) from
+  :data:`wire.PAYLOAD_FILE` and deletes the file, makes itself non-dumpable (same-uid
+  processes cannot ptrace it or open its ``/proc/PID/mem`` or ``fd``), keeps its stdout to
+  itself and reports ``start``.
+* It starts a **fresh** interpreter, the zygote (:mod:`~turngym.envs.code.candidate`), which
+  therefore never holds the tests or the nonce, and gets one forked process per solution
+  from it (again after a timeout or a crash) that owns nothing but a request socket and an
+  output pipe.
+* The tests run *here*, with ``candidate`` (and every top-level name of the solution the
+  tests use) bound to a proxy that calls into the solution's process. Arguments and return
+  values cross as plain data only (:mod:`~turngym.envs.code.wire`), so test code compares
+  real ``int``/``list``/... values, never an object the solution made. Value tests
+  ``(name, call)`` send back the value; the host compares it with the expected value, which
+  never enters the sandbox.
+* Deadlines are enforced here (``select`` on the socket, then ``SIGKILL`` to the solution's
+  process group): a solution that ignores signals cannot stretch a test.
+
+Results go to stdout as JSON lines prefixed by the nonce. If the solution kills this process
+(same uid: it can), the lines written so far stand and the unreached tests fail; it cannot
+write a line of its own, having neither the stream nor the nonce.
 """
 
+import _socket
+import ast
 import builtins
 import functools
 import json
 import linecache
 import os
+import select
 import signal
 import sys
+import time
 import traceback
+
+try:
+    import _turngym_wire as wire
+except ImportError:  # imported on the host (tests, linters); in the sandbox the bootstrap provides it
+    from turngym.envs.code import wire
+
+__all__ = ["main", "same_value"]
+
+same_value = wire.same_value
+_ZYGOTE_START_S = 20.0
+_SPAWN_S = 5.0
+_OUTPUT_KEPT = 2000
+_VALUE_CHARS = 100_000
+_ALARM_SLACK_S = 0.1
 
 
 class _Timeout(BaseException):
-    """Raised by the per-test alarm (BaseException: ``except Exception`` can't swallow it)."""
+    """A test ran out of time (BaseException: test code's ``except Exception`` can't swallow it)."""
+
+
+class SolutionFault(BaseException):
+    """The solution's process broke down: died, broke the protocol, or returned non-plain
+    data. A BaseException so that test code's ``except Exception`` cannot turn it into a pass."""
+
+
+class _NoStart(Exception):
+    """The zygote did not start: nothing the solution did can cause this (it has not run)."""
+
+
+class CandidateError(Exception):
+    """The solution raised an exception that is not a builtin one (its type name is kept)."""
 
 
 def _on_alarm(signum, frame):
@@ -31,18 +78,11 @@ def _on_alarm(signum, frame):
 
 
 class _Sink:
-    """A capped text sink standing in for sys.stdout / sys.stderr while solutions run."""
+    """Where the (trusted) test code's prints go: stdout is the result channel."""
 
     encoding = "utf-8"
 
-    def __init__(self, cap):
-        self.cap, self.n, self.parts = cap, 0, []
-
     def write(self, s):
-        s = str(s)
-        if self.n < self.cap:
-            self.parts.append(s[: self.cap - self.n])
-        self.n += len(s)
         return len(s)
 
     def flush(self):
@@ -51,8 +91,17 @@ class _Sink:
     def isatty(self):
         return False
 
-    def getvalue(self):
-        return "".join(self.parts)
+
+def _set_dumpable(flag):
+    """prctl(PR_SET_DUMPABLE): a non-dumpable process cannot be ptraced, nor its /proc/PID/mem
+    or fd opened, by processes of the same uid: the solution cannot read the tests or the
+    nonce out of this process, nor write to its stdout."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, flag, 0, 0, 0)
+    except (OSError, AttributeError, ImportError):
+        pass
 
 
 def _short(value, n=200):
@@ -60,127 +109,409 @@ def _short(value, n=200):
     return r if len(r) <= n else r[: n - 3] + "..."
 
 
-def same_value(a, b):
-    """Equality that also requires equal types, recursively (bool is not int, 1 is not 1.0)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, float):
-        return a == b or abs(a - b) <= 1e-9 * max(1.0, abs(b)) or (a != a and b != b)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
-    if isinstance(a, (set, frozenset)):
-        return a == b and all(type(x) is type(y) for x, y in zip(sorted(a, key=repr), sorted(b, key=repr)))
-    return bool(a == b)
-
-
-def _literal(value, limit):
-    """``repr`` of a plain value (None, bool, int, float, str, and lists/tuples/dicts/sets of
-    them), or a type error: only plain data may come back to the host."""
-    def plain(v, depth):
-        if depth > 50:
-            return False
-        if v is None or type(v) in (bool, int, float, str):
-            return True
-        if type(v) in (list, tuple, set, frozenset):
-            return all(plain(x, depth + 1) for x in v)
-        if type(v) is dict:
-            return all(plain(k, depth + 1) and plain(x, depth + 1) for k, x in v.items())
-        return False
-
-    if not plain(value, 0):
-        raise TypeError(f"the function returned a {type(value).__name__}, not plain data: {_short(value)}")
-    text = repr(value)
-    if len(text) > 100_000:
-        raise ValueError(f"the returned value is too large ({len(text)} characters as text)")
-    return text
-
-
 def _check(got, expected):
-    if not same_value(got, expected):
+    if not wire.same_value(got, expected):
         raise AssertionError(f"expected {_short(expected)}, got {_short(got)}")
 
 
 def _format_error(exc, limit):
-    frames = [
-        f for f in traceback.extract_tb(exc.__traceback__)
-        if f.filename == "solution.py" or f.filename.startswith("<test ")
-    ]
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<test ")]
     lines = traceback.format_list(frames[-4:]) + traceback.format_exception_only(type(exc), exc)
     text = "".join(lines).rstrip()
     return text if len(text) <= limit else "..." + text[-limit:]
 
 
-def _timed(seconds, fn):
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        return fn()
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-
-
-def _run_problem(p, emit, per_test_s, error_chars):
-    src = p["solution"]
-    entry = p["entry_point"]
-    linecache.cache["solution.py"] = (len(src), None, src.splitlines(True), "solution.py")
-    sink = _Sink(2000)
-    sys.stdout = sys.stderr = sink
-    ns = {"__name__": "solution", "__file__": "solution.py", "__builtins__": builtins}
-    error = None
-    try:
-        _timed(per_test_s * 2, lambda: exec(compile(src, "solution.py", "exec"), ns))
-        if not callable(ns.get(entry)):
-            error = f"NameError: the solution does not define a function {entry}()"
-    except _Timeout:
-        error = f"TimeoutError: loading the solution took more than {per_test_s * 2:g} s"
-    except BaseException as exc:  # SystemExit too: a solution may not end the harness
-        error = _format_error(exc, error_chars)
-    emit({"event": "load", "id": p["id"], "ok": error is None, "error": error, "output": sink.getvalue()})
-    if error is not None:
-        return
-    base = dict(ns)
-    base["candidate"], base["_check"] = ns[entry], _check
-    setup_error = None
-    if p.get("setup"):
+def _kill_group(pid):
+    for kill in (os.killpg, os.kill):
         try:
-            _timed(per_test_s * 2, lambda: exec(compile(p["setup"], "<test setup>", "exec"), base))
-        except BaseException as exc:
-            setup_error = _format_error(exc, error_chars)
-    for test in p["tests"]:
-        name, code, by_value = test[0], test[1], len(test) > 2
-        fname = f"<test {name}>"
-        linecache.cache[fname] = (len(code), None, code.splitlines(True), fname)
-        err, value = setup_error, None
-        if err is None:
+            kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _referenced_names(codes):
+    """Top-level names test code may look up in the solution's module (builtins aside)."""
+    names = set()
+    for code, mode in codes:
+        try:
+            tree = ast.parse(code, mode=mode)
+        except SyntaxError:
+            continue
+        names.update(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
+    return sorted(n for n in names if not hasattr(builtins, n))
+
+
+class _Remote:
+    """A function of the solution, called in the solution's process."""
+
+    def __init__(self, grader, name):
+        self._grader, self.__name__ = grader, name
+
+    def __call__(self, *args, **kwargs):
+        return self._grader.call(self.__name__, args, kwargs)
+
+    def __repr__(self):
+        return f"<the solution's {self.__name__}>"
+
+
+class _Child:
+    """One solution process: its pid (also its process group), request socket, output pipe."""
+
+    def __init__(self, pid, sock, out_fd):
+        self.pid, self.sock, self.out_fd = pid, sock, out_fd
+        self.buf = bytearray()
+        self.output = bytearray()
+
+    def capture(self):
+        try:
+            chunk = os.read(self.out_fd, 65536)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            os.close(self.out_fd)
+            self.out_fd = -1
+        elif len(self.output) < _OUTPUT_KEPT:
+            self.output += chunk[: _OUTPUT_KEPT - len(self.output)]
+
+    def close(self):
+        _kill_group(self.pid)
+        self.sock.close()
+        if self.out_fd >= 0:
+            os.close(self.out_fd)
+            self.out_fd = -1
+
+
+class _Grader:
+    def __init__(self, zygote_argv, per_test_s, error_chars):
+        self.zygote_argv = zygote_argv
+        self.per_test_s, self.error_chars = per_test_s, error_chars
+        self.zygote_pid, self.ctl = None, None
+        self.child = None
+        self.deadline = 0.0
+        self.fault = None
+        self.calls = 0
+
+    # -- processes -------------------------------------------------------------------------
+    def start_zygote(self):
+        ctl, theirs = _socket.socketpair()
+        pid = os.fork()
+        if pid == 0:  # exec at once: nothing of this process's memory survives into the zygote
             try:
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
+                os.dup2(theirs.fileno(), 3)
+                os.closerange(4, 1 << 16)
+                os.execv(self.zygote_argv[0], self.zygote_argv)
+            finally:
+                os._exit(127)
+        theirs.close()
+        self.zygote_pid, self.ctl = pid, ctl
+        if self._recv_exact(ctl, 1, time.monotonic() + _ZYGOTE_START_S) != b"R":
+            self.stop_zygote()
+            raise _NoStart(f"the solution runner (a fresh {self.zygote_argv[0]}) did not start")
+
+    def stop_zygote(self):
+        if self.zygote_pid is not None:
+            _kill_group(self.zygote_pid)
+            try:
+                os.waitpid(self.zygote_pid, 0)
+            except OSError:
+                pass
+            self.ctl.close()
+        self.zygote_pid, self.ctl = None, None
+
+    def _recv_exact(self, sock, n, deadline):
+        buf = b""
+        while len(buf) < n:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([sock], [], [], left)[0]:
+                return None
+            try:
+                chunk = sock.recv(n - len(buf))
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            buf += chunk
+        return buf
+
+    def _spawn(self):
+        for _attempt in range(2):
+            if self.zygote_pid is None:
+                try:
+                    self.start_zygote()
+                except _NoStart as exc:
+                    raise SolutionFault(f"the solution's process could not be restarted ({exc})") from None
+            mine, theirs = _socket.socketpair()
+            out_r, out_w = os.pipe()
+            try:
+                self.ctl.sendmsg([b"F"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, bytes(_fd_array(theirs.fileno(), out_w)))])
+                reply = self._recv_exact(self.ctl, 4, time.monotonic() + _SPAWN_S)
+            except OSError:
+                reply = None
+            finally:
+                theirs.close()
+                os.close(out_w)
+            pid = int.from_bytes(reply, "big") if reply else 0
+            if pid > 1:
+                os.set_blocking(out_r, False)
+                return _Child(pid, mine, out_r)
+            mine.close()
+            os.close(out_r)
+            self.stop_zygote()  # killed or stopped by an earlier solution: start a new one
+        raise SolutionFault("the solution's process could not be started (its runner was killed)")
+
+    def drop_child(self):
+        if self.child is not None:
+            self.child.close()
+            self.child = None
+
+    # -- requests --------------------------------------------------------------------------
+    def _exchange(self, msg, deadline):
+        """Send one request to the solution's process and wait (until ``deadline``) for its answer."""
+        child = self.child
+        data = json.dumps(msg).encode("utf-8")
+        data = len(data).to_bytes(4, "big") + data
+        sent = 0
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _Timeout()
+            rlist = [child.sock] + ([child.out_fd] if child.out_fd >= 0 else [])
+            wlist = [child.sock] if sent < len(data) else []
+            readable, writable, _ = select.select(rlist, wlist, [], left)
+            if writable:
+                try:
+                    sent += child.sock.send(data[sent:sent + 65536])
+                except OSError:
+                    raise SolutionFault("the solution's process died (it exited or was killed)") from None
+            if child.out_fd in readable:
+                child.capture()
+            if child.sock in readable:
+                try:
+                    chunk = child.sock.recv(65536)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    raise SolutionFault("the solution's process died (it exited or was killed)")
+                child.buf += chunk
+                if len(child.buf) >= 4:
+                    need = int.from_bytes(child.buf[:4], "big")
+                    if need > wire.MAX_FRAME:
+                        raise SolutionFault(f"the solution's process sent more than {wire.MAX_FRAME} bytes")
+                    if len(child.buf) >= 4 + need:
+                        if sent < len(data) or len(child.buf) > 4 + need:
+                            raise SolutionFault("the solution's process broke the protocol")
+                        frame, child.buf = bytes(child.buf[4:]), bytearray()
+                        try:
+                            reply = json.loads(frame)
+                        except (ValueError, RecursionError):
+                            reply = None
+                        if type(reply) is not dict:
+                            raise SolutionFault("the solution's process broke the protocol")
+                        return reply
+
+    def load(self, p, names, deadline):
+        """Start a process for ``p``'s solution and load it: ``(names, error)``."""
+        self.child = self._spawn()
+        req = {"op": "load", "source": p["solution"], "entry": p["entry_point"], "names": names,
+               "error_chars": self.error_chars}
+        try:
+            reply = self._exchange(req, deadline)
+        except _Timeout:
+            self.drop_child()
+            return None, f"TimeoutError: loading the solution took more than {self.per_test_s * 2:g} s"
+        except SolutionFault as exc:
+            self.drop_child()
+            return None, f"the solution's process died while loading: {exc}"
+        if reply.get("ok") is not True:
+            self.drop_child()
+            return None, str(reply.get("error") or "the solution did not load")[: self.error_chars]
+        got = reply.get("names")
+        return (got if type(got) is dict else {}), None
+
+    def call(self, name, args, kwargs):
+        if self.fault is not None or self.child is None:
+            raise SolutionFault(self.fault or "the solution's process is gone")
+        try:
+            msg = {"op": "call", "id": self.calls, "name": name,
+                   "args": wire.encode_obj(list(args)), "kwargs": wire.encode_obj(dict(kwargs))}
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"the test passed {name}() an argument that cannot be sent to the solution: {exc}") from None
+        self.calls += 1
+        try:
+            reply = self._exchange(msg, self.deadline)
+            if reply.get("id") != msg["id"]:
+                raise SolutionFault("the solution's process broke the protocol")
+            if reply.get("ok") is True:
+                try:
+                    return wire.decode_obj(reply.get("value"))
+                except (ValueError, RecursionError) as exc:
+                    raise SolutionFault(f"{name}() returned a value that is not plain data ({exc})") from None
+            if reply.get("kind") != "raise":
+                raise SolutionFault(str(reply.get("message") or "the call failed")[:500])
+        except _Timeout:
+            self.fault = f"TimeoutError: the test took more than {self.per_test_s:g} s"
+            self.drop_child()
+            raise
+        except SolutionFault as exc:
+            self.fault = str(exc)
+            self.drop_child()
+            raise
+        except BaseException:  # an alarm or anything else mid-request: the channel is out of step
+            self.drop_child()
+            raise
+        raise _candidate_exception(reply)
+
+    # -- problems --------------------------------------------------------------------------
+    def run_problem(self, p, emit):
+        per_test_s = self.per_test_s
+        tests = p["tests"]
+        codes = [(p.get("setup") or "", "exec")] + [(t[1], "eval" if len(t) > 2 else "exec") for t in tests]
+        names = _referenced_names(codes)
+        base = None
+        out_before = b""
+        remote, error = self.load(p, names, time.monotonic() + per_test_s * 2)
+        if self.child is not None:
+            out_before = bytes(self.child.output)
+        emit({"event": "load", "id": p["id"], "ok": error is None, "error": error,
+              "output": out_before.decode("utf-8", "replace")})
+        if error is not None:
+            return
+        base = {"__builtins__": builtins, "__name__": "__grader__", "_check": _check}
+        for name, kind in remote.items():
+            if type(name) is not str or type(kind) is not list or not kind:
+                continue
+            if kind[0] == "call":
+                base[name] = _Remote(self, name)
+            elif kind[0] == "value" and len(kind) == 2:
+                try:
+                    base[name] = wire.decode_obj(kind[1])
+                except (ValueError, RecursionError):
+                    pass
+        entry = _Remote(self, p["entry_point"])
+        base["candidate"] = base[p["entry_point"]] = entry
+        setup_error = None
+        if p.get("setup"):
+            setup_error = self._timed(lambda: exec(compile(p["setup"], "<test setup>", "exec"), base), per_test_s * 2)
+        base["candidate"] = base[p["entry_point"]] = entry
+        for test in tests:
+            name, code, by_value = test[0], test[1], len(test) > 2
+            err, value = setup_error, None
+            if err is None and self.child is None:  # ended by an earlier test: a fresh one
+                _, load_error = self.load(p, names, time.monotonic() + per_test_s * 2)
+                if load_error is not None:
+                    err = f"the solution's process ended in an earlier test and could not be reloaded: {load_error}"
+            if err is None:
+                fname = f"<test {name}>"
+                linecache.cache[fname] = (len(code), None, code.splitlines(True), fname)
+                box = []
                 if by_value:  # the host compares the value: the expected one never gets here
-                    got = _timed(per_test_s, functools.partial(eval, compile(code, fname, "eval"), dict(base)))
-                    value = _timed(per_test_s, functools.partial(_literal, got, error_chars))
+                    err = self._timed(functools.partial(_evaluate_into, box, code, fname, dict(base)), per_test_s)
+                    if err is None:
+                        try:
+                            value = wire.encode(box[0], _VALUE_CHARS)
+                        except (TypeError, ValueError, RecursionError) as exc:
+                            err = f"{type(exc).__name__}: {exc}"[: self.error_chars]
                 else:
-                    _timed(per_test_s, functools.partial(exec, compile(code, fname, "exec"), dict(base)))
-            except _Timeout:
-                err = f"TimeoutError: the test took more than {per_test_s:g} s"
-            except BaseException as exc:
-                err = _format_error(exc, error_chars)
-        emit({"event": "test", "id": p["id"], "name": name, "passed": err is None and not by_value, "error": err, "value": value})
+                    err = self._timed(functools.partial(exec, compile(code, fname, "exec"), dict(base)), per_test_s)
+            emit({"event": "test", "id": p["id"], "name": name, "passed": err is None and not by_value,
+                  "error": err, "value": value})
+        self.drop_child()
+
+    def _timed(self, fn, seconds):
+        """Run trusted test code with a deadline; its error text, or None if it passed."""
+        self.fault = None
+        self.deadline = time.monotonic() + seconds
+        signal.setitimer(signal.ITIMER_REAL, seconds + _ALARM_SLACK_S)
+        try:
+            fn()
+            err = None
+        except _Timeout:
+            err = f"TimeoutError: the test took more than {seconds:g} s"
+        except BaseException as exc:  # noqa: BLE001 - any failure of a test is that test's failure
+            err = _format_error(exc, self.error_chars)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        if err is None and self.fault is not None:  # the test code swallowed the solution's fault
+            err = self.fault
+        return err
 
 
-def main():
-    nonce = sys.stdin.readline().strip()
-    payload = json.loads(sys.stdin.read())
-    fd = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(fd, 0)
-    out = os.fdopen(os.dup(1), "w", encoding="utf-8")
+def _evaluate_into(box, code, fname, ns):
+    box.append(eval(compile(code, fname, "eval"), ns))
+
+
+def _fd_array(*fds):
+    import array
+
+    return array.array("i", fds)
+
+
+def _candidate_exception(reply):
+    """The exception the solution raised, rebuilt here (a builtin type by name, else
+    :class:`CandidateError`), with the solution's own traceback as a note."""
+    type_name = str(reply.get("type") or "Exception")[:100]
+    message = str(reply.get("message") or "")[:1000]
+    cls = getattr(builtins, type_name, None)
+    exc = None
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        try:
+            exc = cls(message)
+        except Exception:  # noqa: BLE001 - exception types that need other arguments
+            exc = None
+    if exc is None:
+        exc = CandidateError(f"{type_name}: {message}")
+    tb = str(reply.get("traceback") or "")[:2000]
+    if tb:
+        exc.add_note("raised in the solution:\n" + tb)
+    return exc
+
+
+def _zygote_argv(candidate_source):
+    """This interpreter with the same flags (``-S``, ``-B``...), running the candidate side."""
+    argv = list(getattr(sys, "orig_argv", []) or [sys.executable])
+    cut = argv.index("-c") if "-c" in argv else len(argv) - 1
+    flags = [a for a in argv[1:cut] if a.startswith("-")]
+    return [sys.executable or argv[0], *flags, "-c", candidate_source]
+
+
+def main(candidate_source):
+    _set_dumpable(0)
+    try:
+        with open(wire.PAYLOAD_FILE, "rb") as fh:
+            raw = fh.read()
+        os.unlink(wire.PAYLOAD_FILE)
+    except OSError as exc:
+        print(f"grader: cannot read its input {wire.PAYLOAD_FILE}: {exc}", file=sys.stderr)
+        sys.exit(3)
+    payload = json.loads(raw)
+    nonce = payload.pop("nonce")
+    raw = None
+    out = os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    sys.stdout = sys.stderr = _Sink()
 
     def emit(obj):
-        out.write(nonce + json.dumps(obj) + "\n")
-        out.flush()
+        data = (nonce + json.dumps(obj) + "\n").encode("utf-8")
+        while data:
+            data = data[os.write(out, data):]
 
     signal.signal(signal.SIGALRM, _on_alarm)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_IGN)  # only SIGKILL/SIGSTOP can stop the grader now
     sys.setrecursionlimit(3000)
     emit({"event": "start"})
+    grader = _Grader(_zygote_argv(candidate_source), float(payload.get("per_test_s", 2.0)), int(payload.get("error_chars", 600)))
+    try:
+        grader.start_zygote()
+    except _NoStart as exc:  # before any solution code ran: the infrastructure's fault
+        emit({"event": "infra", "error": str(exc)})
+        return
     for p in payload["problems"]:
-        _run_problem(p, emit, float(payload.get("per_test_s", 2.0)), int(payload.get("error_chars", 600)))
-    sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+        grader.run_problem(p, emit)
+    grader.stop_zygote()
     emit({"event": "done"})

@@ -4,10 +4,11 @@ One sandbox launch costs ~20 ms and one interpreter start; a HumanEval problem's
 well under that. :func:`evaluate_many` therefore ships a batch of problems to one run of the
 :mod:`~turngym.envs.code.harness` and reads back one result line per test.
 
-What is the solution's fault and what is the sandbox's: a run killed by a limit, or a
-solution that crashes the interpreter, fails the tests it did not reach. A harness that never
-started (interpreter missing, the launcher broken) raises :class:`SandboxError`, which envs
-report as ``infra_error``.
+What is the solution's fault and what is the sandbox's: once the grader has reported that it
+started, a run killed by a limit, or by the solution (it can kill its grader, its worker, its
+sandbox), fails the tests it did not reach. Only a grader that demonstrably never started
+(interpreter missing, the launcher broken) raises :class:`SandboxError`, which envs report as
+``infra_error``. See :mod:`~turngym.envs.code.harness` for why the verdict cannot be forged.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from turngym.envs.code.harness import same_value
+from turngym.envs.code.wire import PAYLOAD_FILE, decode, same_value
 from turngym.sandbox import Limits, RunResult, Sandbox, SandboxError
 
 __all__ = ["Problem", "TestResult", "Evaluation", "evaluate", "evaluate_many"]
@@ -73,17 +74,49 @@ class Evaluation:
         return bool(self.results) and all(self.passed)
 
 
+def _module_source(name: str) -> str:
+    return resources.files("turngym.envs.code").joinpath(name).read_text(encoding="utf-8")
+
+
+def _with_wire(source: str) -> str:
+    """``source`` preceded by :mod:`.wire`, registered as the module ``_turngym_wire``: the
+    sandbox cannot import turngym (and must not need to)."""
+    boot = (
+        "import sys as _s, types as _t\n"
+        "_m = _t.ModuleType('_turngym_wire')\n"
+        f"exec(compile({_module_source('wire.py')!r}, 'wire.py', 'exec'), _m.__dict__)\n"
+        "_s.modules['_turngym_wire'] = _m\n"
+        "del _s, _t, _m\n"
+    )
+    return boot + source
+
+
 @lru_cache(maxsize=1)
 def _harness_source() -> str:
-    return resources.files("turngym.envs.code").joinpath("harness.py").read_text(encoding="utf-8") + "\nmain()\n"
+    candidate = _with_wire(_module_source("candidate.py") + "\nmain()\n")
+    return _with_wire(_module_source("harness.py") + f"\nmain({candidate!r})\n")
 
 
-def _why_stopped(res) -> str:  # type: ignore[no-untyped-def]
+def _why_stopped(res: RunResult) -> str:
     if res.limit_hit:
         return f"the test run was killed ({res.limit_hit} limit exceeded)"
     tail = res.stderr.strip().splitlines()[-1:] if res.stderr.strip() else []
     how = f"signal {res.signal}" if res.signal is not None else f"exit code {res.exit_code}"
-    return f"the test process died ({how}){': ' + tail[0][:200] if tail else ''}"
+    return (f"the test run ended early ({how}): the solution killed or stopped the grader or its sandbox"
+            f"{': ' + tail[0][:200] if tail else ''}")
+
+
+def _events(res: RunResult, nonce: str) -> list[dict[str, Any]]:
+    events = []
+    for line in res.stdout.splitlines():
+        if line.startswith(nonce):
+            try:
+                ev = json.loads(line[len(nonce):])
+            except (json.JSONDecodeError, RecursionError):
+                continue  # a line cut by the output limit
+            if isinstance(ev, dict):
+                events.append(ev)
+    return events
 
 
 def evaluate_many(
@@ -99,7 +132,14 @@ def evaluate_many(
 
     ``limits`` defaults to the sandbox's, with the wall/CPU budget raised to cover every
     test's own timeout and the output cap to the result volume. ``run_python`` replaces
-    ``sandbox.run_python`` (e.g. a :class:`~turngym.sandbox.WarmPython`'s ``run``).
+    ``sandbox.run_python`` (e.g. the env's warm worker); like it, it must accept ``files=``.
+
+    Who is at fault: once the grader has reported that it started, a run that dies (the
+    solution killed it, its worker or its sandbox, or hit a limit) fails the tests it did
+    not reach. A run with no sign of the grader is retried once as a fresh one-shot sandbox
+    run (a warm worker the solution killed loses the grader's report); only if that one shows
+    no sign either, or the grader says it could not start its solution runner, is it
+    :class:`SandboxError` (``infra_error``).
     """
     if not problems:
         return []
@@ -112,6 +152,7 @@ def evaluate_many(
     )
     nonce = secrets.token_hex(16)
     payload = {
+        "nonce": nonce,
         "problems": [
             # Value tests travel as [name, call, "value"]: the expected value stays here.
             {"id": p.id, "solution": p.solution, "entry_point": p.entry_point, "setup": p.setup,
@@ -121,24 +162,28 @@ def evaluate_many(
         "per_test_s": per_test_s,
         "error_chars": error_chars,
     }
-    run = run_python or sandbox.run_python
-    res = run(_harness_source(), stdin=nonce + "\n" + json.dumps(payload), limits=limits)
-    events = []
-    for line in res.stdout.splitlines():
-        if line.startswith(nonce):
-            try:
-                events.append(json.loads(line[len(nonce):]))
-            except json.JSONDecodeError:
-                continue  # a line cut by the output limit
-    if not events or events[0].get("event") != "start":
+    # The payload goes in a file the grader deletes before any solution code runs, not on
+    # stdin: a warm worker would keep it in memory that later runs are forked from.
+    files = {PAYLOAD_FILE: json.dumps(payload)}
+    runs = [run_python] if run_python is not None else []
+    runs.append(sandbox.run_python)
+    for run in runs:
+        res = run(_harness_source(), files=files, limits=limits)
+        events = _events(res, nonce)
+        if events and events[0].get("event") == "start":
+            break
+    else:
         raise SandboxError(f"the test harness did not start in the sandbox: {res.summary(500)}")
+    infra = next((ev for ev in events if ev.get("event") == "infra"), None)
+    if infra is not None:
+        raise SandboxError(f"the test harness could not start the solution runner: {str(infra.get('error'))[:300]}")
     loads: dict[str, dict] = {}
     tests: dict[str, dict[str, dict]] = {}
     for ev in events:
-        if ev.get("event") == "load":
+        if ev.get("event") == "load" and isinstance(ev.get("id"), str):
             loads[ev["id"]] = ev
-        elif ev.get("event") == "test":
-            tests.setdefault(ev["id"], {})[ev["name"]] = ev
+        elif ev.get("event") == "test" and isinstance(ev.get("id"), str):
+            tests.setdefault(ev["id"], {})[str(ev.get("name"))] = ev
     finished = events[-1].get("event") == "done"
     stop = "" if finished else _why_stopped(res)
     out: list[Evaluation] = []
@@ -147,12 +192,17 @@ def evaluate_many(
         if load is None:
             out.append(Evaluation(False, stop or "the solution was not loaded", tuple(TestResult(t[0], False, stop) for t in p.tests)))
             continue
-        got = tests.get(p.id, {})
-        results = tuple(_verdict(t, got.get(t[0]), stop) for t in p.tests)
-        if not load["ok"]:
+        if load.get("ok") is not True:
             results = tuple(TestResult(t[0], False, "the solution did not load") for t in p.tests)
-        out.append(Evaluation(bool(load["ok"]), load["error"], results, load.get("output", "")))
+        else:
+            got = tests.get(p.id, {})
+            results = tuple(_verdict(t, got.get(t[0]), stop) for t in p.tests)
+        out.append(Evaluation(load.get("ok") is True, _text(load.get("error")), results, _text(load.get("output")) or ""))
     return out
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def _short(text: str, n: int = 200) -> str:
@@ -160,19 +210,28 @@ def _short(text: str, n: int = 200) -> str:
 
 
 def _verdict(test: tuple[str, ...], event: dict | None, stop: str) -> TestResult:
-    """A test's result from its harness event; value tests are judged here, on the host."""
+    """A test's result from its grader event.
+
+    Value tests are judged here, on the host, from the returned value alone (the grader's
+    ``passed`` flag is not consulted for them); a code test passes only if the grader says
+    so and reports no error.
+    """
     name = test[0]
     if event is None:
         return TestResult(name, False, stop or "not run")
-    if event.get("error") or len(test) < 3:
-        return TestResult(name, bool(event.get("passed")), event.get("error"))
+    error = _text(event.get("error"))
+    if len(test) < 3:
+        ok = event.get("passed") is True and error is None
+        return TestResult(name, ok, None if ok else error or "failed")
+    if error is not None:
+        return TestResult(name, False, error)
     try:
-        got = ast.literal_eval(event.get("value") or "")
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        got = decode(event.get("value"))  # type: ignore[arg-type]
+    except ValueError:
         return TestResult(name, False, "the returned value could not be read back")
     if same_value(got, ast.literal_eval(test[2])):
         return TestResult(name, True)
-    return TestResult(name, False, f"{test[1]}\nAssertionError: expected {_short(test[2])}, got {_short(event['value'])}")
+    return TestResult(name, False, f"{test[1]}\nAssertionError: expected {_short(test[2])}, got {_short(repr(got))}")
 
 
 def evaluate(sandbox: Sandbox, problem: Problem, **kwargs: Any) -> Evaluation:
