@@ -1,9 +1,20 @@
 # The image of turngym's Docker sandbox backend (turngym.sandbox.DockerSandbox).
-#   docker build -t turngym-sandbox:latest -f docker/sandbox.Dockerfile docker/
-# Commands run as uid 65534 in a read-only container with tmpfs /work and /tmp, no network.
-FROM python:3.11-slim
-RUN pip install --no-cache-dir numpy \
+#   docker build -t turngym-sandbox:latest -f docker/sandbox.Dockerfile .
+# Offline, from a locally imported base and wheels in docker/wheelhouse (scripts/docker_images.py):
+#   docker build -t turngym-sandbox:latest -f docker/sandbox.Dockerfile \
+#     --build-arg BASE_IMAGE=turngym-base:bookworm --build-arg PIP_ARGS=--no-index .
+# Sessions run it read-only, as uid 65534, with no network; /work is a volume, /tmp a tmpfs.
+# Agent code gets the base image's python3 plus numpy (a venv on PATH at /opt/venv).
+# Works with BuildKit and the classic builder (no RUN --mount, no syntax directive to pull).
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+FROM ${BASE_IMAGE}
+ARG PIP_ARGS=""
+ARG PACKAGES="numpy==2.4.6"
+COPY docker/wheelhouse/ /wheels/
+RUN python3 -m venv /opt/venv \
+ && if [ -n "$PACKAGES" ]; then /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check $PIP_ARGS --find-links /wheels $PACKAGES; fi \
+ && rm -rf /wheels \
  && mkdir -p /work && chown 65534:65534 /work
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONHASHSEED=0
+ENV PATH=/opt/venv/bin:/usr/local/bin:/usr/bin:/bin PYTHONDONTWRITEBYTECODE=1 PYTHONHASHSEED=0 LANG=C.UTF-8
 WORKDIR /work
 CMD ["sleep", "infinity"]

@@ -1,33 +1,57 @@
 """Docker backend: one container per session, one ``exec`` per command.
 
 Used when a Docker engine answers (``docker.from_env().ping()``); otherwise constructing it
-raises :class:`SandboxUnavailable` saying so. The container runs the image built from
-``docker/sandbox.Dockerfile`` with no network, a read-only root, all capabilities dropped,
-``no-new-privileges``, a pids and memory cap, and tmpfs ``/work`` and ``/tmp``. Commands run
-as uid 65534 under ``timeout`` and shell ``ulimit``\\ s; the container's own process (root,
-capless, ``sleep``) is never the target of a ``kill -9 -1`` issued as 65534, which is how a
-session is wiped for reuse.
+raises :class:`SandboxUnavailable` saying so. A session's container has no network, a
+read-only root, all capabilities dropped, ``no-new-privileges``, a pids and memory cap and a
+tmpfs ``/tmp``. Its workdir ``/work`` is a *tmpfs-backed named volume* (sized by
+``Limits.disk_mb``): Docker cannot copy files into a tmpfs mount of a read-only container
+(``put_archive`` is refused, or lands under the mount), but it can into a volume, so files go
+in and out with ``put_archive`` / ``get_archive``, which the engine resolves inside the
+container's root (a planted symlink never reaches the host).
+
+Commands run as uid 65534 under ``timeout`` and ``prlimit``. The container's own processes
+(``docker-init`` and a root, capless ``sleep``) cannot be signalled by uid 65534, so a
+``kill -9 -1`` issued as 65534 removes everything a command left behind without stopping the
+container. Every command's wrapper does that when the command ends; the host then counts the
+container's processes (its pids cgroup, or ``docker top``) and, if anything survived (the
+command killed its own wrapper, or a fork bomb refills the pid limit faster than it is
+emptied), kills again, and failing that restarts the container. So no process of one command
+lives into the next one, the same guarantee bubblewrap's per-run PID namespace gives.
+
+One-shot :meth:`DockerSandbox.run` / :meth:`~DockerSandbox.run_python` reuse wiped containers
+(starting one costs far more than an ``exec``).
 """
 
 from __future__ import annotations
 
 import io
+import os
 import shlex
 import tarfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from turngym.sandbox._proc import classify_failure, rlimit_argv
+from turngym.sandbox._proc import classify_failure
 from turngym.sandbox.base import Files, PythonRuntime, Sandbox, Session, WorkdirSnapshot, check_relpath
 from turngym.sandbox.errors import SandboxError, SandboxUnavailable
-from turngym.sandbox.limits import Limits, RunResult
+from turngym.sandbox.limits import LimitName, Limits, RunResult
 
 __all__ = ["DockerSandbox", "DockerSession", "DEFAULT_IMAGE", "exec_argv"]
 
 DEFAULT_IMAGE = "turngym-sandbox:latest"
-_USER = "65534:65534"
-_STDIN = "/tmp/.turngym-stdin"
+_UID = 65534
+_USER = f"{_UID}:{_UID}"
+_STDIN = ".turngym-stdin"
+_PATH = "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin"
+#: Processes of an idle container: docker-init and its ``sleep``.
+_IDLE_PROCS = 2
+#: Seconds past a run's wall limit before the host stops waiting for the in-container ``timeout``.
+_GRACE_S = 3.0
+# Kill every process of uid 65534 but the caller, until none is left (a bomb may fork meanwhile).
+_REAP = "i=0; while kill -9 -1 2>/dev/null && [ $i -lt 50 ]; do i=$((i+1)); done"
+_ENOSPC_MARKERS = ("no space left on device", "[errno 28]")
 
 
 def exec_argv(argv: Sequence[str], limits: Limits, *, stdin_file: str | None = None) -> list[str]:
@@ -41,6 +65,8 @@ def exec_argv(argv: Sequence[str], limits: Limits, *, stdin_file: str | None = N
     >>> exec_argv(["python3", "-c", "pass"], Limits(wall_s=2, cpu_s=1, memory_mb=256))[:5]
     ['timeout', '--signal=KILL', '2.0', 'prlimit', '--cpu=1:2']
     """
+    from turngym.sandbox._proc import rlimit_argv
+
     limits_argv = [a for a in rlimit_argv("prlimit", limits) if not a.startswith("--nproc")]
     cmd = ["timeout", "--signal=KILL", str(float(limits.wall_s)), *limits_argv, *argv]
     if stdin_file:
@@ -48,41 +74,181 @@ def exec_argv(argv: Sequence[str], limits: Limits, *, stdin_file: str | None = N
     return cmd
 
 
-def _tar(files: Mapping[str, bytes], uid: int = 65534) -> bytes:
+def _run_and_reap(argv: Sequence[str], limits: Limits, *, stdin: bool) -> list[str]:
+    """:func:`exec_argv` inside a shell that hands over stdin, then reaps leftovers.
+
+    The staged stdin file is opened and deleted before the command starts, so the program
+    never sees it in its workdir.
+    """
+    feed = f'exec 0<{_STDIN}; rm -f {_STDIN}; ' if stdin else "exec 0</dev/null; "
+    script = feed + '"$@"; rc=$?; ' + _REAP + "; exit $rc"
+    return ["sh", "-c", script, "sh", *exec_argv(argv, limits)]
+
+
+def _tar(entries: Sequence[tuple[str, int, bytes]]) -> bytes:
+    """A tar of ``(path, mode, content)`` (mode 0: a symlink to ``content``), owned by 65534.
+
+    Parent directories are listed explicitly so they are created owned by the sandbox user
+    (the engine would make them root's) and so a planted link in their place is replaced.
+    """
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for path, data in files.items():
+    dirs: set[str] = set()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path, mode, data in entries:
+            parts = path.split("/")
+            for i in range(1, len(parts)):
+                d = "/".join(parts[:i])
+                if d not in dirs:
+                    dirs.add(d)
+                    info = tarfile.TarInfo(d)
+                    info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, 0o755, _UID, _UID
+                    tar.addfile(info)
             info = tarfile.TarInfo(path)
-            info.size, info.uid, info.gid, info.mode, info.mtime = len(data), uid, uid, 0o644, 0
-            tar.addfile(info, io.BytesIO(data))
+            info.uid = info.gid = _UID
+            if mode:
+                info.size, info.mode = len(data), mode
+                tar.addfile(info, io.BytesIO(data))
+            else:
+                info.type, info.linkname, info.mode = tarfile.SYMTYPE, data.decode(), 0o777
+                tar.addfile(info)
     return buf.getvalue()
 
 
+def _cgroup_pids_file(container_id: str) -> str | None:
+    """The container's ``pids.current`` when the engine runs on this host (cgroup v1 or v2)."""
+    for path in (
+        f"/sys/fs/cgroup/pids/docker/{container_id}/pids.current",
+        f"/sys/fs/cgroup/docker/{container_id}/pids.current",
+        f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/pids.current",
+        f"/sys/fs/cgroup/pids/system.slice/docker-{container_id}.scope/pids.current",
+    ):
+        if os.path.exists(path):
+            return path
+    return None
+
+
 class DockerSession(Session):
-    """A running container; the workdir is its ``/work`` tmpfs."""
+    """A running container; the workdir is its ``/work`` volume."""
 
     sandbox: DockerSandbox
 
-    def __init__(self, sandbox: DockerSandbox, limits: Limits, container: Any) -> None:
+    def __init__(self, sandbox: DockerSandbox, limits: Limits) -> None:
         super().__init__(sandbox, limits)
-        self.container = container
+        self.container: Any = None
+        self.volume: Any = None
+        self._pids_file: str | None = None
+        self._start()
+
+    # -- lifetime ------------------------------------------------------------------------
+    def _start(self) -> None:
+        sb, lim = self.sandbox, self.limits
+        client = sb.client
+        try:
+            self.volume = client.volumes.create(
+                driver="local",
+                driver_opts={"type": "tmpfs", "device": "tmpfs", "o": f"size={lim.disk_mb}m,uid={_UID},gid={_UID},mode=0700"},
+                labels={"turngym.sandbox": "1"},
+            )
+            self.container = client.containers.run(
+                sb.image,
+                ["sleep", "infinity"],
+                detach=True,
+                network_disabled=True,
+                read_only=True,
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                pids_limit=lim.processes + 8,  # + docker-init, sleep, the exec wrappers
+                mem_limit=f"{lim.memory_mb + 64}m",
+                memswap_limit=f"{lim.memory_mb + 64}m",
+                tmpfs={"/tmp": f"size={lim.tmp_mb}m,mode=1777"},
+                volumes={self.volume.name: {"bind": "/work", "mode": "rw"}},
+                working_dir="/work",
+                init=True,
+                labels={"turngym.sandbox": "1"},
+            )
+        except Exception as exc:
+            self._remove()
+            raise SandboxError(f"docker: could not start a container from {sb.image!r}: {exc}") from exc
+        self._pids_file = _cgroup_pids_file(self.container.id)
+        mount = self.volume.attrs.get("Mountpoint") or ""
+        self._host_dir = mount if mount and os.path.isdir(mount) else None
+
+    @property
+    def host_dir(self) -> str | None:
+        """The volume's directory on this host (None when the engine is remote)."""
+        return self._host_dir
 
     @property
     def workdir(self) -> str:
         return "/work"
 
-    def _api(self) -> Any:
-        return self.sandbox.client.api
+    def _remove(self) -> None:
+        for obj in (self.container, self.volume):
+            if obj is None:
+                continue
+            try:
+                obj.remove(force=True)
+            except Exception:  # noqa: BLE001 - already gone is fine; nothing else to do on close
+                pass
 
-    def _exec(self, argv: Sequence[str], user: str = _USER) -> tuple[int, bytes]:
+    def close(self) -> None:
+        if self._closed:
+            return
+        super().close()
+        self._remove()
+
+    # -- processes -------------------------------------------------------------------------
+    def process_count(self) -> int:
+        """Processes alive in the container (its own two included)."""
+        if self._pids_file:
+            try:
+                with open(self._pids_file) as fh:
+                    return int(fh.read())
+            except (OSError, ValueError):
+                pass
+        try:
+            return len(self.container.top().get("Processes") or [])
+        except Exception as exc:
+            raise SandboxError(f"docker: cannot list the container's processes: {exc}") from exc
+
+    def _exec(self, argv: Sequence[str], user: str = _USER) -> tuple[int | None, bytes]:
         res = self.container.exec_run(list(argv), user=user, workdir="/work", demux=False)
         return res.exit_code, res.output or b""
 
+    def make_clean(self) -> None:
+        """Leave no process of the sandbox user behind: reap, and restart the container if that fails.
+
+        A restart kills everything (the pid limit may be too full for an ``exec`` to start);
+        the workdir volume survives it, ``/tmp`` does not.
+        """
+        if self.process_count() <= _IDLE_PROCS:
+            return
+        try:
+            self._exec(["sh", "-c", _REAP])
+        except Exception:  # noqa: BLE001 - the pid limit may be full: the restart below handles it
+            pass
+        if self.process_count() <= _IDLE_PROCS:
+            return
+        try:
+            self.container.restart(timeout=0)
+        except Exception as exc:
+            raise SandboxError(f"docker: could not restart a container to clear leftover processes: {exc}") from exc
+        self._pids_file = _cgroup_pids_file(self.container.id)
+
+    # -- files -----------------------------------------------------------------------------
+    def _put(self, entries: Sequence[tuple[str, int, bytes]]) -> None:
+        try:
+            ok = self.container.put_archive("/work", _tar(entries))
+        except Exception as exc:
+            raise SandboxError(f"docker: copying files into /work failed: {exc}") from exc
+        if not ok:
+            raise SandboxError("docker: copying files into /work failed")
+
     def write_files(self, files: Files) -> None:
         self._check_open()
-        data = {check_relpath(p): (c.encode() if isinstance(c, str) else bytes(c)) for p, c in files.items()}
-        if not self.container.put_archive("/work", _tar(data)):
-            raise SandboxError("docker: put_archive into /work failed")
+        entries = [(check_relpath(p), 0o644, c.encode() if isinstance(c, str) else bytes(c)) for p, c in files.items()]
+        if entries:
+            self._put(entries)
 
     def _archive(self, path: str) -> tarfile.TarFile:
         try:
@@ -97,7 +263,7 @@ class DockerSession(Session):
         with self._archive(f"/work/{rel}") as tar:
             member = tar.next()
             if member is None or not member.isfile():
-                raise FileNotFoundError(f"{path!r} is not a regular file in the working dir")
+                raise FileNotFoundError(f"{path!r} is not a regular file in the working dir (links are not followed)")
             fh = tar.extractfile(member)
             return fh.read() if fh else b""
 
@@ -105,8 +271,10 @@ class DockerSession(Session):
         self._check_open()
         entries = []
         with self._archive("/work/.") as tar:
-            for m in tar.getmembers():
-                name = m.name.removeprefix("./")
+            for m in tar:
+                name = m.name.removeprefix("./").removeprefix(".")
+                if not name:
+                    continue
                 if m.isfile():
                     fh = tar.extractfile(m)
                     entries.append((name, m.mode & 0o7777 or 0o644, fh.read() if fh else b""))
@@ -116,64 +284,107 @@ class DockerSession(Session):
 
     def restore(self, snap: WorkdirSnapshot) -> None:
         self.reset()
-        self.write_files(snap.files)
-        links = [(p, t.decode()) for p, mode, t in snap.entries if not mode]
-        for path, target in links:
-            self._exec(["ln", "-sfn", target, path])
+        if snap.entries:
+            self._put(snap.entries)
 
     def reset(self) -> None:
+        """Kill every leftover process and empty ``/work`` and ``/tmp``."""
         self._check_open()
-        self._exec(["sh", "-c", "kill -9 -1 2>/dev/null; find /work /tmp -mindepth 1 -delete 2>/dev/null; true"])
+        wipe = (
+            _REAP + "; chmod -R u+rwx /work 2>/dev/null; "
+            "find /work /tmp -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + 2>/dev/null; "
+            "[ -z \"$(ls -A /work)\" ]"
+        )
+        try:
+            code, out = self._exec(["sh", "-c", wipe])
+        except Exception:  # noqa: BLE001 - e.g. the pid limit is full; restart and retry below
+            code, out = None, b""
+        if code != 0:
+            self.make_clean()
+            code, out = self._exec(["sh", "-c", wipe])
+            if code != 0:
+                raise SandboxError(f"docker: could not empty the working dir: {out.decode(errors='replace')[-500:]}")
+        self.make_clean()
 
+    def _disk_used(self) -> int | None:
+        if self._host_dir is None:
+            return None
+        try:
+            st = os.statvfs(self._host_dir)
+        except OSError:
+            return None
+        return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+    # -- commands --------------------------------------------------------------------------
     def _execute(self, argv: Sequence[str], *, stdin: bytes | None, limits: Limits, env: Mapping[str, str]) -> RunResult:
         if stdin:
-            if not self.container.put_archive("/tmp", _tar({_STDIN.rsplit("/", 1)[1]: stdin})):
-                raise SandboxError("docker: could not stage stdin")
-        api = self._api()
+            self._put([(_STDIN, 0o600, stdin)])
+        api = self.sandbox.client.api
         start = time.monotonic()
         try:
             exec_id = api.exec_create(
                 self.container.id,
-                exec_argv(argv, limits, stdin_file=_STDIN if stdin else None),
+                _run_and_reap(argv, limits, stdin=bool(stdin)),
                 user=_USER,
                 workdir="/work",
-                environment={"HOME": "/work", "PATH": "/usr/local/bin:/usr/bin:/bin", **env},
+                environment={"HOME": "/work", "TMPDIR": "/tmp", "LANG": "C.UTF-8", "PATH": _PATH, **env},
             )["Id"]
-            stream = api.exec_start(exec_id, stream=True, demux=True)
+            sock = api.exec_start(exec_id, socket=True)
         except Exception as exc:
+            self.make_clean()
             raise SandboxError(f"docker: exec failed: {exc}") from exc
-        out, err, total, truncated, killed_for = bytearray(), bytearray(), 0, False, None
-        for chunk_out, chunk_err in stream:
-            for buf, chunk in ((out, chunk_out), (err, chunk_err)):
-                if chunk:
-                    room = limits.output_bytes - total
-                    buf += chunk[: max(room, 0)]
-                    total += min(len(chunk), max(room, 0))
-                    if len(chunk) > room:
-                        truncated, killed_for = True, "output"
-            if killed_for or time.monotonic() - start > limits.wall_s + 1:
-                killed_for = killed_for or "wall"
-                self._exec(["sh", "-c", "kill -9 -1"])
-                break
-        code = api.exec_inspect(exec_id).get("ExitCode")
+        out, err, killed_for, truncated = self._collect(sock, limits, start)
         duration = time.monotonic() - start
+        if killed_for:  # the host stopped reading: make sure nothing keeps running
+            self._exec(["sh", "-c", _REAP])
+        code = api.exec_inspect(exec_id).get("ExitCode")
         sig = None
         if code is not None and code > 128:
             sig, code = code - 128, None
         if killed_for is None and sig == 9 and duration >= limits.wall_s:
             killed_for = "wall"
+        self.make_clean()
         stderr = err.decode("utf-8", "replace")
-        limit = killed_for or (classify_failure(sig, 0.0, limits, stderr) if code != 0 else None)
+        limit: LimitName | None = killed_for
+        if limit is None and code != 0:
+            tail = stderr[-4000:].lower()
+            limit = "disk" if any(m in tail for m in _ENOSPC_MARKERS) else classify_failure(sig, 0.0, limits, stderr)
+        if limit is None:
+            used = self._disk_used()
+            if used is not None and used > (limits.disk_mb << 20) - (1 << 20):
+                limit = "disk"
         return RunResult(out.decode("utf-8", "replace"), stderr, code, sig, limit, duration, 0.0, truncated, self.sandbox.name)
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        super().close()
+    def _collect(self, sock: Any, limits: Limits, start: float) -> tuple[bytearray, bytearray, LimitName | None, bool]:
+        """Read the exec's multiplexed stdout/stderr up to the output cap and the wall deadline."""
+        from docker.utils.socket import frames_iter
+
+        raw = getattr(sock, "_sock", sock)
+        out, err, total = bytearray(), bytearray(), 0
+        killed_for: LimitName | None = None
+        truncated = False
         try:
-            self.container.remove(force=True)
-        except Exception:  # noqa: BLE001 - already gone is fine; nothing else to do on close
-            pass
+            raw.settimeout(max(0.1, limits.wall_s + _GRACE_S))
+            for stream, data in frames_iter(sock, tty=False):
+                buf = out if stream == 1 else err
+                room = limits.output_bytes - total
+                buf += data[: max(room, 0)]
+                total += min(len(data), max(room, 0))
+                if len(data) > room:
+                    truncated, killed_for = True, "output"
+                    break
+                if time.monotonic() - start > limits.wall_s + _GRACE_S:
+                    killed_for = "wall"
+                    break
+                raw.settimeout(max(0.1, limits.wall_s + _GRACE_S - (time.monotonic() - start)))
+        except TimeoutError:
+            killed_for = "wall"
+        finally:
+            try:
+                sock.close()
+            except OSError:
+                pass
+        return out, err, killed_for, truncated
 
 
 class DockerSandbox(Sandbox):
@@ -186,8 +397,17 @@ class DockerSandbox(Sandbox):
     name = "docker"
     isolated = True
 
-    def __init__(self, limits: Limits | None = None, *, image: str = DEFAULT_IMAGE, client: Any = None, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        *,
+        image: str | None = None,
+        client: Any = None,
+        timeout_s: float = 60.0,
+        max_idle: int = 4,
+    ) -> None:
         super().__init__(limits, python=PythonRuntime(executable="python3", flags=("-B",), path=()))
+        image = image or os.environ.get("TURNGYM_DOCKER_IMAGE") or DEFAULT_IMAGE
         try:
             import docker
         except ImportError:
@@ -197,35 +417,80 @@ class DockerSandbox(Sandbox):
             self.client.ping()
         except Exception as exc:
             raise SandboxUnavailable(
-                f"no Docker engine answered ({type(exc).__name__}: {exc}). Start the Docker daemon or set "
-                "DOCKER_HOST, or use make_sandbox('bubblewrap')."
+                f"no Docker engine answered ({type(exc).__name__}: {exc}). Start the Docker daemon "
+                "(scripts/docker_engine.sh up) or set DOCKER_HOST, or use make_sandbox('bubblewrap')."
             ) from None
         try:
             self.client.images.get(image)
         except Exception:
             raise SandboxUnavailable(
-                f"Docker image {image!r} is missing: build it with `docker build -t {image} -f docker/sandbox.Dockerfile docker/`"
+                f"Docker image {image!r} is missing: build it with "
+                f"`docker build -t {image} -f docker/sandbox.Dockerfile .` (offline: see docker/README.md)"
             ) from None
         self.image = image
+        self.max_idle = max_idle
+        self._idle: list[DockerSession] = []
+        self._lock = threading.Lock()
 
     def open_session(self, limits: Limits | None = None) -> DockerSession:
+        return DockerSession(self, limits or self.limits)
+
+    # One-shot runs borrow a wiped container instead of starting one each time.
+    def _borrow(self, limits: Limits | None) -> DockerSession:
         lim = limits or self.limits
+        with self._lock:
+            for i, s in enumerate(self._idle):
+                if s.limits == lim:
+                    return self._idle.pop(i)
+        return self.open_session(lim)
+
+    def _give_back(self, session: DockerSession) -> None:
         try:
-            container = self.client.containers.run(
-                self.image,
-                ["sleep", "infinity"],
-                detach=True,
-                network_disabled=True,
-                read_only=True,
-                cap_drop=["ALL"],
-                security_opt=["no-new-privileges"],
-                pids_limit=lim.processes + 8,
-                mem_limit=f"{lim.memory_mb}m",
-                tmpfs={"/work": f"size={lim.disk_mb}m,uid=65534,gid=65534,mode=0700", "/tmp": f"size={lim.tmp_mb}m,mode=1777"},
-                working_dir="/work",
-                init=True,
-                labels={"turngym.sandbox": "1"},
-            )
-        except Exception as exc:
-            raise SandboxError(f"docker: could not start a container from {self.image!r}: {exc}") from exc
-        return DockerSession(self, lim, container)
+            session.reset()
+        except Exception:  # noqa: BLE001 - a session that cannot be wiped is never reused
+            session.close()
+            return
+        with self._lock:
+            if len(self._idle) < self.max_idle and not session.closed:
+                self._idle.append(session)
+                return
+        session.close()
+
+    def run(
+        self,
+        command: str | Sequence[str],
+        *,
+        files: Files | None = None,
+        stdin: str | bytes | None = None,
+        limits: Limits | None = None,
+    ) -> RunResult:
+        s = self._borrow(limits)
+        try:
+            if files:
+                s.write_files(files)
+            return s.run(command, stdin=stdin)
+        finally:
+            self._give_back(s)
+
+    def run_python(
+        self,
+        source: str,
+        *,
+        files: Files | None = None,
+        args: Sequence[str] = (),
+        stdin: str | bytes | None = None,
+        limits: Limits | None = None,
+    ) -> RunResult:
+        s = self._borrow(limits)
+        try:
+            if files:
+                s.write_files(files)
+            return s.run_python(source, args=args, stdin=stdin)
+        finally:
+            self._give_back(s)
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for s in idle:
+            s.close()
