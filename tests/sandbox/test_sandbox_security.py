@@ -40,8 +40,12 @@ def _rlimit():
         return RlimitSandbox(FAST)
 
 
-def _sandbox_processes() -> list[int]:
-    """Live processes owned by a sandbox session uid (there must be none between runs)."""
+def _sandbox_processes(uids: set[int] | None = None) -> list[int]:
+    """Live processes owned by a sandbox session uid (there must be none between runs).
+
+    ``uids``: only those session uids -- other test processes on a shared machine run
+    sandboxes of their own.
+    """
     pids = []
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
@@ -49,27 +53,42 @@ def _sandbox_processes() -> list[int]:
                 uid = os.stat(entry.path).st_uid
             except FileNotFoundError:
                 continue
-            if _UID_BASE <= uid < _UID_BASE + _UID_SPAN:
+            if _UID_BASE <= uid < _UID_BASE + _UID_SPAN and (uids is None or uid in uids):
                 pids.append(int(entry.name))
     return pids
 
 
+def _recording_uids(sb) -> set[int]:
+    """Record every session uid ``sb`` hands out."""
+    uids: set[int] = set()
+    pick = sb._session_uid
+
+    def record():
+        uid = pick()
+        if uid is not None:
+            uids.add(uid)
+        return uid
+
+    sb._session_uid = record
+    return uids
+
+
 @pytest.fixture
 def bwrap():
-    before = set(_sandbox_processes())  # e.g. warm workers of envs other tests left open
     sb = _bwrap()
+    uids = _recording_uids(sb)
     yield sb
     sb.close()
-    assert set(_sandbox_processes()) - before == set(), "a sandboxed process outlived its run"
+    assert _sandbox_processes(uids) == [], "a sandboxed process outlived its run"
 
 
 @pytest.fixture(params=["bubblewrap", "rlimit"])
 def any_backend(request):
-    before = set(_sandbox_processes())
     sb = _bwrap() if request.param == "bubblewrap" else _rlimit()
+    uids = _recording_uids(sb)
     yield sb
     sb.close()
-    assert set(_sandbox_processes()) - before == set()
+    assert _sandbox_processes(uids) == []
 
 
 # -- isolation (bubblewrap) ------------------------------------------------------------------
@@ -192,8 +211,8 @@ def test_fork_bomb_is_capped(bwrap):
 
 
 def test_fork_bomb_is_capped_by_the_rlimit_backend_when_it_can_drop_privileges():
-    before = set(_sandbox_processes())
     sb = _rlimit()
+    uids = _recording_uids(sb)
     try:
         if not sb.enforces_process_limit:
             pytest.skip("running as root with an interpreter other uids cannot execute: RLIMIT_NPROC cannot bind")
@@ -201,7 +220,7 @@ def test_fork_bomb_is_capped_by_the_rlimit_backend_when_it_can_drop_privileges()
         assert res.limit_hit in ("processes", "wall")
     finally:
         sb.close()
-    assert set(_sandbox_processes()) - before == set()
+    assert _sandbox_processes(uids) == []
 
 
 # -- limits (both backends) ------------------------------------------------------------------

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from turngym.sandbox.errors import SandboxError
 from turngym.sandbox.limits import LimitName, Limits, RunResult
+from turngym.sandbox.watchdog import Watchdog
 
 __all__ = ["run_process", "rlimit_setter", "rlimit_argv", "classify_failure"]
 
@@ -67,6 +68,7 @@ def rlimit_setter(limits: Limits) -> Callable[[], None]:
 _MEMORY_MARKERS = ("memoryerror", "cannot allocate memory", "std::bad_alloc", "out of memory")
 _FSIZE_MARKERS = ("file too large", "[errno 27]")
 _NPROC_MARKERS = ("resource temporarily unavailable", "fork: retry", "can't start new thread", "[errno 11]")
+_DISK_MARKERS = ("no space left on device", "[errno 28]")
 
 
 def classify_failure(sig: int | None, cpu_s: float, limits: Limits, stderr: str) -> LimitName | None:
@@ -78,6 +80,8 @@ def classify_failure(sig: int | None, cpu_s: float, limits: Limits, stderr: str)
     tail = stderr[-4000:].lower()
     if any(m in tail for m in _FSIZE_MARKERS):
         return "file_size"
+    if any(m in tail for m in _DISK_MARKERS):
+        return "disk"
     if any(m in tail for m in _MEMORY_MARKERS):
         return "memory"
     if any(m in tail for m in _NPROC_MARKERS):
@@ -98,6 +102,7 @@ class _NsWatcher:
         self._buf = b""
         self.init_pidfd: int | None = None
         self.init_pid = 0
+        self.child_seen = False  # bubblewrap reported the program's start
         self.closed = False
 
     def feed(self) -> bool:
@@ -117,6 +122,7 @@ class _NsWatcher:
             except (ValueError, AttributeError):
                 continue
             if isinstance(pid, int):
+                self.child_seen = True
                 try:
                     self.init_pidfd, self.init_pid = os.pidfd_open(pid), pid
                 except OSError:  # already gone: nothing to wait for
@@ -183,6 +189,8 @@ def run_process(
     signal_in_exit_code: bool = False,
     user: int | None = None,
     status_pipe: tuple[int, int] | None = None,
+    pass_fds: Sequence[int] = (),
+    watchdog: Watchdog | None = None,
 ) -> RunResult:
     """Run ``argv`` to completion or until a limit; never raises for the program's failures.
 
@@ -195,8 +203,12 @@ def run_process(
             that process is gone, because bubblewrap reports the command's exit before the
             kernel has finished killing what else lived in the namespace (daemons).
             Both fds are closed by this function.
+        pass_fds: more fds the launcher inherits (e.g. bubblewrap's ``--seccomp`` program);
+            closed here once it started.
+        watchdog: polled while the run is in progress; a limit it reports kills the tree.
     Raises:
-        SandboxError: the launcher itself could not be started.
+        SandboxError: the launcher itself could not be started, or bubblewrap exited
+            without ever starting the program (nothing the program did can cause that).
     """
     start = time.monotonic()
     try:
@@ -210,7 +222,7 @@ def run_process(
             start_new_session=True,
             preexec_fn=preexec,
             close_fds=True,
-            pass_fds=(status_pipe[1],) if status_pipe else (),
+            pass_fds=(*pass_fds, status_pipe[1]) if status_pipe else tuple(pass_fds),
             user=user,
             group=user,
             extra_groups=[] if user is not None else None,
@@ -222,6 +234,8 @@ def run_process(
     finally:
         if status_pipe:
             os.close(status_pipe[1])
+        for fd in pass_fds:
+            os.close(fd)
     pgid = proc.pid
     try:
         pidfd = os.pidfd_open(proc.pid)
@@ -262,11 +276,18 @@ def run_process(
 
     try:
         while not exited or open_pipes:
+            now = time.monotonic()
             if exited:  # the child is gone: give stragglers holding the pipes a moment
-                timeout = min(_DRAIN_S, deadline - time.monotonic())
+                timeout = min(_DRAIN_S, deadline - now)
             else:
-                timeout = deadline - time.monotonic()
-            if timeout <= 0:
+                timeout = deadline - now
+                if watchdog is not None:
+                    if watchdog.due(now) <= 0:
+                        killed_for = watchdog.check(proc.pid)
+                        if killed_for:
+                            break
+                    timeout = min(timeout, watchdog.due(time.monotonic()))
+            if timeout <= 0 and deadline - now <= 0:
                 if not exited:
                     killed_for = "wall"
                 break
@@ -326,8 +347,10 @@ def run_process(
     finally:
         os.close(pidfd)
     proc.returncode = 0  # reaped by wait4; stop Popen.__del__ from waiting again
+    started = True
     if ns_watch is not None:
         ns_watch.wait_gone(timeout=2.0)
+        started = ns_watch.child_seen
     duration = time.monotonic() - start
     cpu = usage.ru_utime + usage.ru_stime
 
@@ -341,6 +364,8 @@ def run_process(
             sig, code = code - 128, None
     stdout_b, stderr_b = (bytes(b) for b in bufs.values())  # registered stdout first
     stderr = stderr_b.decode("utf-8", "replace")
+    if not started and killed_for is None:
+        raise SandboxError(f"{backend}: the sandbox did not start the program (exit status {status}): {stderr.strip()[-2000:]}")
     limit: LimitName | None = killed_for
     if limit is None and (code != 0):
         limit = classify_failure(sig, cpu, limits, stderr)

@@ -3,8 +3,10 @@
 Reads one JSON request per line on stdin, forks a child per request that runs the source in
 a fresh ``__main__`` namespace under rlimits in its own process group, collects its output
 (capped) until it exits or the deadline passes, then kills every other process it may kill
-(``kill(-1)``: the run's leftovers, never itself or the namespace init), and answers with
-one JSON line on stdout. The host sends ``source + "\\nmain()"``.
+(``kill(-1)``: the run's leftovers, never itself or the namespace init) and the SysV IPC
+objects it left, and answers with one JSON line on stdout. A request with ``wipe_tmp`` (the
+session was reset) first empties ``/tmp``; if that fails the worker answers ``restart`` and
+exits, and the host starts a fresh sandbox. The host sends ``source + "\\nmain()"``.
 """
 
 import sys
@@ -35,6 +37,11 @@ def _set_dumpable(flag):
 def _child(req, fds):
     r_in, w_out, w_err = fds
     _set_dumpable(1)
+    try:  # if the sandbox runs out of memory, the kernel kills the run, not the worker
+        with open("/proc/self/oom_score_adj", "w") as fh:
+            fh.write("1000")
+    except OSError:
+        pass
     os.setsid()
     os.dup2(r_in, 0)
     os.dup2(w_out, 1)
@@ -87,6 +94,70 @@ def _kill_leftovers():
         os.kill(-1, signal.SIGKILL)
     except OSError:
         pass
+
+
+_IPC_RMID = 0
+_libc = None
+
+
+def _clean_ipc():
+    """Remove SysV shared memory, semaphores and message queues a run left behind.
+
+    The worker's IPC namespace lives as long as the worker, so these would otherwise carry
+    data (and memory) from one run, or one episode, to the next.
+    """
+    global _libc
+    for kind in ("shm", "sem", "msg"):
+        try:
+            with open(f"/proc/sysvipc/{kind}", "rb") as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        if not rows:
+            continue
+        if _libc is None:
+            import ctypes
+
+            _libc = ctypes.CDLL(None, use_errno=True)
+        for row in rows:
+            try:
+                ident = int(row.split()[1])
+            except (IndexError, ValueError):
+                continue
+            if kind == "shm":
+                _libc.shmctl(ident, _IPC_RMID, None)
+            elif kind == "sem":
+                _libc.semctl(ident, 0, _IPC_RMID)
+            else:
+                _libc.msgctl(ident, _IPC_RMID, None)
+
+
+def _wipe_tmp():
+    """Empty /tmp (everything in it was made by runs of this uid); True if it is empty."""
+    try:
+        for root, dirs, _files in os.walk("/tmp"):
+            for d in dirs:
+                path = os.path.join(root, d)
+                if not os.path.islink(path):
+                    try:
+                        os.chmod(path, 0o700)  # a run may have locked a directory
+                    except OSError:
+                        pass
+        for root, dirs, files in os.walk("/tmp", topdown=False):
+            for name in files:
+                try:
+                    os.unlink(os.path.join(root, name))
+                except OSError:
+                    pass
+            for name in dirs:
+                path = os.path.join(root, name)
+                try:
+                    os.unlink(path) if os.path.islink(path) else os.rmdir(path)
+                except OSError:
+                    pass
+        return not os.listdir("/tmp")
+    except OSError:
+        return False
 
 
 def _run(req):
@@ -177,6 +248,7 @@ def _run(req):
     _, status, usage = os.wait4(pid, 0)
     duration = time.monotonic() - start
     _kill_leftovers()
+    _clean_ipc()
     sel.close()
     for fd in (r_out, r_err, w_in, pidfd):
         if fd >= 0:
@@ -201,6 +273,11 @@ def main():
     out.write(b'{"ready": true}\n')
     out.flush()
     for line in inp:
-        resp = _run(json.loads(line))
+        req = json.loads(line)
+        if req.get("wipe_tmp") and not _wipe_tmp():
+            out.write(b'{"restart": true}\n')
+            out.flush()
+            return
+        resp = _run(req)
         out.write(json.dumps(resp).encode() + b"\n")
         out.flush()

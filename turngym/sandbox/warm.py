@@ -12,6 +12,13 @@ What differs from :meth:`Session.run_python`: the interpreter is forked, not sta
 ``sys.flags``/``sys.argv[0]`` are the worker's), and per-run limits can only be lower than the
 session's (rlimits cannot be raised from inside). Failures of the worker itself raise
 :class:`SandboxError`; the next run starts a new worker.
+
+The worker outlives runs, so whatever a run could leave in its namespace must not reach a
+later user: after every run the worker kills leftover processes and removes SysV IPC objects,
+and after every :meth:`Session.reset` it empties ``/tmp`` before the next run (a worker that
+cannot is replaced). The wall deadline does not depend on the worker: the host kills the whole
+sandbox (worker, PID namespace and all) if no answer came by the deadline plus a small slack,
+and the session's cgroup or watchdog caps memory and tasks of worker and runs together.
 """
 
 from __future__ import annotations
@@ -31,15 +38,25 @@ from functools import lru_cache
 from importlib import resources
 
 from turngym.core.errors import ConfigError
-from turngym.sandbox._proc import classify_failure, rlimit_argv
+from turngym.sandbox._proc import classify_failure
 from turngym.sandbox.errors import SandboxError
 from turngym.sandbox.limits import Limits, RunResult
 from turngym.sandbox.local import BubblewrapSandbox, LocalSession, _base_env
+from turngym.sandbox.watchdog import Watchdog
 
 __all__ = ["WarmPython"]
 
 _STARTUP_S = 10.0
-_SLACK_S = 2.0
+#: Past a run's wall deadline, how long the host waits for the worker before killing it all.
+_SLACK_S = 1.0
+
+
+class _LimitKill(Exception):
+    """The host's watchdog killed the sandbox for a limit."""
+
+    def __init__(self, limit: str) -> None:
+        super().__init__(limit)
+        self.limit = limit
 
 
 def _kill_group(pgid: int) -> None:
@@ -73,6 +90,7 @@ class WarmPython:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._buf = b""
+        self._generation = session.generation  # the session reset() count the worker's /tmp matches
 
     # -- lifetime ------------------------------------------------------------------------
     def _start(self) -> subprocess.Popen[bytes]:
@@ -81,10 +99,10 @@ class WarmPython:
         # The worker's own ceiling: the session's limits, but no CPU cap on the (idle) worker;
         # each run lowers its own limits after the fork.
         ceiling = lim.replace(cpu_s=10**7)
-        argv = sb._argv(self.session, [*sb.python.argv(), "-c", _worker_source()], lim)
-        if sb._prlimit:
-            argv = rlimit_argv(sb._prlimit, ceiling) + argv
+        self.session.prepare(lim)
+        fds: list[int] = []
         try:
+            argv, fds = sb.launch(self.session, [*sb.python.argv(), "-c", _worker_source()], lim, rlimits=ceiling)
             proc = subprocess.Popen(
                 argv,
                 cwd=self.session.host_dir,
@@ -93,10 +111,15 @@ class WarmPython:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
+                pass_fds=fds,
             )
         except OSError as exc:
             raise SandboxError(f"warm worker: could not start bubblewrap: {exc}") from exc
+        finally:
+            for fd in fds:
+                os.close(fd)
         self._proc, self._buf = proc, b""
+        self._generation = self.session.generation
         # An abandoned worker (its owner never closed) dies when this object is collected.
         self._finalizer = weakref.finalize(self, _kill_group, proc.pid)
         if not json.loads(self._read_line(_STARTUP_S)).get("ready"):
@@ -122,15 +145,25 @@ class WarmPython:
         self.close()
 
     # -- protocol ------------------------------------------------------------------------
-    def _read_line(self, timeout: float) -> bytes:
+    def _read_line(self, timeout: float, watchdog: Watchdog | None = None) -> bytes:
         assert self._proc is not None and self._proc.stdout is not None
         fd = self._proc.stdout.fileno()
         deadline = time.monotonic() + timeout
         with selectors.DefaultSelector() as sel:
             sel.register(fd, selectors.EVENT_READ)
             while b"\n" not in self._buf:
-                left = deadline - time.monotonic()
-                if left <= 0 or not sel.select(left):
+                now = time.monotonic()
+                left = deadline - now
+                if watchdog is not None and left > 0:
+                    if watchdog.due(now) <= 0:
+                        hit = watchdog.check(self._proc.pid)
+                        if hit:
+                            self.close()
+                            raise _LimitKill(hit)
+                    left = min(left, watchdog.due(time.monotonic()))
+                    if not sel.select(left):
+                        continue
+                elif left <= 0 or not sel.select(left):
                     self.close()
                     raise SandboxError(f"warm worker: no answer within {timeout:.1f} s")
                 chunk = os.read(fd, 1 << 20)
@@ -163,32 +196,50 @@ class WarmPython:
             "env": {**_base_env("/work"), **self.session.sandbox.python.env(), **(env or {})},
             "limits": dataclasses.asdict(lim),
         }
+        session = self.session
+        session.prepare(lim)
         with self._lock:
+            if self._proc is not None and self._generation != session.generation:
+                req["wipe_tmp"] = True  # the session was reset: nothing of the last user may stay
             proc = self._proc or self._start()
             assert proc.stdin is not None
             started = time.monotonic()
             try:
-                proc.stdin.write(json.dumps(req).encode() + b"\n")
-                proc.stdin.flush()
-                resp = json.loads(self._read_line(lim.wall_s + _SLACK_S))
+                for _attempt in range(2):
+                    proc.stdin.write(json.dumps(req).encode() + b"\n")
+                    proc.stdin.flush()
+                    resp = json.loads(self._read_line(lim.wall_s + _SLACK_S, session.watchdog(lim)))
+                    if not resp.get("restart"):
+                        break
+                    # The worker could not empty /tmp: a fresh sandbox has a fresh one.
+                    self.close()
+                    req.pop("wipe_tmp", None)
+                    proc = self._start()
+                    assert proc.stdin is not None
+                self._generation = session.generation
+            except _LimitKill as exc:
+                return session.settle(RunResult(
+                    stdout="", stderr=f"[sandbox] killed: {exc.limit} limit exceeded\n", exit_code=None,
+                    signal=signal.SIGKILL, limit_hit=exc.limit,  # type: ignore[arg-type]
+                    duration_s=time.monotonic() - started, backend="bubblewrap-warm",
+                ), lim)
             except (OSError, SandboxError, ValueError) as exc:
                 # The worker started fine, so a worker that dies or stalls mid-run was killed or
-                # stopped by the run itself (same uid): that is the program's failure, not the
-                # sandbox's -- otherwise code could turn any bad episode into an infra error.
+                # stopped by the run itself (same uid) or by a limit it hit: that is the
+                # program's failure, not the sandbox's -- otherwise code could turn any bad
+                # episode into an infra error.
                 self.close()
-                return RunResult(
+                return session.settle(RunResult(
                     stdout="", stderr=f"[sandbox] the program killed or stalled its interpreter ({exc})\n",
                     exit_code=None, signal=signal.SIGKILL, limit_hit="wall" if "no answer" in str(exc) else None,
                     duration_s=time.monotonic() - started, backend="bubblewrap-warm",
-                )
+                ), lim)
         status = int(resp["status"])
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
         code = None if sig is not None else os.WEXITSTATUS(status)
         stderr = base64.b64decode(resp["stderr"]).decode("utf-8", "replace")
         limit = resp["killed_for"] or (classify_failure(sig, resp["cpu_s"], lim, stderr) if code != 0 else None)
-        if limit is None and self.session.disk_usage() > lim.disk_mb << 20:
-            limit = "disk"
-        return RunResult(
+        return session.settle(RunResult(
             stdout=base64.b64decode(resp["stdout"]).decode("utf-8", "replace"),
             stderr=stderr,
             exit_code=code,
@@ -198,4 +249,4 @@ class WarmPython:
             cpu_s=float(resp["cpu_s"]),
             output_truncated=bool(resp["truncated"]),
             backend="bubblewrap-warm",
-        )
+        ), lim)

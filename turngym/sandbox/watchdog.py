@@ -1,0 +1,180 @@
+"""A polling watchdog for whole-sandbox memory and disk, where the kernel cannot enforce them.
+
+Used when no cgroup is writable (memory) or no sized tmpfs can be mounted for the working dir
+(disk): typically when turngym does not run as root. While a run is in progress the launcher
+polls :meth:`Watchdog.check` and kills the whole tree when it reports a limit.
+
+What it counts, and why each part:
+
+* the proportional set size (``Pss`` of ``/proc/PID/smaps_rollup``) of every process of the
+  run -- proportional, so forked children sharing copy-on-write pages are not counted many
+  times over, but eight children each touching their own pages are;
+* ``memfd`` files held open by those processes (their pages are in no one's RSS until mapped);
+* the used space of the sandbox's private ``/tmp`` (a tmpfs: its files are memory);
+* for disk, the blocks used by the working dir.
+
+A poll is not a limit: a program can overshoot by what it allocates between two polls. The
+kernel-enforced paths (cgroup, tmpfs ``size=``) are preferred wherever they are available.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator
+
+from turngym.sandbox.limits import LimitName
+
+__all__ = ["Watchdog", "tree_pids", "memory_of"]
+
+#: Seconds between polls (a disk walk that takes long backs the interval off).
+INTERVAL_S = 0.05
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+            out.extend(int(x) for x in fh.read().split())
+    return out
+
+
+def tree_pids(root: int) -> list[int]:
+    """``root`` and all its descendants (processes reparented away are missed: see ``uid``)."""
+    seen, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.append(pid)
+        stack.extend(_children(pid))
+    return seen
+
+
+def _uid_pids(uid: int) -> Iterator[int]:
+    me = os.getpid()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and int(entry.name) != me:
+            with contextlib.suppress(OSError):
+                if entry.stat().st_uid == uid:
+                    yield int(entry.name)
+
+
+def _pss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) << 10
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _memfds(pid: int, seen: set[tuple[int, int]]) -> int:
+    total = 0
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return 0
+    for fd in fds:
+        path = f"{fd_dir}/{fd}"
+        try:
+            if not os.readlink(path).startswith("/memfd:"):
+                continue
+            st = os.stat(path)
+        except OSError:
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key not in seen:
+            seen.add(key)
+            total += st.st_blocks * 512
+    return total
+
+
+def _tmpfs_used(path: str) -> int:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return 0
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def memory_of(pids: list[int]) -> int:
+    """Pss of ``pids`` plus the memfds they hold (each memfd counted once)."""
+    seen: set[tuple[int, int]] = set()
+    return sum(_pss(p) + _memfds(p, seen) for p in pids)
+
+
+class Watchdog:
+    """Polls one run. ``check(root_pid)`` returns the limit exceeded, or None.
+
+    Args:
+        memory_bytes: cap on the run's memory (None: not watched; a cgroup enforces it).
+        disk_bytes: cap on the working dir's size (None: not watched; a tmpfs enforces it).
+        disk_usage: measures the working dir (bytes).
+        uid: the session's private uid when it has one: every process of that uid counts,
+            daemons that left the tree included.
+        tmp_inside: count the ``/tmp`` tmpfs seen through ``/proc/<pid>/root/tmp`` of the
+            run's processes (bubblewrap's private ``/tmp``).
+    """
+
+    def __init__(
+        self,
+        *,
+        memory_bytes: int | None,
+        disk_bytes: int | None,
+        disk_usage: Callable[[], int],
+        uid: int | None = None,
+        tmp_inside: bool = True,
+    ) -> None:
+        self.memory_bytes = memory_bytes
+        self.disk_bytes = disk_bytes
+        self._disk_usage = disk_usage
+        self.uid = uid
+        self.tmp_inside = tmp_inside
+        self.interval = INTERVAL_S
+        self._next = 0.0
+        self.peak_memory = 0
+
+    @property
+    def active(self) -> bool:
+        return self.memory_bytes is not None or self.disk_bytes is not None
+
+    def due(self, now: float) -> float:
+        """Seconds until the next poll."""
+        return max(0.0, self._next - now)
+
+    def check(self, root: int) -> LimitName | None:
+        start = time.monotonic()
+        hit: LimitName | None = None
+        if self.memory_bytes is not None:
+            pids = tree_pids(root)
+            if self.uid is not None:
+                pids = sorted({*pids, *_uid_pids(self.uid)})
+            used = memory_of(pids)
+            if self.tmp_inside:
+                tmps = {}
+                host_ns = os.readlink("/proc/self/ns/mnt")
+                for p in pids:
+                    with contextlib.suppress(OSError):
+                        if os.readlink(f"/proc/{p}/ns/mnt") == host_ns:
+                            continue  # the launcher: its /tmp is the host's
+                        st = os.stat(f"/proc/{p}/root/tmp")
+                        tmps.setdefault((st.st_dev, st.st_ino), f"/proc/{p}/root/tmp")
+                used += sum(_tmpfs_used(path) for path in tmps.values())
+            self.peak_memory = max(self.peak_memory, used)
+            if used > self.memory_bytes:
+                hit = "memory"
+        if hit is None and self.disk_bytes is not None and self._disk_usage() > self.disk_bytes:
+            hit = "disk"
+        spent = time.monotonic() - start
+        self.interval = max(INTERVAL_S, 10 * spent)  # never spend more than ~10% of a core polling
+        self._next = time.monotonic() + self.interval
+        return hit
