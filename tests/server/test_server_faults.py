@@ -52,6 +52,8 @@ class ProbeMathEnv(MathEnv):
 
 
 def _probe_server(**config):
+    # thread executor: these tests watch the probe env's class-level state from this process
+    config.setdefault("executor", "thread")
     return ServerThread(factories={MATH: lambda **kw: ProbeMathEnv(**{"max_turns": 10, **kw})}, **config)
 
 
@@ -113,12 +115,13 @@ def test_idle_session_is_closed_and_the_client_recovers_on_reset():
         env.close()
 
 
-def test_request_timeout_is_an_infra_error_and_closes_the_session():
+def test_step_past_its_deadline_ends_the_episode_as_the_agents_failure_and_closes_the_session():
     with _probe_server(request_timeout_s=0.3, executor="thread") as srv:
         env = RemoteEnv(srv.url, MATH, retries=1, backoff=0.05)
         env.reset(seed=0)
         *_, term, trunc, info = env.step("<sleep>1.0")
-        assert term and "longer than 0.3" in info["infra_error"]
+        assert term and info["infra_error"] is None and info["action_valid"] is False
+        assert "longer than 0.3" in info["invalid_reason"] and info["outcome"]["reason"] == "step_timeout"
         assert srv.manager.stats["timeouts"] == 1
         _wait_for(lambda: srv.manager.active == 0)
         env.reset(seed=0)

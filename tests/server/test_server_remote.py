@@ -23,7 +23,8 @@ ENV_IDS = sorted(turngym.list_envs())
 
 @pytest.fixture(scope="module")
 def server():
-    with ServerThread(ENV_IDS, max_sessions=256) as srv:
+    # "tasks": test_task_objects_and_ids_cross_the_wire sends whole Task objects (refused by default)
+    with ServerThread(ENV_IDS, max_sessions=256, allow_kwargs=("tasks",)) as srv:
         yield srv
 
 
@@ -104,7 +105,7 @@ def test_unserved_id_is_refused_with_the_list_of_served_ids():
     from turngym.envs.math.env import MathEnv
     from turngym.server.client import AsyncRemoteEnv
 
-    with ServerThread(factories={"turngym/Math-v0": lambda **kw: MathEnv(**kw)}) as srv:
+    with ServerThread(factories={"turngym/Math-v0": lambda **kw: MathEnv(**kw)}, executor="thread") as srv:
         with pytest.raises(UnknownEnvError, match="serves: turngym/Math-v0"):
             asyncio.run(AsyncRemoteEnv(srv.url, "turngym/Other-v0", retries=0).connect())
 

@@ -6,35 +6,41 @@ Routes:
 ``WS   /v1/session``                           a turngym session (see :mod:`turngym.server.protocol`)
 ``POST /v1/envs/{env_id}/episode``              stateless: reset, play the given actions, return every step
 ``GET  /v1/envs``                               the served envs and their specs (reward spec, max_turns…)
-``GET  /health``                                liveness, sessions open, capacity
+``GET  /health``                                liveness, sessions open, capacity (open without a token)
 ``WS   /ws``, ``GET /schema``, ``/metadata``    OpenEnv's protocol for the first served env
 ``WS   /openenv/{env_id}/ws`` (+ ``/schema``…)  OpenEnv's protocol for any served env
 =============================================  ===================================================
 
-Build one with :func:`create_app`; ``turngym serve`` runs it under uvicorn.
+Build one with :func:`create_app`; ``turngym serve`` runs it under uvicorn with the
+connection guard of :mod:`turngym.server.guard`. A WebSocket counts toward ``max_sessions``
+from the moment it is accepted, and must send its first frame within
+``first_frame_timeout_s``: idle sockets can neither pile up nor hold the server.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from turngym.core.errors import TurngymError
+from turngym.core.errors import ConfigError, TurngymError
 from turngym.server.errors import ServerBusy
+from turngym.server.guard import TokenGuard
 from turngym.server.handlers import OPS, do_reset, do_step
 from turngym.server.openenv import openenv_routes
-from turngym.server.protocol import dumps, error_frame, loads, spec_to_wire
+from turngym.server.protocol import dumps, error_frame, loads
 from turngym.server.sessions import EnvFactory, ServerConfig, Session, SessionManager
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "receive_first_frame", "read_body"]
 
 log = logging.getLogger("turngym.server")
 
@@ -74,13 +80,45 @@ async def release(mgr: SessionManager, session: Session | None, ws: WebSocket) -
             await ws.close()
 
 
+async def receive_first_frame(ws: WebSocket, mgr: SessionManager) -> str | bytes | None:
+    """The first frame within ``first_frame_timeout_s``; on time-out the socket is closed and None returned."""
+    try:
+        return await asyncio.wait_for(receive_frame(ws), mgr.config.first_frame_timeout_s)
+    except TimeoutError:
+        with contextlib.suppress(Exception):
+            await ws.close(code=1008, reason=f"no first frame within {mgr.config.first_frame_timeout_s:g} s")
+        return None
+
+
+async def accept_counted(ws: WebSocket, mgr: SessionManager, busy_reply: Any) -> bool:
+    """Accept ``ws`` holding a session slot (``max_sessions`` counts idle sockets too); False when full."""
+    try:
+        mgr.hold_pending()
+    except ServerBusy as exc:
+        await ws.accept()
+        await ws.send_text(busy_reply(exc))
+        await ws.close(code=1013, reason="server at capacity")
+        return False
+    try:
+        await ws.accept()
+    except BaseException:
+        mgr.release_pending()
+        raise
+    return True
+
+
 async def _session_ws(ws: WebSocket) -> None:
     mgr: SessionManager = ws.app.state.manager
-    await ws.accept()
+    if not await accept_counted(ws, mgr, lambda exc: dumps(error_frame(exc))):
+        return
     session: Session | None = None
+    pending = True
     try:
+        raw = await receive_first_frame(ws, mgr)
+        if raw is None:
+            return
         try:
-            first = loads(await receive_frame(ws))
+            first = loads(raw)
         except ValueError:
             first = None
         if not isinstance(first, dict) or first.get("op") != "make":
@@ -90,18 +128,18 @@ async def _session_ws(ws: WebSocket) -> None:
             return
         env_id = str(first.get("env_id"))
         try:
-            session = await mgr.open(env_id, first.get("kwargs") or {})
+            pending = False  # open() takes over the held slot, whatever happens
+            session = await mgr.open(env_id, first.get("kwargs"), pending=True)
         except ServerBusy as exc:
             await ws.send_text(dumps(error_frame(exc)))
             await ws.close(code=1013, reason="server at capacity")
             return
-        except Exception as exc:  # bad id or kwargs: tell the client what, then hang up
+        except Exception as exc:  # bad id or refused kwargs: tell the client what, then hang up
             await ws.send_text(dumps(error_frame(exc)))
             await ws.close(code=1008)
             return
         attach(session, ws)
-        spec = spec_to_wire(session.env, env_id)  # per session: client kwargs may change it
-        await ws.send_text(dumps({"ok": True, "session": session.id, "spec": spec}))
+        await ws.send_text(dumps({"ok": True, "session": session.id, "spec": session.spec}))
         while True:
             raw = await receive_frame(ws)
             try:
@@ -125,7 +163,32 @@ async def _session_ws(ws: WebSocket) -> None:
     except RuntimeError as exc:  # the socket was closed under us (idle timeout, shutdown)
         log.debug("session socket closed: %s", exc)
     finally:
+        if pending:
+            mgr.release_pending()
         await release(mgr, session, ws)
+
+
+async def read_body(request: Request, limit: int, timeout: float) -> bytes:
+    """The request body, refused past ``limit`` bytes or when it does not arrive within ``timeout`` s."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise ConfigError(f"request body larger than the server's limit of {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+
+    async def collect() -> None:
+        nonlocal size
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ConfigError(f"request body larger than the server's limit of {limit} bytes")
+            chunks.append(chunk)
+
+    try:
+        await asyncio.wait_for(collect(), timeout)
+    except TimeoutError:
+        raise ConfigError(f"request body did not arrive within {timeout:g} s") from None
+    return b"".join(chunks)
 
 
 async def _episode(request: Request) -> Response:
@@ -133,13 +196,14 @@ async def _episode(request: Request) -> Response:
     mgr: SessionManager = request.app.state.manager
     env_id = request.path_params["env_id"]
     try:
-        body = loads(await request.body() or b"{}")
+        raw = await read_body(request, mgr.config.max_message_bytes, mgr.config.header_timeout_s)
+        body = loads(raw or b"{}")
         if not isinstance(body, dict):
             raise ValueError("the body must be a JSON object")
         actions = body.get("actions") or []
         if not isinstance(actions, list) or len(actions) > _MAX_EPISODE_ACTIONS:
             raise ValueError(f"'actions' must be a list of at most {_MAX_EPISODE_ACTIONS} strings")
-        session = await mgr.open(env_id, body.get("kwargs") or {})
+        session = await mgr.open(env_id, body.get("kwargs"))
     except ServerBusy as exc:
         return _Json(error_frame(exc), status_code=503, headers={"Retry-After": "1"})
     except Exception as exc:
@@ -168,7 +232,9 @@ async def _health(request: Request) -> Response:
         "sessions": mgr.active,
         "max_sessions": mgr.config.max_sessions,
         "envs": list(mgr.served()),
+        "pending": mgr.pending,
         "executors": {env_id: mgr.executor_of(env_id) for env_id in mgr.served()},
+        "workers_alive": mgr.workers_alive(),
         "stats": mgr.stats,
     })
 
@@ -217,6 +283,6 @@ def create_app(
         Route("/health", _health),
         *openenv_routes(config.env_ids[0]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(TokenGuard, token=config.token)])
     app.state.manager = manager
     return app

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import os
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -35,7 +36,7 @@ import numpy as np
 
 try:
     from websockets.asyncio.client import ClientConnection, connect
-    from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+    from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 except ImportError:  # pragma: no cover - depends on the installed extras
     raise ImportError("remote envs need websockets>=13: pip install 'turngym[server]'") from None
 
@@ -90,6 +91,7 @@ class AsyncRemoteEnv:
         request_timeout: seconds to wait for any one reply (then the connection is dropped).
         retries: extra connection attempts (on connect and on ``reset``) before giving up.
         backoff: first retry delay in seconds, doubled each retry.
+        token: the server's bearer token (default: the ``TURNGYM_TOKEN`` environment variable).
         **env_kwargs: constructor arguments for the env on the server (``max_turns=...``).
 
     Use ``async with AsyncRemoteEnv(url, id) as env:`` or call :meth:`close`.
@@ -104,9 +106,12 @@ class AsyncRemoteEnv:
         request_timeout: float = 120.0,
         retries: int = 3,
         backoff: float = 0.25,
+        token: str | None = None,
         **env_kwargs: Any,
     ) -> None:
         self.url = url
+        token = token if token is not None else os.environ.get("TURNGYM_TOKEN") or None
+        self._headers = {"Authorization": f"Bearer {token}"} if token else None
         self.env_id = env_id
         self.env_kwargs = env_kwargs
         self.connect_timeout = connect_timeout
@@ -146,8 +151,16 @@ class AsyncRemoteEnv:
     async def _open(self) -> None:
         try:
             ws = await connect(
-                self._ws_url, open_timeout=self.connect_timeout, max_size=None, compression=None, ping_interval=None
+                self._ws_url, open_timeout=self.connect_timeout, max_size=None, compression=None, ping_interval=None,
+                additional_headers=self._headers,
             )
+        except InvalidStatus as exc:
+            if exc.response.status_code in (401, 403):
+                raise ConfigError(
+                    f"the env server at {self.url} refused the connection (HTTP {exc.response.status_code}): "
+                    "it requires a token; pass token=... or set TURNGYM_TOKEN"
+                ) from None
+            raise ConnectionLost(f"cannot connect to the env server at {self.url}: {exc}") from None
         except (OSError, TimeoutError, InvalidHandshake) as exc:
             raise ConnectionLost(f"cannot connect to the env server at {self.url}: {type(exc).__name__}: {exc}") from None
         except InvalidURI as exc:
@@ -157,6 +170,9 @@ class AsyncRemoteEnv:
             reply = loads(await asyncio.wait_for(ws.recv(), self.request_timeout))
         except (ConnectionClosed, OSError, TimeoutError) as exc:
             await ws.close()
+            rcvd = getattr(exc, "rcvd", None)
+            if rcvd is not None and rcvd.code == 1013:  # refused at accept: the server is full
+                raise ServerBusy(f"the env server at {self.url} is at capacity ({rcvd.reason}); retry later") from None
             raise ConnectionLost(f"the env server at {self.url} closed the session while opening it: {exc}") from None
         if not reply.get("ok"):
             await ws.close()
@@ -368,7 +384,7 @@ class RemoteEnv(gym.Env[str, str]):
     """
 
     def __init__(self, url: str, env_id: str, **kwargs: Any) -> None:
-        client_keys = ("connect_timeout", "request_timeout", "retries", "backoff")
+        client_keys = ("connect_timeout", "request_timeout", "retries", "backoff", "token")
         client_opts = {k: kwargs.pop(k) for k in client_keys if k in kwargs}
         self._client_opts = client_opts
         self._env_kwargs = dict(kwargs)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from turngym.core import errors as core_errors
 from turngym.core.errors import InfraError, TurngymError
 
-__all__ = ["ConnectionLost", "ServerBusy", "RequestTimeout", "RemoteEnvError", "error_class"]
+__all__ = ["ConnectionLost", "ServerBusy", "RequestTimeout", "RemoteEnvError", "WorkerLost", "error_class"]
 
 
 class ConnectionLost(InfraError):
@@ -25,11 +25,16 @@ class RequestTimeout(InfraError):
     """The env took longer than the per-request timeout; the server closed the session."""
 
 
+class WorkerLost(InfraError):
+    """The server stopped the worker process hosting this session (another session's step overran its
+    deadline, or the worker crashed); this session's env and snapshots are gone: open a new session."""
+
+
 class RemoteEnvError(TurngymError, RuntimeError):
     """The env raised an exception that is not a turngym error (a bug in the env) on the server."""
 
 
-_SERVER_ERRORS = {cls.__name__: cls for cls in (ConnectionLost, ServerBusy, RequestTimeout, RemoteEnvError)}
+_SERVER_ERRORS = {cls.__name__: cls for cls in (ConnectionLost, ServerBusy, RequestTimeout, RemoteEnvError, WorkerLost)}
 
 
 def error_class(name: str, is_turngym: bool) -> type[TurngymError]:

@@ -1,7 +1,10 @@
 """What each request does to a session's env: one function per ``op`` of the turngym protocol.
 
 Kept apart from the transport so the WebSocket session, the stateless HTTP route and the
-OpenEnv adapter all run the same code on the env.
+OpenEnv adapter all run the same code on the env. The env itself may live in a worker
+process, so handlers name ops (:func:`turngym.server.workers.run_op`) instead of calling env
+methods; what crosses from the client (reset options) is checked against the operator's
+policy here, before it reaches the env.
 """
 
 from __future__ import annotations
@@ -9,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import numpy as np
-
 from turngym.core.errors import ConfigError
-from turngym.server.protocol import rng_from_wire, rng_to_wire, task_from_wire, task_to_wire
+from turngym.server.policy import check_options
+from turngym.server.protocol import task_from_wire
 from turngym.server.sessions import Session, SessionManager
 
 __all__ = ["OPS", "decode_options", "do_reset", "do_step"]
@@ -31,18 +33,13 @@ def decode_options(options: Any) -> dict[str, Any] | None:
     return options
 
 
-def _reset(env: Any, seed: Any, options: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ConfigError(f"seed must be an int or null, got {seed!r}")
-    return env.reset(seed=seed, options=options)
-
-
 async def do_reset(mgr: SessionManager, s: Session, seed: Any, options: Any) -> tuple[str, dict[str, Any]]:
-    return await mgr.call(s, _reset, s.env, seed, decode_options(options))
+    check_options(mgr.policy(s.env_id), options)
+    return await mgr.call(s, "reset", seed, decode_options(options))
 
 
 async def do_step(mgr: SessionManager, s: Session, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
-    return await mgr.call(s, s.env.step, action)
+    return await mgr.call(s, "step", action)
 
 
 async def _op_reset(mgr: SessionManager, s: Session, msg: Mapping[str, Any]) -> dict[str, Any]:
@@ -56,44 +53,35 @@ async def _op_step(mgr: SessionManager, s: Session, msg: Mapping[str, Any]) -> d
 
 
 async def _op_snapshot(mgr: SessionManager, s: Session, msg: Mapping[str, Any]) -> dict[str, Any]:
-    snap = await mgr.call(s, s.env.snapshot)
-    return {"ok": True, "handle": s.add_snapshot(snap, mgr.config.max_snapshots)}
-
-
-def _restore(env: Any, snap: Any) -> dict[str, Any]:
-    env.restore(snap)
-    return {"ok": True, "state_key": env._state_key(), "turn": env.turn, "done": env.done}
+    return {"ok": True, "handle": await mgr.call(s, "snapshot", mgr.config.max_snapshots)}
 
 
 async def _op_restore(mgr: SessionManager, s: Session, msg: Mapping[str, Any]) -> dict[str, Any]:
-    snap = s.get_snapshot(str(msg.get("handle")))
-    return await mgr.call(s, _restore, s.env, snap)
+    return await mgr.call(s, "restore", str(msg.get("handle")))
 
 
 async def _op_release(mgr: SessionManager, s: Session, msg: Mapping[str, Any]) -> dict[str, Any]:
-    s.snapshots.pop(str(msg.get("handle")), None)
+    await mgr.call(s, "release", str(msg.get("handle")))
     return {"ok": True}
 
 
 async def _op_oracle_action(mgr: SessionManager, s: Session, msg: Mapping[str, Any]) -> dict[str, Any]:
-    return {"ok": True, "action": await mgr.call(s, s.env.oracle_action)}
-
-
-def _sample(env: Any, rng: np.random.Generator) -> dict[str, Any]:
-    action = env.sample_action(rng)
-    return {"ok": True, "action": action, "rng": rng_to_wire(rng)}
+    return {"ok": True, "action": await mgr.call(s, "oracle_action")}
 
 
 async def _op_sample_action(mgr: SessionManager, s: Session, msg: Mapping[str, Any]) -> dict[str, Any]:
-    return await mgr.call(s, _sample, s.env, rng_from_wire(msg["rng"]))
+    rng = msg.get("rng")
+    if not isinstance(rng, dict):
+        raise ConfigError("sample_action needs 'rng': the generator state from rng_to_wire")
+    return await mgr.call(s, "sample_action", rng)
 
 
 async def _op_render(mgr: SessionManager, s: Session, msg: Mapping[str, Any]) -> dict[str, Any]:
-    return {"ok": True, "render": await mgr.call(s, s.env.render)}
+    return {"ok": True, "render": await mgr.call(s, "render")}
 
 
 async def _op_task(mgr: SessionManager, s: Session, msg: Mapping[str, Any]) -> dict[str, Any]:
-    return {"ok": True, "task": task_to_wire(s.env.task)}
+    return {"ok": True, "task": await mgr.call(s, "task")}
 
 
 OPS: dict[str, Handler] = {

@@ -108,44 +108,42 @@ def _error(message: str, code: str, **extra: Any) -> str:
     return dumps({"type": "error", "data": {"message": message, "code": code, **extra}})
 
 
-def _state(session: Session) -> dict[str, Any]:
-    env = session.env
-    task = getattr(env, "task", None)
-    started = task is not None
-    return {
-        "type": "state",
-        "data": {
-            "episode_id": session.episode_id,
-            "step_count": env.turn,
-            "env_id": session.env_id,
-            "task_id": getattr(task, "id", None),
-            "state_key": env._state_key() if started else None,
-            "done": env.done,
-            "max_turns": env.max_turns,
-        },
-    }
+async def _state(mgr: SessionManager, session: Session) -> dict[str, Any]:
+    data = await mgr.call(session, "state")
+    return {"type": "state", "data": {"episode_id": session.episode_id, "env_id": session.env_id, **data}}
 
 
 async def _serve(ws: WebSocket, env_id: str) -> None:
-    from turngym.server.app import attach, receive_frame, release
+    from turngym.server.app import accept_counted, attach, receive_first_frame, receive_frame, release
 
     mgr: SessionManager = ws.app.state.manager
-    await ws.accept()
+    busy = lambda exc: _error(str(exc), "CAPACITY_REACHED", max_sessions=mgr.config.max_sessions)  # noqa: E731
+    if not await accept_counted(ws, mgr, busy):
+        return
     session: Session | None = None
+    pending = True
     try:
+        # the env is built on the first frame, which must come in time: an idle socket holds no env
+        raw: str | bytes | None = await receive_first_frame(ws, mgr)
+        if raw is None:
+            return
         try:
-            session = await mgr.open(env_id)
+            pending = False  # open() takes over the held slot, whatever happens
+            session = await mgr.open(env_id, pending=True)
         except ServerBusy as exc:
-            await ws.send_text(_error(str(exc), "CAPACITY_REACHED", max_sessions=mgr.config.max_sessions))
+            await ws.send_text(busy(exc))
             return
         except Exception as exc:
             await ws.send_text(_error(str(exc), "FACTORY_ERROR", factory_name=env_id))
             return
         attach(session, ws)
         while True:
-            raw = await receive_frame(ws)
+            if raw is None:
+                raw = await receive_frame(ws)
+            frame: str | bytes = raw
+            raw = None
             try:
-                msg = loads(raw)
+                msg = loads(frame)
             except ValueError as exc:
                 await ws.send_text(_error(f"Invalid JSON: {exc}", "INVALID_JSON"))
                 continue
@@ -157,7 +155,8 @@ async def _serve(ws: WebSocket, env_id: str) -> None:
                         raise _Invalid("reset data must be an object")
                     data = dict(data)
                     seed = data.pop("seed", None)
-                    session.episode_id = data.pop("episode_id", None)
+                    episode_id = data.pop("episode_id", None)
+                    session.episode_id = None if episode_id is None else str(episode_id)[:256]
                     obs, info = await do_reset(mgr, session, seed, data or None)
                     reply = _observation(obs, info, None, False, False)
                 elif kind == "step":
@@ -167,7 +166,7 @@ async def _serve(ws: WebSocket, env_id: str) -> None:
                     obs, reward, term, trunc, info = await do_step(mgr, session, action)
                     reply = _observation(obs, info, reward, term, trunc)
                 elif kind == "state":
-                    reply = _state(session)
+                    reply = await _state(mgr, session)
                 elif kind == "close":
                     break
                 else:
@@ -178,14 +177,19 @@ async def _serve(ws: WebSocket, env_id: str) -> None:
                 await ws.send_text(_error(str(exc), "VALIDATION_ERROR"))
                 continue
             except Exception as exc:  # env errors (reset before step…) go back as error frames
-                await ws.send_text(_error(f"{type(exc).__name__}: {exc}", "EXECUTION_ERROR"))
+                name = getattr(exc, "remote_type", None) or type(exc).__name__
+                await ws.send_text(_error(f"{name}: {exc}", "EXECUTION_ERROR"))
                 if session.broken:
                     break
                 continue
             await ws.send_text(text)
+            if session.broken:  # a step past its deadline was answered; its env is gone
+                break
     except (WebSocketDisconnect, RuntimeError):
         pass
     finally:
+        if pending:
+            mgr.release_pending()
         await release(mgr, session, ws)
 
 

@@ -110,10 +110,9 @@ def error_frame(exc: BaseException) -> dict[str, Any]:
     The client re-raises turngym errors as the same class (a remote ``ResetNeeded`` is a
     ``ResetNeeded``); anything else an env raised arrives as :class:`RemoteEnvError`.
     """
-    return {
-        "ok": False,
-        "error": {"type": type(exc).__name__, "turngym": isinstance(exc, TurngymError), "message": str(exc)},
-    }
+    name = getattr(exc, "remote_type", None) or type(exc).__name__  # an env error from a worker process
+    is_turngym = bool(getattr(exc, "remote_turngym", False)) or isinstance(exc, TurngymError)
+    return {"ok": False, "error": {"type": name, "turngym": is_turngym, "message": str(exc)}}
 
 
 # ------------------------------------------------------------------------------- env spec

@@ -46,14 +46,15 @@ class ServerThread:
         import uvicorn
 
         from turngym.server.app import create_app
+        from turngym.server.guard import uvicorn_options
 
         self.app = create_app(tuple(env_ids or ()), factories=factories, **config)
         self.port = port or free_port()
         self.url = f"ws://127.0.0.1:{self.port}"
         self.http_url = f"http://127.0.0.1:{self.port}"
         cfg = uvicorn.Config(
-            self.app, host="127.0.0.1", port=self.port, log_level="error", ws_ping_interval=None,
-            timeout_graceful_shutdown=5, lifespan="on",
+            self.app, host="127.0.0.1", port=self.port, log_level="error",
+            timeout_graceful_shutdown=5, lifespan="on", **uvicorn_options(self.app.state.manager.config),
         )
         self.server = uvicorn.Server(cfg)
         self._thread = threading.Thread(target=self.server.run, name=f"turngym-server-{self.port}", daemon=True)
