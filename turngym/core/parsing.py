@@ -4,6 +4,14 @@ Three shapes cover the families: tag-delimited actions (``<answer>42</answer>``,
 most reasoning envs), JSON tool calls (OpenAI / Hermes style), and fenced code blocks. Each
 parser returns a :class:`Parsed` — a value or a human-readable error that the env shows the
 agent — and never raises on model text, because a malformed action is part of the episode.
+
+Every parser here runs in time linear in the length of the text, whatever the text. The agent
+is an adversary and an env steps inside a server that holds the GIL while it parses: a
+backtracking regex such as ``<tag>(.*?)</tag>`` rescans the rest of the text from every
+unclosed opening tag, so a message of repeated opening tags costs quadratic time and freezes
+every session. The scans below use :meth:`str.find` and move forward only. Decoded JSON is
+bounded in nesting depth before it is decoded, so a deeply nested action is an invalid action
+with a reason, never a ``RecursionError`` in the decoder or in the code that walks the result.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ __all__ = [
     "parse_tag",
     "parse_tool_calls",
     "parse_code_block",
+    "MAX_JSON_DEPTH",
 ]
 
 T = TypeVar("T")
@@ -67,17 +76,10 @@ def function_tool(name: str, description: str, properties: dict[str, Any], requi
     return {"type": "function", "function": {"name": name, "description": description, "parameters": params}}
 
 
-@lru_cache(maxsize=64)
-def _tag_pattern(tags: tuple[str, ...]) -> re.Pattern[str]:
-    alts = "|".join(re.escape(t) for t in tags)
-    # The first complete <tag>…</tag>; the body is non-greedy so two actions don't merge.
-    return re.compile(rf"<({alts})>(.*?)</\1\s*>", re.DOTALL)
-
-
-@lru_cache(maxsize=64)
-def _open_pattern(tags: tuple[str, ...]) -> re.Pattern[str]:
-    alts = "|".join(re.escape(t) for t in tags)
-    return re.compile(rf"<({alts})>")
+@lru_cache(maxsize=256)
+def _close_pattern(tag: str) -> re.Pattern[str]:
+    # Possessive whitespace: a ``</tag`` not followed by ``>`` fails after one look at its run.
+    return re.compile(re.escape(f"</{tag}") + r"\s*+>")
 
 
 def parse_tag(
@@ -101,16 +103,31 @@ def parse_tag(
     """
     if not isinstance(text, str):
         return Parsed(error=f"action must be a string, got {type(text).__name__}")
-    key = tuple(tags)
-    m = _tag_pattern(key).search(text)
-    if m is None:
-        opened = _open_pattern(key).search(text)
-        if opened is not None:
-            t = opened.group(1)
+    # The leftmost complete action: for each tag, its first opening tag is the only one that
+    # can start the leftmost complete pair (a closing tag after a later opening is also after
+    # the first), and its body runs to the first closing tag after it.
+    best: tuple[int, str, int, int] | None = None  # (open position, tag, body start, body end)
+    first_open: tuple[int, str] | None = None
+    for t in dict.fromkeys(tags):
+        opener = f"<{t}>"
+        o = text.find(opener)
+        if o < 0:
+            continue
+        if first_open is None or o < first_open[0]:
+            first_open = (o, t)
+        if best is not None and o > best[0]:
+            continue
+        close = _close_pattern(t).search(text, o + len(opener))
+        if close is not None and (best is None or o < best[0]):
+            best = (o, t, o + len(opener), close.start())
+    if best is None:
+        if first_open is not None:
+            t = first_open[1]
             return Parsed(error=f"unclosed <{t}> tag: write <{t}>...</{t}>")
         expected = ", ".join(f"<{t}>...</{t}>" for t in tags)
         return Parsed(error=f"no action found: expected one of {expected}")
-    tag, body = m.group(1), m.group(2).strip()
+    _, tag, b0, b1 = best
+    body = text[b0:b1].strip()
     if not body and not allow_empty:
         return Parsed(error=f"empty <{tag}></{tag}>: put the content between the tags")
     if len(body) > max_body:
@@ -118,8 +135,119 @@ def parse_tag(
     return Parsed(TagAction(tag, body))
 
 
-_TOOL_CALL_TAG = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-_FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)```", re.DOTALL)
+#: Deepest JSON nesting a tool call may have. Real tool arguments nest a few levels; the bound
+#: keeps the decoder and every function that walks the arguments far from the recursion limit.
+MAX_JSON_DEPTH = 64
+
+_TOOL_OPEN, _TOOL_CLOSE = "<tool_call>", "</tool_call>"
+_FENCE_MARK = "```"
+#: The characters that matter to JSON nesting: brackets, and the quotes that hide them.
+_BRACKET_OR_QUOTE = re.compile(r'[\[\]{}"]')
+#: The rest of a JSON string after its opening quote: plain runs and backslash escapes, then ".
+_STRING_REST = re.compile(r'[^"\\]*+(?:\\.[^"\\]*+)*+"', re.DOTALL)
+
+
+def _tool_call_blocks(text: str) -> list[str]:
+    """The bodies of every ``<tool_call>…</tool_call>`` in order (non-overlapping)."""
+    blocks: list[str] = []
+    i = 0
+    while (s := text.find(_TOOL_OPEN, i)) >= 0:
+        e = text.find(_TOOL_CLOSE, s + len(_TOOL_OPEN))
+        if e < 0:  # no closing tag after this opening, so none after a later one either
+            break
+        blocks.append(text[s + len(_TOOL_OPEN) : e])
+        i = e + len(_TOOL_CLOSE)
+    return blocks
+
+
+def _is_lang_char(ch: str) -> bool:
+    return ch.isalnum() or ch in "_+#.-"
+
+
+def _fences(text: str) -> list[tuple[str, str]]:
+    """Every fenced block as ``(language, body)`` in order (non-overlapping).
+
+    A block is ```` ``` ````, optional spaces, a language word, the rest of that line, then a
+    body up to the next ```` ``` ````. A fence with no newline after it, or no closing fence
+    after that newline, ends the scan: no later fence can be complete either.
+    """
+    out: list[tuple[str, str]] = []
+    n, i = len(text), 0
+    while (s := text.find(_FENCE_MARK, i)) >= 0:
+        j = s + len(_FENCE_MARK)
+        while j < n and text[j] in " \t":
+            j += 1
+        k = j
+        while k < n and _is_lang_char(text[k]):
+            k += 1
+        nl = text.find("\n", k)
+        if nl < 0:
+            break
+        e = text.find(_FENCE_MARK, nl + 1)
+        if e < 0:
+            break
+        out.append((text[j:k], text[nl + 1 : e]))
+        i = e + len(_FENCE_MARK)
+    return out
+
+
+def _string_end(text: str, quote: int) -> int:
+    """Index of the quote closing the JSON string opened at ``quote``, or -1.
+
+    The pattern's quantifiers are possessive, so a string with no closing quote fails after one
+    pass instead of backtracking through every split of its escapes.
+    """
+    m = _STRING_REST.match(text, quote + 1)
+    return m.end() - 1 if m is not None else -1
+
+
+def _scan_json(text: str, start: int, *, stop_at_close: bool) -> tuple[int, bool]:
+    """Walk the brackets of ``text`` from ``start``, outside JSON strings, in one forward pass.
+
+    Returns ``(close, too_deep)``: ``close`` is the index of the bracket that brings the depth
+    back to zero (only looked for with ``stop_at_close``), else -1; ``too_deep`` is True as soon
+    as the nesting passes :data:`MAX_JSON_DEPTH`, which ends the walk early.
+    """
+    depth, pos = 0, start
+    search = _BRACKET_OR_QUOTE.search
+    while (m := search(text, pos)) is not None:
+        p = m.start()
+        ch = text[p]
+        if ch == '"':
+            end = _string_end(text, p)
+            if end < 0:
+                return -1, False
+            pos = end + 1
+            continue
+        if ch in "{[":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return -1, True
+        else:
+            depth -= 1
+            if depth == 0 and stop_at_close:
+                return p, False
+        pos = p + 1
+    return -1, False
+
+
+def _too_deep(blob: str) -> bool:
+    """True if ``blob`` nests brackets deeper than :data:`MAX_JSON_DEPTH` (strings respected)."""
+    if blob.count("[") + blob.count("{") <= MAX_JSON_DEPTH:
+        return False
+    return _scan_json(blob, 0, stop_at_close=False)[1]
+
+
+def _loads(blob: str) -> tuple[Any, str | None]:
+    """``json.loads`` bounded in depth, with every failure as a message instead of an exception."""
+    if _too_deep(blob):
+        return None, f"JSON nested too deeply (more than {MAX_JSON_DEPTH} levels)"
+    try:
+        return json.loads(blob), None
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON ({exc.msg} at char {exc.pos})"
+    except (ValueError, RecursionError) as exc:  # e.g. an integer literal past Python's digit limit
+        return None, f"not valid JSON ({str(exc).split(';')[0][:120]})"
 
 
 def _call_from_obj(obj: Any) -> ToolCall | str:
@@ -133,10 +261,12 @@ def _call_from_obj(obj: Any) -> ToolCall | str:
         return 'a tool call needs a "name" string: {"name": "...", "arguments": {...}}'
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):  # OpenAI sends arguments as a JSON string
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError as exc:
-            return f'tool call "{name}": arguments are not valid JSON ({exc.msg})'
+        if args.strip():
+            args, error = _loads(args)
+            if error is not None:
+                return f'tool call "{name}": arguments are {error}'
+        else:
+            args = {}
     if args is None:
         args = {}
     if not isinstance(args, dict):
@@ -144,14 +274,15 @@ def _call_from_obj(obj: Any) -> ToolCall | str:
     return ToolCall(name, args)
 
 
-def _decode_calls(blob: str) -> list[ToolCall] | str:
-    try:
-        obj = json.loads(blob)
-    except json.JSONDecodeError as exc:
-        return f"tool call is not valid JSON ({exc.msg} at char {exc.pos})"
+def _decode_calls(blob: str, max_calls: int) -> list[ToolCall] | str:
+    obj, error = _loads(blob)
+    if error is not None:
+        return f"tool call is {error}"
     objs = obj if isinstance(obj, list) else [obj]
     if not objs:
         return "empty list of tool calls"
+    if len(objs) > max_calls:
+        return f"too many tool calls in one turn ({len(objs)} > {max_calls})"
     calls: list[ToolCall] = []
     for o in objs:
         c = _call_from_obj(o)
@@ -161,31 +292,15 @@ def _decode_calls(blob: str) -> list[ToolCall] | str:
     return calls
 
 
-def _first_json_value(text: str) -> str | None:
-    """The first balanced top-level ``{…}`` or ``[…]`` span in ``text`` (strings respected)."""
+def _first_json_value(text: str) -> tuple[str | None, bool]:
+    """The first balanced top-level ``{…}`` or ``[…]`` span in ``text`` (strings respected), or
+    None; and whether that value nests deeper than :data:`MAX_JSON_DEPTH` (then no span)."""
     starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
     if not starts:
-        return None
+        return None, False
     start = min(starts)
-    depth, in_str, esc = 0, False, False
-    for i in range(start, len(text)):
-        ch = text[i]
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "{[":
-            depth += 1
-        elif ch in "}]":
-            depth -= 1
-            if depth == 0:
-                return text[start : i + 1]
-    return None
+    close, too_deep = _scan_json(text, start, stop_at_close=True)
+    return (text[start : close + 1] if close >= 0 else None), too_deep
 
 
 def parse_tool_calls(text: str, *, max_calls: int = 16) -> Parsed[tuple[ToolCall, ...]]:
@@ -205,20 +320,24 @@ def parse_tool_calls(text: str, *, max_calls: int = 16) -> Parsed[tuple[ToolCall
     """
     if not isinstance(text, str):
         return Parsed(error=f"action must be a string, got {type(text).__name__}")
-    blocks = _TOOL_CALL_TAG.findall(text)
+    blocks = _tool_call_blocks(text)
     calls: list[ToolCall] = []
     if blocks:
+        if len(blocks) > max_calls:
+            return Parsed(error=f"too many tool calls in one turn ({len(blocks)} > {max_calls})")
         for blob in blocks:
-            got = _decode_calls(blob.strip())
+            got = _decode_calls(blob.strip(), max_calls)
             if isinstance(got, str):
                 return Parsed(error=got)
             calls.extend(got)
     else:
-        fenced = [body for lang, body in _FENCE.findall(text) if lang.lower() in ("json", "")]
-        blob = fenced[0].strip() if fenced else _first_json_value(text)
+        fenced = [body for lang, body in _fences(text) if lang.lower() in ("json", "")]
+        blob, too_deep = (fenced[0].strip(), False) if fenced else _first_json_value(text)
+        if too_deep:
+            return Parsed(error=f"tool call is JSON nested too deeply (more than {MAX_JSON_DEPTH} levels)")
         if blob is None:
             return Parsed(error='no tool call found: write {"name": "...", "arguments": {...}}')
-        got = _decode_calls(blob)
+        got = _decode_calls(blob, max_calls)
         if isinstance(got, str):
             return Parsed(error=got)
         calls = got
@@ -245,7 +364,7 @@ def parse_code_block(
     if not isinstance(text, str):
         return Parsed(error=f"action must be a string, got {type(text).__name__}")
     wanted = {lang.lower() for lang in languages}
-    bodies = [body for lang, body in _FENCE.findall(text) if lang.lower() in wanted]
+    bodies = [body for lang, body in _fences(text) if lang.lower() in wanted]
     if not bodies:
         shown = next((lang for lang in languages if lang), "")
         return Parsed(error=f"no ```{shown} code block found")
