@@ -242,7 +242,10 @@ class CodeEnv(TurngymEnv):
         if err is not None:
             return failed_evaluation([t[0] for t in task.tests], err), False
         problem = Problem(task.id, code, task.entry_point, task.tests, task.setup)
-        ev = self._memoized("eval", code, lambda: evaluate(self.sandbox, problem, per_test_s=self.per_test_s, run_python=self._run_python()))
+        ev = self._memoized("eval", code, lambda: evaluate(
+            self.sandbox, problem, per_test_s=self.per_test_s, run_python=self._run_python(),
+            details=self.feedback_mode == "traceback",
+        ))
         return ev, True
 
     # -- tasks -------------------------------------------------------------------------------

@@ -115,6 +115,7 @@ def _check(got, expected):
 
 
 def _format_error(exc, limit):
+    limit = max(limit, 20)
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<test ")]
     lines = traceback.format_list(frames[-4:]) + traceback.format_exception_only(type(exc), exc)
     text = "".join(lines).rstrip()
@@ -182,14 +183,15 @@ class _Child:
 
 
 class _Grader:
-    def __init__(self, zygote_argv, per_test_s, error_chars):
+    def __init__(self, zygote_argv, per_test_s, error_chars, details=True):
         self.zygote_argv = zygote_argv
-        self.per_test_s, self.error_chars = per_test_s, error_chars
+        self.per_test_s, self.error_chars, self.details = per_test_s, error_chars, details
         self.zygote_pid, self.ctl = None, None
         self.child = None
         self.deadline = 0.0
         self.fault = None
         self.calls = 0
+        self.load_output = b""
 
     # -- processes -------------------------------------------------------------------------
     def start_zygote(self):
@@ -315,10 +317,12 @@ class _Grader:
     def load(self, p, names, deadline):
         """Start a process for ``p``'s solution and load it: ``(names, error)``."""
         self.child = self._spawn()
+        self.load_output = b""
         req = {"op": "load", "source": p["solution"], "entry": p["entry_point"], "names": names,
                "error_chars": self.error_chars}
         try:
             reply = self._exchange(req, deadline)
+            self.load_output = bytes(self.child.output)
         except _Timeout:
             self.drop_child()
             return None, f"TimeoutError: loading the solution took more than {self.per_test_s * 2:g} s"
@@ -370,13 +374,9 @@ class _Grader:
         tests = p["tests"]
         codes = [(p.get("setup") or "", "exec")] + [(t[1], "eval" if len(t) > 2 else "exec") for t in tests]
         names = _referenced_names(codes)
-        base = None
-        out_before = b""
         remote, error = self.load(p, names, time.monotonic() + per_test_s * 2)
-        if self.child is not None:
-            out_before = bytes(self.child.output)
         emit({"event": "load", "id": p["id"], "ok": error is None, "error": error,
-              "output": out_before.decode("utf-8", "replace")})
+              "output": self.load_output.decode("utf-8", "replace")})
         if error is not None:
             return
         base = {"__builtins__": builtins, "__name__": "__grader__", "_check": _check}
@@ -430,8 +430,12 @@ class _Grader:
             err = None
         except _Timeout:
             err = f"TimeoutError: the test took more than {seconds:g} s"
+        except SolutionFault as exc:
+            err = _format_error(exc, self.error_chars) if self.details else f"SolutionFault: {exc}"[: self.error_chars]
         except BaseException as exc:  # noqa: BLE001 - any failure of a test is that test's failure
-            err = _format_error(exc, self.error_chars)
+            # Without details, not a word of the test: its text passes through processes
+            # (the warm worker) that later runs of the agent's code are forked from.
+            err = _format_error(exc, self.error_chars) if self.details else f"{type(exc).__name__} (details hidden)"
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         if err is None and self.fault is not None:  # the test code swallowed the solution's fault
@@ -505,7 +509,8 @@ def main(candidate_source):
         signal.signal(sig, signal.SIG_IGN)  # only SIGKILL/SIGSTOP can stop the grader now
     sys.setrecursionlimit(3000)
     emit({"event": "start"})
-    grader = _Grader(_zygote_argv(candidate_source), float(payload.get("per_test_s", 2.0)), int(payload.get("error_chars", 600)))
+    grader = _Grader(_zygote_argv(candidate_source), float(payload.get("per_test_s", 2.0)),
+                     int(payload.get("error_chars", 600)), bool(payload.get("details", True)))
     try:
         grader.start_zygote()
     except _NoStart as exc:  # before any solution code ran: the infrastructure's fault

@@ -127,12 +127,16 @@ def evaluate_many(
     error_chars: int = 600,
     limits: Limits | None = None,
     run_python: Callable[..., RunResult] | None = None,
+    details: bool = True,
 ) -> list[Evaluation]:
     """Evaluate every problem in one sandbox run; results in input order.
 
     ``limits`` defaults to the sandbox's, with the wall/CPU budget raised to cover every
     test's own timeout and the output cap to the result volume. ``run_python`` replaces
     ``sandbox.run_python`` (e.g. the env's warm worker); like it, it must accept ``files=``.
+    ``details=False``: a failing code test reports only its exception type, no test text or
+    values (for agents that must not see the tests: that text would otherwise pass through
+    the sandbox's warm worker, which the agent's later runs are forked from).
 
     Who is at fault: once the grader has reported that it started, a run that dies (the
     solution killed it, its worker or its sandbox, or hit a limit) fails the tests it did
@@ -161,6 +165,7 @@ def evaluate_many(
         ],
         "per_test_s": per_test_s,
         "error_chars": error_chars,
+        "details": details,
     }
     # The payload goes in a file the grader deletes before any solution code runs, not on
     # stdin: a warm worker would keep it in memory that later runs are forked from.

