@@ -9,6 +9,7 @@ True
 from __future__ import annotations
 
 import socket
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -16,7 +17,7 @@ from typing import Any
 
 from turngym.core.errors import InfraError
 
-__all__ = ["ServerThread", "free_port"]
+__all__ = ["ServerThread", "free_port", "GilHoldingTestEnv"]
 
 
 def free_port() -> int:
@@ -24,6 +25,36 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _math_env() -> Any:
+    from turngym.envs.math.env import MathEnv
+
+    return MathEnv
+
+
+class GilHoldingTestEnv(_math_env()):  # type: ignore[misc]
+    """Test double: the math env, plus a ``<hold>SECONDS</hold>`` action that holds the GIL that long.
+
+    A stand-in for the actions that freeze a server from inside one step (a quadratic
+    parser, a verifier on an astronomically large number): it raises the interpreter's
+    switch interval and spins, so no other thread of its process runs meanwhile, which is
+    what no thread time-out can interrupt. Module-level, so worker processes can build it.
+    """
+
+    def step(self, action: Any) -> Any:
+        if isinstance(action, str) and action.startswith("<hold>") and action.endswith("</hold>"):
+            seconds = float(action[len("<hold>"):-len("</hold>")])
+            old = sys.getswitchinterval()
+            sys.setswitchinterval(max(seconds * 2, 1.0))
+            try:
+                end = time.monotonic() + seconds
+                while time.monotonic() < end:
+                    pass
+            finally:
+                sys.setswitchinterval(old)
+            action = "<calc>1+1</calc>"
+        return super().step(action)
 
 
 class ServerThread:

@@ -214,6 +214,11 @@ def _worker_main(conn: Any, factories: Mapping[str, Callable[..., Any]], threads
     os._exit(0)
 
 
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
 class _Worker:
     """The server's side of one worker process: a pipe, a writer and a reader thread, pending calls."""
 
@@ -287,6 +292,7 @@ class _Worker:
 
     def submit(self, sid: str, op: str, args: tuple[Any, ...]) -> asyncio.Future[Any]:
         fut: asyncio.Future[Any] = self.loop.create_future()
+        fut.add_done_callback(_retrieve)  # a failure nobody awaits any more (deadline passed) is not "never retrieved"
         if not self.alive:
             fut.set_exception(WorkerLost(self.why_dead))
             return fut
@@ -424,8 +430,7 @@ class ProcessPool:
         if worker is None:
             return
         worker.sessions.discard(sid)
-        fut = worker.submit(sid, "close", ())
-        fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no "never retrieved"
+        worker.submit(sid, "close", ())
 
     def alive(self) -> int:
         return sum(1 for w in self.workers if w is not None and w.alive)
