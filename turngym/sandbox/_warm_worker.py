@@ -5,7 +5,7 @@ a fresh ``__main__`` namespace under rlimits in its own process group, collects 
 (capped) until it exits or the deadline passes, then kills every other process it may kill
 (``kill(-1)``: the run's leftovers, never itself or the namespace init) and the SysV IPC
 objects it left, and answers with one JSON line on stdout. A request with ``wipe_tmp`` (the
-session was reset) first empties ``/tmp``; if that fails the worker answers ``restart`` and
+session was reset) first empties ``/tmp`` and ``/dev/shm``; if that fails the worker answers ``restart`` and
 exits, and the host starts a fresh sandbox. The host sends ``source + "\\nmain()"``.
 """
 
@@ -133,31 +133,35 @@ def _clean_ipc():
 
 
 def _wipe_tmp():
-    """Empty /tmp (everything in it was made by runs of this uid); True if it is empty."""
-    try:
-        for root, dirs, _files in os.walk("/tmp"):
-            for d in dirs:
-                path = os.path.join(root, d)
-                if not os.path.islink(path):
+    """Empty /tmp and /dev/shm (all made by runs of this uid); True if both are empty."""
+    ok = True
+    for top in ("/tmp", "/dev/shm"):
+        try:
+            for root, dirs, _files in os.walk(top):
+                for d in dirs:
+                    path = os.path.join(root, d)
+                    if not os.path.islink(path):
+                        try:
+                            os.chmod(path, 0o700)  # a run may have locked a directory
+                        except OSError:
+                            pass
+            for root, dirs, files in os.walk(top, topdown=False):
+                for name in files:
                     try:
-                        os.chmod(path, 0o700)  # a run may have locked a directory
+                        os.unlink(os.path.join(root, name))
                     except OSError:
                         pass
-        for root, dirs, files in os.walk("/tmp", topdown=False):
-            for name in files:
-                try:
-                    os.unlink(os.path.join(root, name))
-                except OSError:
-                    pass
-            for name in dirs:
-                path = os.path.join(root, name)
-                try:
-                    os.unlink(path) if os.path.islink(path) else os.rmdir(path)
-                except OSError:
-                    pass
-        return not os.listdir("/tmp")
-    except OSError:
-        return False
+                for name in dirs:
+                    path = os.path.join(root, name)
+                    try:
+                        os.unlink(path) if os.path.islink(path) else os.rmdir(path)
+                    except OSError:
+                        pass
+            ok = ok and not os.listdir(top)
+        except OSError:
+            if os.path.isdir(top):
+                ok = False
+    return ok
 
 
 def _run(req):

@@ -597,7 +597,10 @@ class BubblewrapSandbox(_LocalSandbox):
         return args
 
     def _argv(self, session: LocalSession, argv: Sequence[str], limits: Limits) -> list[str]:
-        full = [*self._prefix, "--perms", "1777", "--size", str(limits.tmp_mb << 20), "--tmpfs", "/tmp",
+        size = str(limits.tmp_mb << 20)
+        # /dev/shm: POSIX semaphores and shared memory (multiprocessing's locks live there).
+        full = [*self._prefix, "--perms", "1777", "--size", size, "--tmpfs", "/tmp",
+                "--perms", "1777", "--size", size, "--tmpfs", "/dev/shm",
                 "--bind", session.host_dir, "/work", "--chdir", "/work"]
         if session.uid is not None:
             u = str(session.uid)
@@ -710,8 +713,8 @@ def _hidden(entries: Sequence[str], bound: Sequence[str]) -> list[str]:
         if os.path.isabs(entry):
             cands = [os.path.realpath(entry)]
         else:
-            cands = [os.path.join(b, entry) for b in bound]
-            for pkg in _package_dirs(entry):
+            cands = []
+            for pkg in [os.path.join(b, entry) for b in bound] + _package_dirs(entry):
                 cands.append(pkg)
                 checkout = os.path.dirname(pkg)
                 if os.path.exists(os.path.join(checkout, "pyproject.toml")):

@@ -151,6 +151,31 @@ class Watchdog:
         """Seconds until the next poll."""
         return max(0.0, self._next - now)
 
+    @staticmethod
+    def _private_tmpfs(pids: list[int]) -> int:
+        """Used bytes of the distinct private ``/tmp`` and ``/dev/shm`` mounts the processes see.
+
+        A process still on the host's root (the launcher, or bubblewrap before it pivoted
+        into the sandbox) sees the host's directories: those are skipped.
+        """
+        host_root = os.stat("/")
+        host_devs = {host_root.st_dev}
+        for d in ("/tmp", "/dev/shm"):
+            with contextlib.suppress(OSError):
+                host_devs.add(os.stat(d).st_dev)
+        seen: dict[int, str] = {}
+        for p in pids:
+            with contextlib.suppress(OSError):
+                root = os.stat(f"/proc/{p}/root")
+                if (root.st_dev, root.st_ino) == (host_root.st_dev, host_root.st_ino):
+                    continue
+                for d in ("tmp", "dev/shm"):
+                    path = f"/proc/{p}/root/{d}"
+                    st = os.stat(path)
+                    if st.st_dev not in host_devs:
+                        seen.setdefault(st.st_dev, path)
+        return sum(_tmpfs_used(path) for path in seen.values())
+
     def check(self, root: int) -> LimitName | None:
         start = time.monotonic()
         hit: LimitName | None = None
@@ -160,15 +185,7 @@ class Watchdog:
                 pids = sorted({*pids, *_uid_pids(self.uid)})
             used = memory_of(pids)
             if self.tmp_inside:
-                tmps = {}
-                host_ns = os.readlink("/proc/self/ns/mnt")
-                for p in pids:
-                    with contextlib.suppress(OSError):
-                        if os.readlink(f"/proc/{p}/ns/mnt") == host_ns:
-                            continue  # the launcher: its /tmp is the host's
-                        st = os.stat(f"/proc/{p}/root/tmp")
-                        tmps.setdefault((st.st_dev, st.st_ino), f"/proc/{p}/root/tmp")
-                used += sum(_tmpfs_used(path) for path in tmps.values())
+                used += self._private_tmpfs(pids)
             self.peak_memory = max(self.peak_memory, used)
             if used > self.memory_bytes:
                 hit = "memory"
