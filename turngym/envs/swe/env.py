@@ -17,7 +17,7 @@ from turngym.core.spec import RewardSpec, Signal
 from turngym.core.task import Task
 from turngym.envs.swe import oracle, swebench
 from turngym.envs.swe.repos import Tree, load_repo
-from turngym.envs.swe.tasks import SWETask, buggy_tree, load_tasks
+from turngym.envs.swe.tasks import SWETask, buggy_tree, check_task, load_tasks
 from turngym.envs.swe.tools import TOOL_FUNCS, TOOLS, truncate, validate_args
 from turngym.envs.swe.verifier import Progress, edit_touches_function, measure
 
@@ -77,6 +77,10 @@ class SWEEnv(TurngymEnv):
 
     ## Rewards
     Outcome: 1 if, at submit, every FAIL_TO_PASS test passes and no PASS_TO_PASS test fails.
+    The hidden evaluation grades the agent's code with the task's own test files and
+    ``conftest.py`` files (edits to them do not count) and a pytest configuration the tree
+    cannot change (:mod:`turngym.envs.swe.testing`); a run the code under test tampered with,
+    cut short or timed out counts as failing, with ``outcome["reason"]`` saying why.
 
     | signal | range | emitted when | meaning |
     |---|---|---|---|
@@ -146,6 +150,10 @@ class SWEEnv(TurngymEnv):
             loaded = [t for t in loaded if t.repo in set(repos)]
         if not loaded:
             raise ConfigError("no SWE tasks selected (check tasks= and repos=)")
+        for t in loaded:
+            if not isinstance(t, SWETask):
+                raise ConfigError(f"tasks= must hold SWETask objects, got {type(t).__name__}")
+            check_task(t, shipped=t.id not in self._trees)
         self.tasks: tuple[SWETask, ...] = tuple(loaded)
         self._by_id = {t.id: t for t in self.tasks}
         self.state: SWEState | None = None
@@ -243,14 +251,14 @@ class SWEEnv(TurngymEnv):
             if result.submitted:
                 submitted = True
                 break
-        progress = state.progress if tree is state.tree else measure(task, tree)
+        progress = state.progress if tree is state.tree else measure(task, tree, self.start_tree(task))
         self.state = replace(state, tree=tree, progress=progress, viewed=viewed, tested=tested)
         signals = self._signals(progress, tool_ok=1.0 if all_ok else 0.0, touched_buggy_function=1.0 if touched else 0.0)
         if submitted:
             resolved = progress.resolved
             signals["resolved"] = 1.0 if resolved else 0.0
             return Transition(
-                obs=truncate("\n".join(outputs)) + ("\nResolved." if resolved else "\nNot resolved."),
+                obs=truncate("\n".join(outputs)) + ("\nResolved." if resolved else "\nNot resolved." + (f" ({progress.reason})" if progress.reason else "")),
                 reward=1.0 if resolved else 0.0,
                 terminated=True,
                 signals=signals,
@@ -259,6 +267,7 @@ class SWEEnv(TurngymEnv):
                     "success": resolved,
                     "f2p_passing": progress.f2p_passing,
                     "p2p_failing": progress.p2p_failing,
+                    "reason": progress.reason,
                 },
             )
         return Transition(obs=truncate("\n".join(outputs)), signals=signals)

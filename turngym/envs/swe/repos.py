@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from pathlib import Path
 
-from turngym.core.errors import TaskError
+from turngym.core.errors import ConfigError, TaskError
 
 __all__ = ["Tree", "repos_dir", "load_repo", "REPO_NAMES"]
 
@@ -87,7 +87,13 @@ _SKIP_DIRS = {"__pycache__", ".pytest_cache", ".git"}
 
 @lru_cache(maxsize=16)
 def load_repo(name: str) -> Tree:
-    """Load a shipped repository by name (cached; trees are immutable)."""
+    """Load a shipped repository by name (cached; trees are immutable).
+
+    ``name`` is a directory name under :func:`repos_dir`, never a path: a task naming
+    ``/etc`` or ``../x`` would otherwise turn the agent's ``view_file`` into a host file reader.
+    """
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name in (".", "..") or "\0" in name:
+        raise ConfigError(f"SWE repository name {name!r} must be one of the shipped repositories ({', '.join(REPO_NAMES)})")
     root = repos_dir() / name
     if not root.is_dir():
         raise TaskError(f"no SWE repository {name!r} in {repos_dir()}; known: {', '.join(REPO_NAMES)}")
@@ -99,8 +105,8 @@ def load_tree(root: Path) -> Tree:
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
         for fn in sorted(filenames):
-            if fn.endswith((".pyc", ".pyo")):
-                continue
             full = Path(dirpath) / fn
+            if fn.endswith((".pyc", ".pyo")) or full.is_symlink():  # never follow a link out of the repository
+                continue
             files[full.relative_to(root).as_posix()] = full.read_text(encoding="utf-8")
     return Tree(files)

@@ -21,13 +21,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from turngym.core.errors import TaskError
+from turngym.core.errors import ConfigError, TaskError
 from turngym.core.task import Task, read_jsonl
 from turngym.envs.swe.mutations import Mutation, propose_mutations
 from turngym.envs.swe.repos import REPO_NAMES, Tree, load_repo, repos_dir
 from turngym.envs.swe.testing import TestRun, run_pytest
 
-__all__ = ["SWETask", "generate_tasks", "load_tasks", "buggy_tree", "validate_task", "default_tasks_path"]
+__all__ = ["SWETask", "generate_tasks", "load_tasks", "buggy_tree", "validate_task", "default_tasks_path", "check_task"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,31 @@ class SWETask(Task):
     pass_to_pass: tuple[str, ...] = ()
     gold_old: str = ""
     gold_new: str = ""
+
+
+def _safe_relpath(path: str) -> bool:
+    parts = path.split("/")
+    return bool(path) and not path.startswith("/") and "\0" not in path and "\\" not in path and ".." not in parts and "" not in parts
+
+
+def check_task(task: SWETask, *, shipped: bool = True) -> None:
+    """Raise :class:`ConfigError` unless every path of ``task`` stays inside its repository.
+
+    ``shipped`` tasks take their tree from ``tasks/swe/repos``: their ``repo`` must name one
+    of those repositories (never a host path). Test ids must be repository paths, not
+    command-line options.
+    """
+    where = f"SWE task {task.id!r}"
+    if shipped and task.repo not in REPO_NAMES:
+        raise ConfigError(f"{where}: repo {task.repo!r} is not a shipped repository ({', '.join(REPO_NAMES)}); "
+                          "SWE-bench instances load with SWEEnv(swebench=..., repo_dirs=...)")
+    if not _safe_relpath(task.path):
+        raise ConfigError(f"{where}: path {task.path!r} must be a relative path inside the repository (no '..')")
+    for test in (*task.fail_to_pass, *task.pass_to_pass):
+        if test.startswith("-") or not _safe_relpath(test.split("::", 1)[0]):
+            raise ConfigError(f"{where}: test id {test!r} must look like 'tests/test_x.py::test_name'")
+    if not task.fail_to_pass:
+        raise ConfigError(f"{where}: no FAIL_TO_PASS tests")
 
 
 def buggy_tree(task: SWETask) -> Tree:
@@ -175,13 +200,18 @@ def generate_tasks(
 
 
 def validate_task(task: SWETask) -> list[str]:
-    """Problems with a task: the buggy repo must fail F2P and the gold fix must resolve it."""
+    """Problems with a task: the buggy repo must fail F2P and the gold fix must resolve it (graded as the env grades)."""
+    from turngym.envs.swe.grading import evaluate  # grading builds on this module
+
     problems = []
-    broken = run_pytest(buggy_tree(task))
+    start = buggy_tree(task)
+    broken = evaluate(task, start, start)
     if not set(task.fail_to_pass) <= broken.failed:
         problems.append("some FAIL_TO_PASS tests pass on the buggy repository")
     fixed_src = task.buggy_source.replace(task.gold_old, task.gold_new, 1)
-    fixed = run_pytest(load_repo(task.repo).with_file(task.path, fixed_src))
+    fixed = evaluate(task, load_repo(task.repo).with_file(task.path, fixed_src), start)
+    if fixed.problem:
+        problems.append(f"the grader rejected the gold patch's run: {fixed.problem}")
     if not set(task.fail_to_pass) <= fixed.passed:
         problems.append("the gold patch does not make every FAIL_TO_PASS test pass")
     if not set(task.pass_to_pass) <= fixed.passed:

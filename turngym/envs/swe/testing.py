@@ -1,90 +1,152 @@
-"""Run a repository's pytest suite and read per-test verdicts from JUnit XML.
+"""Run a repository's pytest suite with a runner the repository cannot configure or replace.
 
-The tree is written to a fresh directory and pytest runs in a child process (in the sandbox
-when one is available, see :func:`set_executor`). Results are cached by (tree digest, selected
-tests): the suite is a pure function of the files, and envs re-check the same states often
-(branching, the checker's replays).
+The tree is written to a fresh directory and the trusted program in ``_grader_boot.py`` runs
+there (in the sandbox when one is available, see :func:`set_executor`). What the tree cannot
+change, by construction:
+
+* **which pytest runs** — ``python -I -S -B`` ignores ``PYTHON*`` variables, user site,
+  ``site``/``.pth``/``sitecustomize``/``usercustomize`` and never puts the working directory
+  first on ``sys.path``; pytest, every ``_pytest`` module and pluggy are imported from the
+  runner's own site directories before the tree is on the path at all. Nothing is written
+  back as bytecode, and the grader's tree holds no ``__pycache__`` (a planted compiled
+  module or assertion-rewrite cache is never read).
+* **its configuration** — ``-c /dev/null`` (no ``pytest.ini``/``pyproject.toml``/
+  ``setup.cfg``/``tox.ini`` addopts or plugins), ``--rootdir``/``--confcutdir`` at the tree,
+  ``-p no:cacheprovider``, plugin autoload off, ``PYTEST_ADDOPTS`` unset, and
+  ``--noconftest`` unless the caller allows the tree's ``conftest.py`` files (the grader
+  only does so for the task's pristine ones, see :mod:`turngym.envs.swe.grading`).
+* **the result channel** — verdicts come from the runner's parent process, which never runs
+  the tree's code, as one line tagged with a per-run nonce that only that parent ever sees;
+  the test process's own output is console text, never parsed for verdicts. No file in the
+  tree is read back, so deleting or rewriting "the report" is not possible.
+* **the meaning of an early end** — a run whose test process exits, is killed, runs out of
+  time or any limit before pytest finishes counts no test as passed. Only a runner that
+  demonstrably could not start (no banner from the trusted parent) is an ``InfraError``.
+
+What remains: the code under test runs inside pytest's interpreter, so its claims about each
+test are claims of a process that runs agent code. The runner snapshots the identity of every
+function and class of pytest, pluggy, unittest and the runtime before agent code runs and
+marks the run ``tampering`` when one changed, a plugin or hook was registered or a
+trace/profile function installed; the grader also adds a canary test that must fail. Code that
+defeats those checks too (finding and patching the checker's own state through ``gc`` or
+``ctypes``, forging only the known test ids) is not excluded by this design.
+
+Results are cached by (tree digest, selected tests, canary): the suite is a pure function of
+the files, and envs re-check the same states often (branching, the checker's replays).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
-import xml.etree.ElementTree as ET
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-from turngym.core.errors import InfraError
+from turngym.core.errors import ConfigError, InfraError
 from turngym.envs.swe.repos import Tree
 
-__all__ = ["TestRun", "run_pytest", "set_executor", "Executor"]
+__all__ = ["TestRun", "RawRun", "run_pytest", "set_executor", "Executor", "SandboxExecutor", "subprocess_executor", "CANARY_NAME"]
 
-#: An executor writes ``tree`` into a fresh working directory, runs ``python -m pytest ARGS``
-#: there (with its own interpreter) under a wall-clock ``timeout`` and returns (exit code or None on timeout, output, the bytes of
-#: ``JUNIT`` if it was written). It raises InfraError if it cannot run at all.
-Executor = Callable[[Tree, Sequence[str], float], tuple[int | None, str, bytes | None]]
-
-JUNIT = ".junit.xml"
-
-#: Environment for the child: no bytecode files in the tree, and no third-party pytest plugins
-#: (autoloading the plugins installed on the host costs ~0.8 s per run and changes behaviour).
-PYTEST_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+#: The basename of the canary module the grader adds next to the task's tests.
+CANARY_NAME = "test_zz_turngym_canary.py"
+_CANARY_SOURCE = 'def test_canary():\n    assert False, "the grader\'s canary: this test must fail"\n'
+_BANNER = "turngym-grader-started"
 
 
-def subprocess_executor(tree: Tree, args: Sequence[str], timeout: float) -> tuple[int | None, str, bytes | None]:
-    """Run in a temporary directory with a plain subprocess: **not isolated** (tests, fallback)."""
+@dataclass(frozen=True)
+class RawRun:
+    """What an executor saw: exit code (None when killed), stdout, stderr, limit that ended it."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    limit_hit: str | None = None
+
+
+#: An executor writes ``tree`` into a fresh working directory, runs ``[python, *flags, '-c',
+#: boot, json(config + site dirs)]`` there with ``stdin`` under a wall-clock ``timeout``. It
+#: raises :class:`InfraError` (or the sandbox's ``SandboxUnavailable``) only when it cannot run.
+Executor = Callable[[Tree, Mapping[str, Any], bytes, float], RawRun]
+
+
+@lru_cache(maxsize=1)
+def _boot_source() -> str:
+    return (Path(__file__).with_name("_grader_boot.py")).read_text(encoding="utf-8")
+
+
+def grader_argv(executable: str, site_dirs: Sequence[str], config: Mapping[str, Any]) -> list[str]:
+    """The command line of the trusted runner (the tree never appears in it)."""
+    cfg = {**config, "site": list(site_dirs)}
+    return [executable, "-I", "-S", "-B", "-c", _boot_source(), json.dumps(cfg)]
+
+
+def _host_site_dirs() -> list[str]:
+    paths = sysconfig.get_paths()
+    return [p for p in dict.fromkeys((paths["purelib"], paths["platlib"])) if os.path.isdir(p)]
+
+
+def subprocess_executor(tree: Tree, config: Mapping[str, Any], stdin: bytes, timeout: float) -> RawRun:
+    """Run in a temporary directory with a plain subprocess: **not isolated** (trusted code only)."""
     with tempfile.TemporaryDirectory(prefix="turngym-swe-") as tmp:
-        root = Path(tmp)
-        tree.write_to(root)
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp, **PYTEST_ENV}
+        root = Path(tmp) / "work"
+        root.mkdir()
         try:
-            argv = [sys.executable, "-m", "pytest", *args]
-            proc = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout or ""
-            return None, out if isinstance(out, str) else out.decode("utf-8", "replace"), None
+            tree.write_to(root)
         except OSError as exc:
-            raise InfraError(f"cannot start pytest: {exc}") from exc
-        junit = root / JUNIT
-        return proc.returncode, proc.stdout + proc.stderr, junit.read_bytes() if junit.exists() else None
+            return RawRun(None, "", f"cannot write the tree: {exc}")
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        argv = grader_argv(sys.executable, _host_site_dirs(), config)
+        try:
+            proc = subprocess.run(argv, cwd=root, env=env, input=stdin, capture_output=True, timeout=timeout + 5)
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout or b""
+            return RawRun(None, out.decode("utf-8", "replace") if isinstance(out, bytes) else out, "", "wall")
+        except OSError as exc:
+            raise InfraError(f"cannot start the SWE grader: {exc}") from exc
+        return RawRun(proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace"))
 
 
 class SandboxExecutor:
-    """Run pytest in a :mod:`turngym.sandbox` session: no network, private workdir, limits.
+    """Run the grader in a :mod:`turngym.sandbox` session: no network, private workdir, limits.
 
     Agent-written code runs inside the tests, so this is the default. The sandbox is created
-    on first use; each run gets a fresh working dir holding the tree.
+    on first use (``SandboxUnavailable`` there is an infrastructure fault); each run gets a
+    fresh working dir holding the tree.
     """
 
     def __init__(self, backend: str = "auto", memory_mb: int = 2048, processes: int = 64) -> None:
         self.backend = backend
         self.memory_mb = memory_mb
         self.processes = processes
-        self._sandbox = None
+        self._sandbox: Any = None
 
-    def __call__(self, tree: Tree, args: Sequence[str], timeout: float) -> tuple[int | None, str, bytes | None]:
+    def __call__(self, tree: Tree, config: Mapping[str, Any], stdin: bytes, timeout: float) -> RawRun:
         from turngym.sandbox import Limits, make_sandbox
 
         if self._sandbox is None:
             self._sandbox = make_sandbox(self.backend)
-        limits = Limits(wall_s=timeout, cpu_s=timeout, memory_mb=self.memory_mb, processes=self.processes)
+        # the wall limit leaves the runner's own deadline (config["deadline"]) room to report
+        limits = Limits(wall_s=timeout + 5, cpu_s=timeout + 5, memory_mb=self.memory_mb, processes=self.processes)
         files = {path: text.encode("utf-8", "surrogatepass") for path, text in tree.items()}
         with self._sandbox.open_session(limits) as session:
-            session.write_files(files)
-            py = self._sandbox.python  # the sandbox's interpreter setup (venvs, site dirs bound in)
-            res = session.run([*py.argv(), "-m", "pytest", *args], env={**py.env(), **PYTEST_ENV})
-            if res.limit_hit in ("wall", "cpu"):
-                return None, res.stdout + res.stderr, None
             try:
-                junit = session.read_file(JUNIT)
-            except FileNotFoundError:
-                junit = None
-        return res.exit_code, res.stdout + res.stderr, junit
+                session.write_files(files)
+            except (ConfigError, OSError) as exc:  # the agent's tree (e.g. a file where a dir must be)
+                return RawRun(None, "", f"cannot write the tree: {exc}")
+            py = self._sandbox.python
+            res = session.run(grader_argv(py.executable, py.path, config), stdin=stdin,
+                              env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+        return RawRun(res.exit_code, res.stdout, res.stderr, res.limit_hit)
 
     def close(self) -> None:
         if self._sandbox is not None:
@@ -117,6 +179,8 @@ class TestRun:
         timed_out: the run hit the wall-clock limit.
         output: pytest's console output (truncated).
         duration: seconds.
+        aborted: why the run ended before pytest finished ("" if it finished); no test passed.
+        tampering: what the code under test changed in the runner ("" if nothing); no test passed.
     """
 
     passed: frozenset[str]
@@ -126,95 +190,153 @@ class TestRun:
     timed_out: bool
     output: str
     duration: float
+    aborted: str = ""
+    tampering: str = ""
+    canary: bool = field(default=False, repr=False)
 
     @property
     def imports_ok(self) -> bool:
-        return not self.collection_error and not self.timed_out
+        return not self.collection_error and not self.timed_out and not self.aborted and not self.tampering
+
+    @property
+    def problem(self) -> str:
+        """Why this run's verdicts do not count ("" when they do)."""
+        if self.tampering:
+            return f"the code under test tampered with the test runner ({self.tampering})"
+        if self.timed_out:
+            return "the tests timed out"
+        return self.aborted
 
 
-def _test_id(case: ET.Element) -> str:
-    cls = case.get("classname", "")
-    name = case.get("name", "")
-    parts = cls.split(".")
-    # pytest's classname is the dotted module path, possibly followed by a test class name
-    for k in range(len(parts), 0, -1):
-        mod = "/".join(parts[:k]) + ".py"
-        rest = parts[k:]
-        if parts[k - 1].startswith("test"):
-            return "::".join([mod, *rest, name])
-    return f"{cls}::{name}"
+def _pytest_args(tree: Tree, tests: Sequence[str]) -> list[str]:
+    args = ["-q", "-c", "/dev/null", "--rootdir=.", "--confcutdir=.", "-p", "no:cacheprovider", "--tb=short",
+            "--import-mode=prepend"]
+    if not any(p == "conftest.py" or p.endswith("/conftest.py") for p in tree):
+        args.append("--noconftest")
+    return [*args, *tests]
 
 
-def _parse_junit(data: bytes) -> tuple[set[str], set[str], dict[str, str], bool]:
-    passed: set[str] = set()
-    failed: set[str] = set()
+def _check_test_ids(tests: Sequence[str]) -> None:
+    for t in tests:
+        path = t.split("::", 1)[0]
+        if not t or t.startswith("-") or path.startswith("/") or ".." in path.split("/") or "\0" in t:
+            raise ConfigError(f"test id {t!r} must be a path inside the repository (e.g. 'tests/test_x.py::test_y')")
+
+
+def _interpret(raw: RawRun, nonce: str, canary_id: str | None, duration: float) -> TestRun:
+    """Verdicts from the trusted parent's nonce line; everything else is console text."""
+    line = next((ln for ln in reversed(raw.stdout.splitlines()) if ln.startswith(nonce + " ")), None)
+    if line is None:
+        if _BANNER not in raw.stdout:
+            if raw.stderr.startswith("cannot write the tree"):
+                return TestRun(frozenset(), frozenset(), (), True, False, raw.stderr[-2000:], duration,
+                               aborted="the repository could not be written out: " + raw.stderr[-300:])
+            raise InfraError(f"the SWE grader did not start (exit {raw.exit_code}, limit {raw.limit_hit}):\n{(raw.stderr or raw.stdout)[-1000:]}")
+        why = f"the {raw.limit_hit} limit" if raw.limit_hit else f"exit status {raw.exit_code}"
+        return TestRun(frozenset(), frozenset(), (), False, raw.limit_hit in ("wall", "cpu"), "", duration,
+                       aborted=f"the grader was stopped before it reported ({why}); the code under test killed it or exhausted a limit")
+    payload = json.loads(line[len(nonce) + 1 :])
+    console = str(payload.get("console", ""))[-4000:]
+    phases: dict[str, dict[str, str]] = {}
     messages: dict[str, str] = {}
-    collection_error = False
-    root = ET.fromstring(data)
-    for case in root.iter("testcase"):
-        tid = _test_id(case)
-        bad = case.find("failure")
-        if bad is None:
-            bad = case.find("error")
-        if bad is not None and "collection failure" in (bad.get("message") or ""):
-            collection_error = True
-            continue
-        if case.find("skipped") is not None:
-            continue
-        if bad is None:
-            passed.add(tid)
-        else:
-            failed.add(tid)
-            text = bad.get("message") or bad.text or ""
-            messages[tid] = "\n".join(text.strip().splitlines()[:20])
-    return passed, failed, messages, collection_error
+    collect_failed, done, tampered, crash = False, None, "", ""
+    for rec in payload.get("records", []):
+        kind = rec.get("k")
+        if kind == "test":
+            nodeid, when, outcome = str(rec.get("nodeid")), str(rec.get("when")), str(rec.get("outcome"))
+            phases.setdefault(nodeid, {})[when] = outcome
+            if outcome == "failed" and nodeid not in messages:
+                messages[nodeid] = "\n".join(str(rec.get("msg", "")).strip().splitlines()[:20])
+        elif kind == "collect":
+            collect_failed = True
+        elif kind == "done":
+            done = rec.get("exit")
+        elif kind == "tampered" and not tampered:
+            tampered = "; ".join(str(w) for w in rec.get("what", []))[:500] or "unknown"
+        elif kind == "crash":
+            crash = str(rec.get("text", ""))[:300]
+    passed = {n for n, ph in phases.items() if ph.get("call") == "passed" and "failed" not in ph.values()}
+    failed = {n for n, ph in phases.items() if "failed" in ph.values()}
+    if canary_id is not None:
+        canary = phases.pop(canary_id, {})
+        passed.discard(canary_id)
+        failed.discard(canary_id)
+        messages.pop(canary_id, None)
+        if done is not None and not collect_failed and canary.get("call") != "failed" and not tampered:
+            tampered = "the canary test, which must fail, was not reported failed"
+    aborted = ""
+    if payload.get("timed_out"):
+        aborted = "the tests timed out"
+    elif done is None:
+        status = payload.get("status")
+        aborted = f"the test process ended before pytest finished (status {status}{', ' + crash if crash else ''})"
+    collection_error = collect_failed or (done in (2, 3, 4) and not phases)
+    if tampered or aborted:
+        failed |= passed
+        passed = set()
+    return TestRun(frozenset(passed), frozenset(failed), tuple(sorted(messages.items())), collection_error,
+                   bool(payload.get("timed_out")), console, duration, aborted=aborted if not payload.get("timed_out") else "",
+                   tampering=tampered, canary=canary_id is not None)
 
 
-_CACHE: OrderedDict[tuple[str, tuple[str, ...]], TestRun] = OrderedDict()
+_CACHE: OrderedDict[tuple[str, tuple[str, ...], bool], TestRun] = OrderedDict()
 _CACHE_SIZE = 4096
 
 
-def run_pytest(tree: Tree, tests: Sequence[str] | None = None, *, timeout: float = 30.0) -> TestRun:
-    """Run the suite (or the selected test ids) of ``tree``; cached by tree digest."""
-    key = (tree.digest, tuple(tests or ()))
-    hit = _CACHE.get(key)
-    if hit is not None:
-        _CACHE.move_to_end(key)
-        return hit
+def _subset(full: TestRun, tests: Sequence[str]) -> TestRun | None:
+    """The selected tests' verdicts read from a full-suite run of the same tree (tests are independent)."""
+    if not full.imports_ok or not set(tests) <= full.passed | full.failed:
+        return None
+    wanted = set(tests)
+    return TestRun(full.passed & wanted, full.failed & wanted, tuple(m for m in full.messages if m[0] in wanted),
+                   False, False, full.output, 0.0)
+
+
+def _lookup(tree: Tree, tests: tuple[str, ...], canary: bool) -> TestRun | None:
+    # a canary run answers a canary-less question too (the canary never touches other tests)
+    for key in [(tree.digest, tests, True), *([(tree.digest, tests, False)] if not canary else [])]:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            _CACHE.move_to_end(key)
+            return hit
     if tests:
-        # The env's hidden evaluation has usually run the whole suite on this tree already:
-        # the selected tests' verdicts are a subset of it (tests are independent functions).
-        full = _CACHE.get((tree.digest, ()))
-        if full is not None and full.imports_ok and set(tests) <= full.passed | full.failed:
-            wanted = set(tests)
-            return TestRun(
-                full.passed & wanted,
-                full.failed & wanted,
-                tuple(m for m in full.messages if m[0] in wanted),
-                False,
-                False,
-                full.output,
-                0.0,
-            )
-    args = ["-q", "-p", "no:cacheprovider", "--tb=short", "-o", "junit_family=xunit1", f"--junitxml={JUNIT}", *(tests or ["tests"])]
+        for flag in (True, False) if not canary else (True,):
+            full = _CACHE.get((tree.digest, (), flag))
+            if full is not None and (sub := _subset(full, tests)) is not None:
+                return sub
+    return None
+
+
+def canary_path(tree: Tree, tests: Sequence[str]) -> str:
+    """Where the canary goes: next to the first selected test file (or in ``tests/``)."""
+    first = next((t.split("::", 1)[0] for t in tests if "/" in t.split("::", 1)[0]), "tests/x.py")
+    return f"{first.rsplit('/', 1)[0]}/{CANARY_NAME}"
+
+
+def run_pytest(tree: Tree, tests: Sequence[str] | None = None, *, timeout: float = 30.0, canary: bool = False) -> TestRun:
+    """Run the suite (or the selected test ids) of ``tree``; cached by tree digest.
+
+    ``canary`` adds a test that must fail (the grader's check against runs that report
+    everything passed); its verdict is taken out of the result.
+    """
+    selected = tuple(tests or ())
+    _check_test_ids(selected)
+    hit = _lookup(tree, selected, canary)
+    if hit is not None:
+        return hit
+    run_tree, canary_id, args_tests = tree, None, list(selected or ["tests"])
+    if canary:
+        cpath = canary_path(tree, selected)
+        run_tree = tree.with_file(cpath, _CANARY_SOURCE)
+        canary_id = f"{cpath}::test_canary"
+        if selected:
+            args_tests.append(cpath)
+    nonce = secrets.token_hex(16)
+    config = {"args": _pytest_args(run_tree, args_tests), "deadline": timeout}
     t0 = time.perf_counter()
-    code, output, junit = _executor(tree, args, timeout)
-    duration = time.perf_counter() - t0
-    if code is None:
-        run = TestRun(frozenset(), frozenset(), (), False, True, output[-4000:], duration)
-    elif junit is None:
-        if code in (2, 3, 4):  # interrupted / internal error / usage: nothing collected
-            run = TestRun(frozenset(), frozenset(), (), True, False, output[-4000:], duration)
-        else:
-            raise InfraError(f"pytest exited {code} without a report:\n{output[-1000:]}")
-    else:
-        try:
-            passed, failed, messages, coll = _parse_junit(junit)
-        except ET.ParseError as exc:
-            raise InfraError(f"unreadable JUnit report from pytest: {exc}") from exc
-        coll = coll or (code == 2 and not passed and not failed)
-        run = TestRun(frozenset(passed), frozenset(failed), tuple(sorted(messages.items())), coll, False, output[-4000:], duration)
-    _CACHE[key] = run
+    raw = _executor(run_tree, config, (nonce + "\n").encode(), timeout)
+    run = _interpret(raw, nonce, canary_id, time.perf_counter() - t0)
+    _CACHE[(tree.digest, selected, canary)] = run
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
     return run

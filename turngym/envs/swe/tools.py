@@ -1,7 +1,8 @@
 """The SWE agent's tools: JSON-schema declarations and their implementations over a Tree.
 
 Each tool is a pure function ``(tree, args) -> ToolResult`` — it never touches the host file
-system; edits return a new tree. Only ``run_tests`` executes code, through ``testing.run_pytest``.
+system; edits return a new tree. Only ``run_tests`` executes code, through ``testing.run_pytest`` (the
+agent's own tree as it stands, for the agent's eyes; the hidden evaluation is ``grading.evaluate``).
 """
 
 from __future__ import annotations
@@ -190,6 +191,9 @@ def create_file(tree: Tree, args: Mapping[str, Any]) -> ToolResult:
     path = _norm(args["path"])
     if path is None or path == "." or path.endswith("/"):
         return ToolResult("error: bad path", ok=False)
+    parents = path.split("/")
+    if any("/".join(parents[:i]) in tree for i in range(1, len(parents))) or any(f.startswith(path + "/") for f in tree):
+        return ToolResult(f"error: {path} would put a file where a directory is (or the reverse)", ok=False)
     if path in tree and not args.get("overwrite", False):
         return ToolResult(f"error: {path} exists; pass overwrite=true to replace it", ok=False)
     content = args["content"]
@@ -205,6 +209,8 @@ def run_tests(tree: Tree, args: Mapping[str, Any]) -> ToolResult:
     run = run_pytest(tree, tests)
     if run.timed_out:
         return ToolResult("tests timed out", ok=False)
+    if run.problem:
+        return ToolResult(truncate(f"error: {run.problem}\n" + run.output[-3000:]), ok=False)
     if run.collection_error:
         return ToolResult(truncate("error: the tests could not be collected (import error?)\n" + run.output[-3000:]), ok=False)
     lines = [f"{len(run.passed)} passed, {len(run.failed)} failed"]

@@ -9,34 +9,37 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from turngym.envs.swe.grading import evaluate
 from turngym.envs.swe.repos import Tree
 from turngym.envs.swe.tasks import SWETask
-from turngym.envs.swe.testing import run_pytest
 
 __all__ = ["Progress", "measure", "function_span", "edit_touches_function"]
 
 
 @dataclass(frozen=True, slots=True)
 class Progress:
-    """The hidden evaluation of one tree."""
+    """The hidden evaluation of one tree (``reason``: why its verdicts do not count, if so)."""
 
     f2p_passing: float
     p2p_failing: float
     imports_ok: bool
+    reason: str = ""
 
     @property
     def resolved(self) -> bool:
-        return self.imports_ok and self.f2p_passing == 1.0 and self.p2p_failing == 0.0
+        return self.imports_ok and not self.reason and self.f2p_passing == 1.0 and self.p2p_failing == 0.0
 
 
-def measure(task: SWETask, tree: Tree) -> Progress:
-    """Run the full suite on ``tree`` (cached by content) and score it against the task."""
-    # generated tasks: the whole (small) suite, sharing the generator's cache; imported tasks
-    # (SWE-bench): only the tests the instance names, as its harness does
-    tests = None if task.meta.get("source") == "generated" else sorted({*task.fail_to_pass, *task.pass_to_pass})
-    run = run_pytest(tree, tests)
+def measure(task: SWETask, tree: Tree, pristine: Tree) -> Progress:
+    """Grade ``tree`` with the task's own tests (taken from ``pristine``) and score it.
+
+    A run that was tampered with, ended early or timed out counts no test as passing: the
+    agent's failure, with the reason, never an infrastructure error.
+    """
+    run = evaluate(task, tree, pristine)
     if not run.imports_ok:
-        return Progress(0.0, 1.0 if task.pass_to_pass else 0.0, False)
+        reason = run.problem or "the test suite could not be collected (import error?)"
+        return Progress(0.0, 1.0 if task.pass_to_pass else 0.0, False, reason)
     f2p = sum(t in run.passed for t in task.fail_to_pass) / len(task.fail_to_pass)
     p2p = sum(t not in run.passed for t in task.pass_to_pass) / len(task.pass_to_pass) if task.pass_to_pass else 0.0
     return Progress(f2p, p2p, True)

@@ -1,0 +1,333 @@
+"""The SWE grader's program inside the sandbox (run as ``python -I -S -B -c <this source> CONFIG``).
+
+This file is never imported by turngym: the host reads its text and passes it with ``-c``, so
+nothing in the agent's tree can shadow it, and ``-I -S`` keep the interpreter away from the
+agent's working directory, ``PYTHON*`` variables, ``site``, ``.pth`` files and
+``sitecustomize``. It imports pytest (and every ``_pytest`` module and pluggy) from the
+runner's own site directories *before* the agent's tree is put on ``sys.path``, so a
+``pytest.py``, ``_pytest/`` or ``pluggy/`` in the tree is never the one that runs.
+
+Two processes, because the code under test runs inside pytest's interpreter:
+
+* the **parent** never imports anything from the agent's tree. It makes itself non-dumpable
+  (a same-uid child can then neither ptrace it nor open its descriptors through ``/proc``),
+  forks, and only then reads the per-run nonce from stdin, so the nonce never exists in the
+  child's memory. It relays the child's per-test records and prints one line,
+  ``NONCE <json>``, on the only stdout the host reads: the child's stdout and stderr are a
+  pipe to the parent, shown to the agent as console text and never parsed for verdicts.
+* the **child** runs pytest with a configuration from the command line only (``-c
+  /dev/null``, explicit ``--rootdir``/``--confcutdir``, no cache provider, plugin autoload
+  off, ``--noconftest`` unless the host allows conftests) and a recorder plugin passed as an
+  object. The recorder snapshots the identity of pytest's, pluggy's, unittest's and the
+  runtime's functions and classes before any agent code runs, and reports ``tampered`` when
+  the code under test changed one, registered a plugin or installed a trace function.
+
+The child's records remain claims by a process that runs agent code: see the SWE testing
+module's docstring for what that leaves open.
+"""
+
+import json
+import os
+import sys
+import time
+
+BANNER = b"turngym-grader-started\n"
+
+
+def _boot_paths(site_dirs):
+    """sys.path = the interpreter's stdlib, then the runner's site dirs (no cwd, no tree)."""
+    root = os.getcwd()
+    keep = [p for p in sys.path if p and os.path.abspath(p) != root and not p.startswith(root + os.sep)]
+    sys.path[:] = keep + [d for d in site_dirs if d not in keep]
+    return len(keep)
+
+
+def _preimport():
+    """Import all of pytest before the tree can shadow any of it."""
+    import importlib
+    import pkgutil
+
+    import _pytest
+    import pluggy  # noqa: F401
+    import pytest  # noqa: F401
+
+    for info in pkgutil.walk_packages(_pytest.__path__, "_pytest."):
+        try:
+            importlib.import_module(info.name)
+        except Exception:  # noqa: BLE001 - optional modules (e.g. pytester's deps) may be absent
+            pass
+    for name in ("unittest", "unittest.mock", "doctest", "pdb", "traceback", "inspect", "json", "iniconfig", "packaging.version"):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _no_dump():
+    """PR_SET_DUMPABLE 0: same-uid processes cannot ptrace us or open /proc/<pid>/fd."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(4, 0, 0, 0, 0)
+    except Exception:  # noqa: BLE001 - non-Linux: the sandbox's uid separation still applies
+        pass
+
+
+# ------------------------------------------------------------------------------------ child
+_WATCHED_PREFIXES = ("_pytest", "pytest", "pluggy", "unittest", "iniconfig")
+_WATCHED = ("builtins", "sys", "os", "posix", "io", "_io", "json", "json.encoder", "json.decoder", "_json",
+            "traceback", "inspect", "types", "functools", "warnings", "contextlib", "__main__", "gc", "marshal")
+#: Module globals pytest itself rebinds while tests run.
+_MUTABLE = {
+    ("_pytest.assertion.util", "_reprcompare"), ("_pytest.assertion.util", "_assertion_pass"),
+    ("_pytest.assertion.util", "_config"), ("sys", "last_type"), ("sys", "last_value"),
+    ("sys", "last_traceback"), ("sys", "last_exc"), ("sys", "stdout"), ("sys", "stderr"), ("sys", "stdin"),
+    ("sys", "displayhook"), ("sys", "excepthook"), ("sys", "unraisablehook"), ("sys", "breakpointhook"),
+    ("__main__", "__builtins__"), ("builtins", "_"), ("warnings", "_showwarnmsg_impl"), ("warnings", "showwarning"),
+    ("warnings", "_showwarning_orig"),
+    ("_pytest.config", "Config._getini_unknown_type"),  # the legacypath plugin's documented patch
+}
+
+
+def _interesting(value):
+    return callable(value) or isinstance(value, type(sys))
+
+
+def _watched_modules():
+    out = {}
+    for name, mod in list(sys.modules.items()):
+        if mod is None:
+            continue
+        if name in _WATCHED or name.split(".")[0] in _WATCHED_PREFIXES:
+            out[name] = mod
+    return out
+
+
+def _snapshot():
+    """(namespace, name, object) for every function/class of the watched modules and their classes.
+
+    The namespaces are the live module dicts and class mappingproxies, so a check is one
+    identity test per entry (cheap enough to run around every report).
+    """
+    entries = []
+    mods = _watched_modules()
+    for mname, mod in mods.items():
+        try:
+            ns = vars(mod)
+        except TypeError:
+            continue
+        for key, value in list(ns.items()):
+            if (mname, key) in _MUTABLE or not _interesting(value):
+                continue
+            entries.append((ns, key, value))
+            if isinstance(value, type) and getattr(value, "__module__", None) == mname:
+                cls_ns = vars(value)
+                for attr, member in list(cls_ns.items()):
+                    if (mname, key + "." + attr) in _MUTABLE:
+                        continue
+                    if _interesting(member) or isinstance(member, (staticmethod, classmethod, property)):
+                        entries.append((cls_ns, attr, member))
+    return entries, tuple(mods.items()), sys.modules
+
+
+def _changed(before):
+    """Names of the watched objects that are not the ones snapshotted (removed ones included)."""
+    entries, mods, modules = before
+    missing = object()
+    out = [f"{k}" for ns, k, v in entries if ns.get(k, missing) is not v]
+    out += [f"sys.modules[{name!r}]" for name, mod in mods if modules.get(name) is not mod]
+    if sys.modules is not modules:
+        out.append("sys.modules")
+    return out
+
+
+class Recorder:
+    """Per-test outcomes to the parent, with integrity checks around every report."""
+
+    def __init__(self, fd, write=os.write, dumps=json.dumps, gettrace=sys.gettrace, getprofile=sys.getprofile):
+        self.fd = fd
+        self._write, self._dumps, self._gettrace, self._getprofile = write, dumps, gettrace, getprofile
+        self._own = {k: id(v) for k, v in vars(self).items()}
+        self.before = _snapshot()
+        self.plugins = None
+        self.tampered = []
+
+    def send(self, record):
+        data = (self._dumps(record) + "\n").encode("utf-8", "replace")
+        while data:
+            n = self._write(self.fd, data)
+            data = data[n:]
+
+    def check(self, where):
+        problems = _changed(self.before)
+        if any(id(vars(self).get(k)) != v for k, v in self._own.items()):
+            problems.append("the recorder's own state was replaced")
+        if self._gettrace() is not None or self._getprofile() is not None:
+            problems.append("a trace/profile function is installed")
+        monitoring = getattr(sys, "monitoring", None)
+        if monitoring is not None and any(monitoring.get_tool(i) is not None for i in range(6)):
+            problems.append("a sys.monitoring tool is registered")
+        if self.plugins is not None and self._plugin_state() != self.plugins:
+            problems.append("the set of pytest plugins or hook implementations changed")
+        if problems and not self.tampered:
+            self.tampered = problems[:200]
+            self.send({"k": "tampered", "where": where, "what": self.tampered})
+
+    def _plugin_state(self):
+        pm = self.config.pluginmanager
+        hooks = {}
+        for name in dir(pm.hook):
+            caller = getattr(pm.hook, name, None)
+            get = getattr(caller, "get_hookimpls", None)
+            if get is not None:
+                hooks[name] = tuple(id(h.function) for h in get())
+        return (tuple(sorted(id(p) for p in pm.get_plugins())), tuple(sorted(hooks.items())))
+
+    # -- hooks --------------------------------------------------------------------------
+    def pytest_configure(self, config):
+        self.config = config
+
+    def pytest_collectstart(self, collector):
+        # the first collector is the session, before any test module (or agent code) is
+        # imported, and after pytest registered its own session-time plugins
+        if self.plugins is None:
+            self.plugins = self._plugin_state()
+        self.check("collection")
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.send({"k": "collect", "nodeid": report.nodeid, "text": str(report.longreprtext)[-3000:]})
+
+    def pytest_runtest_logreport(self, report):
+        self.check(report.nodeid)
+        msg = ""
+        if report.failed:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            msg = getattr(crash, "message", None) or str(report.longreprtext)
+        self.send({"k": "test", "nodeid": report.nodeid, "when": report.when, "outcome": report.outcome, "msg": msg[:2000]})
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        self.check("sessionfinish")
+        self.send({"k": "done", "exit": int(exitstatus)})
+
+
+def _child(cfg, res_w, out_w, nstd):
+    os.setpgid(0, 0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out_w, 1)
+    os.dup2(out_w, 2)
+    for fd in range(3, 1024):
+        if fd != res_w:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    sys.stdin = open(os.devnull)  # noqa: SIM115 - the child's stdin for its whole life
+    sys.stdout = os.fdopen(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+    sys.stderr = sys.stdout
+    os.environ.pop("PYTEST_ADDOPTS", None)
+    os.environ.pop("PYTEST_PLUGINS", None)
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    root = os.getcwd()
+    sys.path.insert(nstd, root)  # the package under test: after the stdlib, before site dirs
+    import pytest
+
+    code = 4
+    try:
+        rec = Recorder(res_w)
+        code = int(pytest.main(list(cfg["args"]), plugins=[rec]))
+    except BaseException as exc:  # noqa: BLE001 - report, never hang
+        try:
+            os.write(res_w, (json.dumps({"k": "crash", "text": repr(exc)[:500]}) + "\n").encode())
+        except Exception:  # noqa: BLE001
+            pass
+    try:
+        sys.stdout.flush()
+    except Exception:  # noqa: BLE001
+        pass
+    os._exit(code)
+
+
+# ----------------------------------------------------------------------------------- parent
+def _drain(fds, deadline, caps):
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    bufs = {fd: bytearray() for fd in fds}
+    for fd in fds:
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ)
+    open_fds = set(fds)
+    while open_fds:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return bufs, False
+        for key, _ in sel.select(min(left, 1.0)):
+            try:
+                chunk = os.read(key.fd, 65536)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                sel.unregister(key.fd)
+                open_fds.discard(key.fd)
+                continue
+            buf = bufs[key.fd]
+            buf += chunk
+            if len(buf) > caps[key.fd]:
+                del buf[: len(buf) - caps[key.fd]]
+    return bufs, True
+
+
+def main():
+    os.write(1, BANNER)
+    cfg = json.loads(sys.argv[1])
+    nstd = _boot_paths(cfg["site"])
+    _preimport()
+    _no_dump()
+    res_r, res_w = os.pipe()
+    out_r, out_w = os.pipe()
+    t0 = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        os.close(res_r)
+        os.close(out_r)
+        _child(cfg, res_w, out_w, nstd)
+    os.close(res_w)
+    os.close(out_w)
+    nonce = sys.stdin.buffer.readline().strip().decode("ascii", "replace")
+    bufs, finished = _drain([res_r, out_r], t0 + float(cfg["deadline"]), {res_r: 8 << 20, out_r: 64 << 10})
+    status = None
+    if not finished:
+        for target in (-pid, pid):
+            try:
+                os.kill(target, 9)
+            except OSError:
+                pass
+    try:
+        _, raw = os.waitpid(pid, 0)
+        status = os.waitstatus_to_exitcode(raw)
+    except ChildProcessError:
+        pass
+    records = []
+    for line in bytes(bufs[res_r]).decode("utf-8", "replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            records.append(rec)
+    out = {"records": records, "timed_out": not finished, "status": status,
+           "console": bytes(bufs[out_r]).decode("utf-8", "replace")}
+    _write_all(1, (nonce + " " + json.dumps(out) + "\n").encode())
+    os._exit(0)
+
+
+def _write_all(fd, data):
+    while data:
+        data = data[os.write(fd, data):]
+
+
+if __name__ == "__main__":
+    main()
