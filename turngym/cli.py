@@ -278,7 +278,8 @@ def _setup_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("runs/default"), help="output directory (default: runs/default)")
     p.add_argument("--model", help="tiny (embedded, default), smollm2, or a local HF model directory")
     p.add_argument("--seed", type=int, help="seed (default: 0)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last valid save (a finished run: nothing to do)")
+    p.add_argument("--overwrite", action="store_true", help="discard the results of an earlier run in --out and start over")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="any TrainConfig field (e.g. lr=1e-4)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -297,8 +298,10 @@ def _run_train(args: argparse.Namespace) -> int:
         fields["env_kwargs"] = {}  # the default env's arguments do not apply to another env
     if args.resume and fields:
         raise SystemExit("error: --resume continues the saved config in --out; do not combine it with other options")
+    if args.resume and args.overwrite:
+        raise SystemExit("error: --resume continues the run in --out and --overwrite discards it: pass one of them")
     config = TrainConfig.from_dict(fields)
-    result = Trainer(config, args.out, resume=args.resume, progress=not args.quiet).run()
+    result = Trainer(config, args.out, resume=args.resume, overwrite=args.overwrite, progress=not args.quiet).run()
     print(f"success rate before (warm start): {result.success_before:.1%}")
     print(f"success rate after RL:            {result.success_after:.1%}  ({result.improvement * 100:+.1f} points)")
     return 0

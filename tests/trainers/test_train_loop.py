@@ -37,7 +37,9 @@ def _tiny(**kw) -> TrainConfig:
 
 
 def _weights(out: Path) -> dict:
-    return torch.load(out / "checkpoint" / "trainable.pt")
+    """The trainable weights of the run's last committed checkpoint."""
+    state = json.loads((out / "state.json").read_text())
+    return torch.load(out / state["checkpoint"] / "trainable.pt")
 
 
 def _rl_lines(out: Path) -> list[dict]:
@@ -85,7 +87,7 @@ def test_each_turns_advantage_lands_on_its_own_tokens() -> None:
 def test_training_changes_parameters_and_writes_artifacts(tmp_path: Path) -> None:
     out = tmp_path / "run"
     result = Trainer(_tiny(steps=2), out, progress=False, log=None).run()
-    warm = torch.load(out / "checkpoint" / "trainable.pt")
+    warm = _weights(out)
     from transformers import AutoModelForCausalLM
 
     start = AutoModelForCausalLM.from_pretrained(out / "warm_start").state_dict()
@@ -122,7 +124,7 @@ def test_resume_continues_exactly(tmp_path: Path) -> None:
     Trainer(_tiny(), straight, progress=False, log=None).run()
     with pytest.raises(_Killed):
         _DiesAtStep(_tiny(), killed, progress=False, log=None).run()
-    assert json.loads((killed / "checkpoint" / "state.json").read_text())["step"] == 2
+    assert json.loads((killed / "state.json").read_text())["step"] == 2
     Trainer(TrainConfig(), killed, resume=True, progress=False, log=None).run()  # config comes from the run dir
     a, b = _weights(straight), _weights(killed)
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
@@ -143,7 +145,7 @@ def test_lora_and_kl_run_and_resume(tmp_path: Path) -> None:
     killer = type("_DiesAtOne", (_DiesAtStep,), {"die_at": 1})
     with pytest.raises(_Killed):
         killer(cfg, out, progress=False, log=None).run()
-    state = torch.load(out / "checkpoint" / "trainable.pt")
+    state = _weights(out)
     assert state and all("lora" in k for k in state)  # only the adapters are checkpointed
     Trainer(TrainConfig(), out, resume=True, progress=False, log=None).run()
     rl = [r for r in _rl_lines(out) if r["phase"] == "rl"]

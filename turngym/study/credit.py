@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from turngym.core.errors import ConfigError
+from turngym.trainers.atomic import is_complete_dir, write_text
 
 __all__ = ["CLAIMS", "ENV_PRESETS", "RunSpec", "StudyConfig", "plan_runs", "run_one", "run_study"]
 
@@ -267,7 +268,7 @@ def warm_start(cfg: StudyConfig, env: str, seed: int) -> Path:
     from turngym.trainers.loop import Trainer
 
     out = warm_start_dir(cfg, env, seed)
-    if (out / "model" / "config.json").exists():
+    if is_complete_dir(out / "model"):  # a model directory is reused only if it was saved whole
         return out / "model"
     train_cfg = _train_config(cfg, RunSpec("warm", env, "grpo", seed), steps=1)
     return Trainer(train_cfg, out, progress=False, log=None).warm_start_only(out / "model")
@@ -282,7 +283,7 @@ def run_one(cfg: StudyConfig, spec: RunSpec, steps: int) -> dict[str, Any]:
     preset = ENV_PRESETS[spec.env]
     train_cfg = replace(_train_config(cfg, spec, steps), model=str(warm_start(cfg, spec.env, spec.seed)), warmup_steps=0)
     t0 = time.perf_counter()
-    trainer = Trainer(train_cfg, out, progress=False, log=None)
+    trainer = Trainer(train_cfg, out, overwrite=True, progress=False, log=None)  # a run without study.json is redone
     result = trainer.run()
     # the pool evaluation of the trained policy (the trainer's final one), with its episodes
     pool = _episode_stats(trainer.last_eval_episodes, preset.env_id, train_cfg.env_kwargs)
@@ -298,8 +299,8 @@ def run_one(cfg: StudyConfig, spec: RunSpec, steps: int) -> dict[str, Any]:
         "pool_eval": pool, "heldout_eval": held, "seconds": round(time.perf_counter() - t0, 1),
         "warm_start": str(warm_start_dir(cfg, spec.env, spec.seed)), "train_config": train_cfg.to_dict(),
     }
-    (out / "study.json").write_text(json.dumps(record, indent=1, default=str))
-    for heavy in ("checkpoint", "checkpoint.old", "warm_start"):  # weights are not part of the evidence
+    write_text(out / "study.json", json.dumps(record, indent=1, default=str))  # atomic: it marks the run done
+    for heavy in ("checkpoints", "warm_start"):  # weights are not part of the evidence
         shutil.rmtree(out / heavy, ignore_errors=True)
     return record
 
@@ -346,7 +347,7 @@ def run_study(cfg: StudyConfig, *, log: Callable[[str], None] = print) -> Path:
     todo = [r for r in runs if not (cfg.out / "runs" / r.name / "study.json").exists()]
     if len(todo) < len(runs):
         log(f"{len(runs) - len(todo)} of {len(runs)} runs already done (their study.json exists): skipping them")
-    warm = sorted({(r.env, r.seed) for r in todo if not (warm_start_dir(cfg, r.env, r.seed) / "model").exists()})
+    warm = sorted({(r.env, r.seed) for r in todo if not is_complete_dir(warm_start_dir(cfg, r.env, r.seed) / "model")})
     log(f"{len(warm)} warm starts (one per env and seed, shared by its arms), then {len(todo)} training runs, {cfg.jobs} at a time")
     for path in _map(warm_start, [(cfg, env, seed) for env, seed in warm], cfg.jobs):
         log(f"warm start ready: {path}")

@@ -5,7 +5,8 @@
   ``turngym train`` (torch and transformers are imported when a run starts).
 """
 
+from turngym.trainers.atomic import ArtifactError
 from turngym.trainers.config import TrainConfig
 from turngym.trainers.loop import Trainer, TrainResult, train
 
-__all__ = ["TrainConfig", "TrainResult", "Trainer", "train"]
+__all__ = ["ArtifactError", "TrainConfig", "TrainResult", "Trainer", "train"]

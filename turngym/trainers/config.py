@@ -111,6 +111,9 @@ class TrainConfig:
     """Turns of history in each prompt (None = all)."""
     save_every: int = 1
     """Checkpoint every N RL steps (and always at the end)."""
+    keep_checkpoints: int = 2
+    """Checkpoints kept on disk, newest first: resume falls back to an older one when the newest
+    is damaged."""
     threads: int = 1
     """torch CPU threads (0 = torch's default). One is fastest for the tiny model: its matrices
     are too small to amortize thread synchronization, and on a busy machine extra OpenMP
@@ -127,7 +130,7 @@ class TrainConfig:
             raise ConfigError(f"unknown algo {self.algo!r}.{hint} Choose one of: {', '.join(sorted(ESTIMATORS))}")
         if self.algo == "gae":
             raise ConfigError("algo 'gae' needs a learned critic's values (a 'value' column); the built-in loop is critic-free: use gae_grouped")
-        positive = ("steps", "groups_per_step", "group_size", "max_new_tokens", "micro_batch_size", "minibatches", "ppo_epochs", "warmup_batch_size", "save_every")
+        positive = ("steps", "groups_per_step", "group_size", "max_new_tokens", "micro_batch_size", "minibatches", "ppo_epochs", "warmup_batch_size", "save_every", "keep_checkpoints")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -167,7 +170,10 @@ class TrainConfig:
         return cls(**data)
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(self.to_dict(), indent=2))
+        """Write the config atomically (a kill leaves the old file or the new one, never half)."""
+        from turngym.trainers.atomic import write_json
+
+        write_json(path, self.to_dict())
 
     @classmethod
     def load(cls, path: Path) -> TrainConfig:

@@ -12,17 +12,19 @@
    advantage on its action tokens and minimize the clipped policy-gradient loss (+ β·KL to the
    warm-started policy as a separate loss term) with gradient accumulation.
 3. **Bookkeeping** — ``OUT/metrics.jsonl`` (one JSON line per warm-up chunk, evaluation and RL
-   step), a checkpoint after every ``save_every`` steps (weights or LoRA adapters, optimizer,
-   step) from which ``resume=True`` continues *exactly* (every random draw of step ``k`` is
-   seeded by ``(seed, k)``), ``OUT/learning_curve.png`` and ``OUT/summary.json``.
+   step), the warm-started model, a checkpoint after every ``save_every`` steps (weights or LoRA
+   adapters, optimizer), ``OUT/learning_curve.png`` and ``OUT/summary.json``.
+
+Every phase ends with an atomic commit (:mod:`turngym.trainers.rundir`), so ``resume=True``
+continues a run killed at any point *exactly* where an uninterrupted run would be: every random
+draw of step ``k`` is seeded by ``(seed, k)``, the warm start is never redone on top of itself, a
+finished run is left as it is, and damaged files are named instead of loaded.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -33,7 +35,9 @@ from typing import Any
 import numpy as np
 
 from turngym.core.errors import ConfigError
+from turngym.trainers.atomic import ArtifactError, write_json
 from turngym.trainers.config import TrainConfig
+from turngym.trainers.rundir import ResumePoint, RunDir
 
 __all__ = ["Trainer", "TrainResult", "train"]
 
@@ -67,26 +71,48 @@ class Trainer:
     Args:
         config: the run (ignored on resume: the saved ``OUT/config.json`` is used).
         out: output directory.
-        resume: continue from ``OUT/checkpoint`` instead of starting over.
+        resume: continue the run in ``out`` from its last valid save instead of starting over.
+        overwrite: start over even if ``out`` holds a run's results (they are deleted); without
+            it, a fresh run refuses such a directory rather than silently replacing its results.
         progress: show progress bars (stderr).
         log: where one-line status messages go (None = silent).
+        hook: called with the name of every save and evaluation boundary as the run reaches it
+            (``"eval@0"``, ``"checkpoint written@3"``, ...) — fault-injection tests raise from it
+            to stop the run exactly there.
     """
 
-    def __init__(self, config: TrainConfig, out: str | Path, *, resume: bool = False, progress: bool = True, log: Callable[[str], None] | None = print) -> None:
+    def __init__(self, config: TrainConfig, out: str | Path, *, resume: bool = False, overwrite: bool = False, progress: bool = True,
+                 log: Callable[[str], None] | None = print, hook: Callable[[str], None] | None = None) -> None:
         self.out = Path(out)
+        self.rundir = RunDir(self.out)
         self.resume = resume
+        self.overwrite = overwrite
+        self.hook = hook
         self.last_eval_episodes: list[Any] = []
         """Episodes of the latest :meth:`evaluate` (tool calls, hops, … beyond its success rate)."""
+        if resume and overwrite:
+            raise ConfigError("resume continues the run in out, overwrite discards it: pass one of them")
         if resume:
-            if not (self.out / "config.json").exists():
-                raise ConfigError(f"nothing to resume in {self.out}: no config.json (start without --resume)")
-            config = TrainConfig.load(self.out / "config.json")
+            config = self._saved_config()
         self.config = config
         self.progress = progress
         self.log = log or (lambda msg: None)
 
+    def _saved_config(self) -> TrainConfig:
+        path = self.rundir.config
+        if not path.exists():
+            if self.rundir.holds_results():
+                raise ArtifactError(f"{path} is missing, so the run in {self.out} cannot be continued: start over with "
+                                    f"`turngym train --out {self.out} --overwrite` (discards its results), or restore config.json")
+            raise ConfigError(f"nothing to resume in {self.out}: no config.json (start without --resume)")
+        try:
+            return TrainConfig.load(path)
+        except (ValueError, TypeError, UnicodeDecodeError) as exc:
+            raise ArtifactError(f"{path} is damaged ({exc}): restore it, or start over with `turngym train --out {self.out} --overwrite`") from exc
+
     # ---------------------------------------------------------------------- setup
-    def _setup(self) -> None:
+    def _setup(self, source: Path) -> None:
+        """Load the policy from ``source`` (the base model, or the run's saved warm start)."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -98,8 +124,6 @@ class Trainer:
             torch.set_num_threads(cfg.threads)
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.autocast = cfg.bf16 and self.device == "cuda"
-        warm_dir = self.out / "warm_start"
-        source = warm_dir if self.resume and (warm_dir / "config.json").exists() else self._model_path()
         self.tokenizer = AutoTokenizer.from_pretrained(source)
         dtype = torch.bfloat16 if self.autocast else torch.float32
         self.model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(self.device)
@@ -218,7 +242,7 @@ class Trainer:
             bar.update(1)
             bar.set_postfix(nll=f"{np.mean(losses[-5:]):.3f}")
             if (step + 1) % 25 == 0 or step + 1 == len(batches):
-                self._metric({"phase": "warmup", "step": step + 1, "nll": float(np.mean(losses[-25:]))})
+                self.rundir.append_metric({"phase": "warmup", "step": step + 1, "nll": float(np.mean(losses[-25:]))})
         bar.close()
         self.model = self._merge_warmup(model)
 
@@ -241,9 +265,13 @@ class Trainer:
             from peft import LoraConfig, get_peft_model
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ConfigError("LoRA needs peft: pip install peft (or pass lora=False)") from exc
+        import torch
+
         cfg = self.config
         lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules="all-linear", lora_dropout=0.0, task_type="CAUSAL_LM")
-        return get_peft_model(model, lora)
+        with torch.random.fork_rng(devices=[]):  # adapters initialised from the seed alone: a resumed run draws the same ones
+            torch.manual_seed(cfg.seed)
+            return get_peft_model(model, lora)
 
     # ---------------------------------------------------------------------- RL step
     def _rl_step(self, step: int, opt: Any) -> dict[str, Any]:
@@ -387,10 +415,12 @@ class Trainer:
 
         return tqdm(total=total, initial=initial, desc=desc, disable=not self.progress, file=sys.stderr, dynamic_ncols=True)
 
-    def _metric(self, record: dict[str, Any]) -> None:
-        with open(self.out / "metrics.jsonl", "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record) + "\n")
-        self._metrics_lines += 1
+    def _event(self, name: str) -> None:
+        if self.hook is not None:
+            self.hook(name)
+
+    def _sub_hook(self, label: str) -> Callable[[str], None]:
+        return lambda what: self._event(f"{label} {what}")
 
     # ---------------------------------------------------------------------- checkpoints
     def _trainable_state(self) -> dict[str, Any]:
@@ -403,138 +433,204 @@ class Trainer:
     def _save_checkpoint(self, step: int, opt: Any, before: float) -> None:
         import torch
 
-        tmp = self.out / "checkpoint.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        torch.save(self._trainable_state(), tmp / "trainable.pt")
-        torch.save(opt.state_dict(), tmp / "optimizer.pt")
-        (tmp / "state.json").write_text(json.dumps({"step": step, "success_before": before, "metrics_lines": self._metrics_lines}))
-        final = self.out / "checkpoint"
-        old = self.out / "checkpoint.old"
-        shutil.rmtree(old, ignore_errors=True)
-        if final.exists():
-            os.replace(final, old)
-        os.replace(tmp, final)  # a kill at any point leaves checkpoint or checkpoint.old intact
-        shutil.rmtree(old, ignore_errors=True)
+        rd = self.rundir
+        path = rd.checkpoint_dir(step)
+        commit, metrics = rd.commit("rl", step, success_before=before, checkpoint=path.relative_to(self.out).as_posix())
 
-    def _load_checkpoint(self, opt: Any) -> dict[str, Any]:
+        def write(tmp: Path) -> None:
+            torch.save(self._trainable_state(), tmp / "trainable.pt")
+            torch.save(opt.state_dict(), tmp / "optimizer.pt")
+
+        rd.save_artifact(path, write, commit, metrics, hook=self._sub_hook(f"checkpoint@{step}"))
+        self._event(f"checkpoint saved@{step}")
+        rd.write_state(commit)
+        self._event(f"checkpoint committed@{step}")
+        rd.prune(self.config.keep_checkpoints)
+        self._checkpoint = commit.checkpoint
+
+    def _load_checkpoint(self, point: ResumePoint, opt: Any) -> None:
+        """Weights (or adapters) and optimizer state of a verified checkpoint into the live objects."""
         import torch
 
-        final = self.out / "checkpoint"
-        if not (final / "state.json").exists() and (self.out / "checkpoint.old" / "state.json").exists():
-            final = self.out / "checkpoint.old"
-        state = json.loads((final / "state.json").read_text())
-        weights = torch.load(final / "trainable.pt", map_location=self.device)
-        if self.config.use_lora:
-            from peft import set_peft_model_state_dict
+        assert point.source is not None
+        fix = f"delete {point.source} to resume from the checkpoint before it, or start over with `turngym train --out {self.out} --overwrite`"
+        for name, target in (("trainable.pt", self.model), ("optimizer.pt", opt)):
+            file = point.source / name
+            try:
+                state = torch.load(file, map_location=self.device)
+                if name == "optimizer.pt":
+                    opt.load_state_dict(state)
+                elif self.config.use_lora:
+                    from peft import set_peft_model_state_dict
 
-            set_peft_model_state_dict(self.model, weights)
-        else:
-            self.model.load_state_dict(weights)
-        opt.load_state_dict(torch.load(final / "optimizer.pt", map_location=self.device))
-        lines = (self.out / "metrics.jsonl").read_text().splitlines()[: state["metrics_lines"]]
-        (self.out / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))  # drop lines after the checkpoint
-        self._metrics_lines = len(lines)
-        return state
+                    set_peft_model_state_dict(target, state)
+                else:
+                    target.load_state_dict(state)
+            except Exception as exc:  # a file that verifies but does not fit this run's model
+                raise ArtifactError(f"{file} cannot be loaded into this run ({type(exc).__name__}: {exc}); {fix}") from exc
+        self._checkpoint = point.commit.checkpoint
 
     # ---------------------------------------------------------------------- run
-    def run(self) -> TrainResult:
+    def _begin(self) -> ResumePoint | None:
+        """Prepare ``out`` and return where the run continues (None: from the beginning)."""
+        rd = self.rundir
+        self.out.mkdir(parents=True, exist_ok=True)
+        if self.resume:
+            point, notes = rd.resume_point(self.config.steps)
+            for note in notes:
+                self.log(f"warning: {note}")
+            if point is None:
+                self.log(f"nothing of the run in {self.out} was saved yet: starting it from the beginning")
+                rd.restore_metrics("", "the start")
+                rd.write_state(rd.commit("started")[0])
+                return None
+            note = rd.restore_metrics(point.metrics, str(point.source or rd.state))
+            if note:
+                self.log(f"warning: {note}")
+            return point
+        if rd.holds_results() and not self.overwrite:
+            raise ConfigError(f"{self.out} already holds a training run ({rd.describe(self.config.steps)}): pass --resume to continue it, "
+                              "--overwrite to discard it and start over, or choose another --out")
+        rd.clear()
+        self.config.save(rd.config)
+        rd.write_state(rd.commit("started")[0])
+        return None
+
+    def _rl_setup(self) -> Any:
+        """From the warm-started policy to the RL one: adapters, the KL reference, the optimizer."""
         import copy
 
         cfg = self.config
-        start_time = time.perf_counter()
-        self.out.mkdir(parents=True, exist_ok=True)
-        can_resume = self.resume and any((self.out / d / "state.json").exists() for d in ("checkpoint", "checkpoint.old"))
-        if not self.resume:
-            self._clear_outputs()
-        self._prepare()
+        if cfg.use_lora:
+            self.model = self._add_lora(self.model)
+        self._ref_model = copy.deepcopy(self.model).eval() if cfg.kl_coef > 0 and not cfg.use_lora else None
+        return self._optimizer()
 
-        if self.resume and can_resume:
-            if cfg.use_lora:
-                self.model = self._add_lora(self.model)
-            self._ref_model = copy.deepcopy(self.model).eval() if cfg.kl_coef > 0 and not cfg.use_lora else None
-            opt = self._optimizer()
-            state = self._load_checkpoint(opt)
-            first, before = state["step"], state["success_before"]
-            self.log(f"resuming {self.out} at step {first}/{cfg.steps}")
-        else:
-            if self.resume:
-                self.log(f"no checkpoint in {self.out} yet: starting from the beginning")
-                (self.out / "metrics.jsonl").unlink(missing_ok=True)
+    def run(self) -> TrainResult:
+        cfg = self.config
+        rd = self.rundir
+        start_time = time.perf_counter()
+        point = self._begin()
+        self._prepare()
+        phase = point.commit.phase if point else "started"
+        if point is not None and phase == "finished":
+            return self._already_finished(point, start_time)
+
+        if phase == "started":
+            self._setup(self._model_path())
+            self._event("warm_start@0")
             self._warm_start()
-            self._save_model(self.out / "warm_start")
+            commit, metrics = rd.commit("warm_started")
+            rd.save_artifact(rd.warm_start, self._save_model, commit, metrics, hook=self._sub_hook("warm_start@0"))
+            self._event("warm_start saved@0")
+            rd.write_state(commit)
+        else:
+            self._setup(rd.warm_start)  # verified by resume_point
+
+        if phase in ("started", "warm_started"):
+            if phase == "warm_started":
+                self.log(f"resuming {self.out}: the warm start is saved; evaluating it")
+            self._event("eval@0")
             before = self.evaluate()
-            self._metric({"phase": "eval", "step": 0, "success": before, "label": "warm start"})
+            rd.append_metric({"phase": "eval", "step": 0, "success": before, "label": "warm start"})
+            self._event("eval logged@0")
             self.log(f"success rate of the warm-started policy: {before:.1%} ({cfg.eval_episodes} episodes)")
-            if cfg.use_lora:
-                self.model = self._add_lora(self.model)
-            self._ref_model = copy.deepcopy(self.model).eval() if cfg.kl_coef > 0 and not cfg.use_lora else None
-            opt = self._optimizer()
+            opt = self._rl_setup()
             first = 0
             self._save_checkpoint(0, opt, before)
+        else:
+            assert point is not None and point.commit.success_before is not None
+            opt = self._rl_setup()
+            self._load_checkpoint(point, opt)
+            first, before = point.commit.step, point.commit.success_before
+            self.log(f"resuming {self.out} at step {first}/{cfg.steps}")
 
         bar = self._bar(cfg.steps, f"{cfg.algo} on {cfg.env_id}", initial=first)
         for step in range(first, cfg.steps):
+            self._event(f"rl@{step + 1}")
             record = self._rl_step(step, opt)
-            self._metric(record)
+            rd.append_metric(record)
+            self._event(f"rl logged@{step + 1}")
             bar.update(1)
             bar.set_postfix(success=f"{record['success']:.2f}", loss=f"{record['loss']:+.3f}")
             if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
-                self._metric({"phase": "eval", "step": step + 1, "success": self.evaluate()})
+                self._event(f"eval@{step + 1}")
+                rd.append_metric({"phase": "eval", "step": step + 1, "success": self.evaluate()})
+                self._event(f"eval logged@{step + 1}")
             if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
                 self._save_checkpoint(step + 1, opt, before)
         bar.close()
 
+        self._event(f"eval@{cfg.steps}")
         after = self.evaluate()
-        self._metric({"phase": "eval", "step": cfg.steps, "success": after, "label": "after RL"})
-        self._save_checkpoint(cfg.steps, opt, before)
+        rd.append_metric({"phase": "eval", "step": cfg.steps, "success": after, "label": "after RL"})
+        self._event(f"eval logged@{cfg.steps}")
+        rd.write_state(rd.commit("finished", cfg.steps, success_before=before, success_after=after, checkpoint=self._checkpoint)[0])
+        self._event(f"finished@{cfg.steps}")
         seconds = time.perf_counter() - start_time
-        result = TrainResult(success_before=before, success_after=after, steps=cfg.steps, seconds=seconds, out=self.out)
+        self._write_summary(before, after, seconds)
+        self._event(f"summary@{cfg.steps}")
+        self._plot()
+        self.log(f"success rate: {before:.1%} (warm start) -> {after:.1%} (after {cfg.steps} RL steps, {cfg.algo}); "
+                 f"{seconds:.0f} s; see {self.out}/metrics.jsonl and learning_curve.png")
+        return TrainResult(success_before=before, success_after=after, steps=cfg.steps, seconds=seconds, out=self.out)
+
+    def _already_finished(self, point: ResumePoint, start_time: float) -> TrainResult:
+        """Resuming a finished run changes nothing (it only restores a lost summary or plot)."""
+        cfg, commit = self.config, point.commit
+        before = commit.success_before if commit.success_before is not None else float("nan")
+        after = commit.success_after if commit.success_after is not None else float("nan")
+        self.log(f"{self.out} is already finished ({commit.step}/{cfg.steps} RL steps, success {before:.1%} -> {after:.1%}): "
+                 "nothing to do (pass --overwrite to train it again)")
+        seconds = time.perf_counter() - start_time
+        try:
+            json.loads((self.out / "summary.json").read_text())
+        except (OSError, ValueError):
+            self._write_summary(before, after, 0.0)
+        if not (self.out / "learning_curve.png").exists():
+            self._plot()
+        return TrainResult(success_before=before, success_after=after, steps=commit.step, seconds=seconds, out=self.out)
+
+    def _write_summary(self, before: float, after: float, seconds: float) -> None:
+        cfg = self.config
         summary = {"env_id": cfg.env_id, "algo": cfg.algo, "model": cfg.model, "success_before": before, "success_after": after,
                    "improvement": after - before, "steps": cfg.steps, "seconds_this_session": round(seconds, 1)}
-        (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
+        write_json(self.out / "summary.json", summary)
+
+    def _plot(self) -> None:
+        cfg = self.config
         try:
             from turngym.trainers.plot import plot_learning_curve
 
-            plot_learning_curve(self.out / "metrics.jsonl", self.out / "learning_curve.png", title=f"{cfg.algo} on {cfg.env_id}")
+            plot_learning_curve(self.rundir.metrics, self.out / "learning_curve.png", title=f"{cfg.algo} on {cfg.env_id}")
         except ImportError:
             self.log("matplotlib is not installed: skipped learning_curve.png (pip install matplotlib)")
-        self.log(f"success rate: {before:.1%} (warm start) -> {after:.1%} (after {cfg.steps} RL steps, {cfg.algo}); "
-                 f"{seconds:.0f} s; see {self.out}/metrics.jsonl and learning_curve.png")
-        return result
 
     def warm_start_only(self, save_to: str | Path) -> Path:
         """Run only the imitation phase and save the warm-started model (a normal HF model
-        directory, written atomically) to ``save_to``; its NLL curve goes to ``OUT/metrics.jsonl``.
+        directory, written atomically with a manifest) to ``save_to``; its NLL curve goes to
+        ``OUT/metrics.jsonl`` (``out``'s earlier files are replaced: this is a building block
+        whose callers decide whether to rebuild, with :func:`turngym.trainers.atomic.is_complete_dir`).
 
         A later run with ``model=save_to, warmup_steps=0`` starts RL from exactly these
         weights — how several estimators share one warm start.
         """
         save_to = Path(save_to)
         self.out.mkdir(parents=True, exist_ok=True)
-        self._clear_outputs()
+        self.rundir.clear()
+        self.config.save(self.rundir.config)
         self._prepare()
+        self._setup(self._model_path())
         self._warm_start()
-        tmp = save_to.with_name(save_to.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        self._save_model(tmp)
-        tmp.rename(save_to)
+        commit, metrics = self.rundir.commit("warm_started")
+        self.rundir.save_artifact(save_to, self._save_model, commit, metrics, hook=self._sub_hook("warm_start@0"))
         return save_to
-
-    def _clear_outputs(self) -> None:
-        """A fresh (not resumed) run: drop an earlier run's files from ``out``, save the config."""
-        for name in ("metrics.jsonl", "summary.json", "learning_curve.png"):
-            (self.out / name).unlink(missing_ok=True)
-        for name in ("checkpoint", "checkpoint.old", "warm_start"):
-            shutil.rmtree(self.out / name, ignore_errors=True)
-        self.config.save(self.out / "config.json")
 
     def _prepare(self) -> None:
         import torch
 
-        self._metrics_lines = 0
         torch.manual_seed(self.config.seed)
-        self._setup()
+        self._checkpoint: str | None = None
 
     def _save_model(self, path: Path) -> None:
         """The current weights and tokenizer as a normal HF model directory."""
@@ -546,7 +642,6 @@ class Trainer:
 
         params = [p for p in self.model.parameters() if p.requires_grad]
         return torch.optim.AdamW(params, lr=self.config.lr, weight_decay=self.config.weight_decay)
-
 
 def train(config: TrainConfig | None = None, out: str | Path = "runs/default", **options: Any) -> TrainResult:
     """Run :class:`Trainer` (``options``: ``resume``, ``progress``, ``log``)."""

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
+
+from turngym.trainers.atomic import complete_lines, write_bytes
 
 __all__ = ["plot_learning_curve"]
 
@@ -15,7 +18,7 @@ def plot_learning_curve(metrics: Path, out: Path, *, title: str = "") -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = [json.loads(line) for line in Path(metrics).read_text().splitlines() if line.strip()]
+    records = [json.loads(line) for line in complete_lines(Path(metrics)) if line.strip()]
     rl = [r for r in records if r.get("phase") == "rl"]
     evals = [r for r in records if r.get("phase") == "eval"]
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
@@ -31,6 +34,8 @@ def plot_learning_curve(metrics: Path, out: Path, *, title: str = "") -> Path:
     ax.legend(loc="lower right", fontsize=8)
     ax.set_title(title)
     fig.tight_layout()
-    fig.savefig(out)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
     plt.close(fig)
+    write_bytes(Path(out), buf.getvalue())  # atomic: a kill never leaves half a PNG
     return Path(out)
