@@ -138,13 +138,39 @@ def test_memory_limit_hit_does_not_break_the_session(sb):
         assert s.run_python("print(1)").stdout == "1\n"
 
 
-def test_a_thread_bomb_is_capped_as_processes():
+def test_every_process_of_a_run_is_born_inside_the_session_cgroup():
+    import threading
+
     sb = _sandbox("auto")
     try:
-        res = sb.run_python("import threading, time\nfor i in range(500):\n    threading.Thread(target=time.sleep, args=(5,), daemon=True).start()")
-        assert res.limit_hit == "processes" and not res.ok, res.summary()
+        if sb.cgroup_host is None:
+            pytest.skip("no writable cgroup here: the watchdog enforces instead")
+        with sb.open_session() as s:
+            assert s.cgroup is not None and s.uid is not None
+            src = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(3)\n    os._exit(0)\ntime.sleep(3)"
+            t = threading.Thread(target=s.run_python, args=(src,), kwargs={"limits": LIM.replace(wall_s=1.5)})
+            t.start()
+            try:
+                deadline = time.monotonic() + 5
+                mine: list[int] = []
+                while time.monotonic() < deadline and len(mine) < 2:
+                    mine = [int(e.name) for e in os.scandir("/proc") if e.name.isdigit() and _owner(e.path) == s.uid]
+                    time.sleep(0.05)
+                assert len(mine) >= 2, "the run's two processes never showed up"
+                inside = set(s.cgroup.procs())
+                assert set(mine) <= inside, (mine, inside)
+            finally:
+                t.join()
+            assert s.cgroup.procs() == []  # and nothing is left in it after the run
     finally:
         sb.close()
+
+
+def _owner(path: str) -> int | None:
+    try:
+        return os.stat(path).st_uid
+    except OSError:
+        return None
 
 
 # -- disk -----------------------------------------------------------------------------------------
