@@ -29,11 +29,11 @@ write a line of its own, having neither the stream nor the nonce.
 """
 
 import _socket
-import ast
 import builtins
 import functools
 import json
 import linecache
+import marshal
 import os
 import select
 import signal
@@ -131,15 +131,22 @@ def _kill_group(pid):
 
 
 def _referenced_names(codes):
-    """Top-level names test code may look up in the solution's module (builtins aside)."""
-    names = set()
+    """Top-level names test code may look up in the solution's module (builtins aside): the
+    global names of the compiled tests and of every function they define."""
+    names, stack = set(), []
     for code, mode in codes:
         try:
-            tree = ast.parse(code, mode=mode)
-        except SyntaxError:
+            stack.append(compile(code, "<names>", mode))
+        except (SyntaxError, ValueError):
             continue
-        names.update(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
+    while stack:
+        co = stack.pop()
+        names.update(co.co_names)
+        stack.extend(c for c in co.co_consts if isinstance(c, _CodeType))
     return sorted(n for n in names if not hasattr(builtins, n))
+
+
+_CodeType = type(compile("", "<names>", "exec"))
 
 
 class _Remote:
@@ -273,7 +280,7 @@ class _Grader:
     def _exchange(self, msg, deadline):
         """Send one request to the solution's process and wait (until ``deadline``) for its answer."""
         child = self.child
-        data = json.dumps(msg).encode("utf-8")
+        data = marshal.dumps(msg)
         data = len(data).to_bytes(4, "big") + data
         sent = 0
         while True:
@@ -338,9 +345,12 @@ class _Grader:
     def call(self, name, args, kwargs):
         if self.fault is not None or self.child is None:
             raise SolutionFault(self.fault or "the solution's process is gone")
+        msg = {"op": "call", "id": self.calls, "name": name, "args": list(args), "kwargs": dict(kwargs)}
         try:
-            msg = {"op": "call", "id": self.calls, "name": name,
-                   "args": wire.encode_obj(list(args)), "kwargs": wire.encode_obj(dict(kwargs))}
+            wire.encode_obj(msg["args"])  # plain data only, in the solution's direction too
+            wire.encode_obj(msg["kwargs"])
+            if len(marshal.dumps(msg)) > wire.MAX_FRAME:
+                raise ValueError(f"the arguments take more than {wire.MAX_FRAME} bytes")
         except (TypeError, ValueError) as exc:
             raise TypeError(f"the test passed {name}() an argument that cannot be sent to the solution: {exc}") from None
         self.calls += 1

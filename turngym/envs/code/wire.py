@@ -9,12 +9,13 @@ that is always true, an ``int`` subclass, a patched ``__repr__``) ever reaches t
 judges it. Both directions are size- and depth-limited so a hostile value cannot exhaust the
 reader. Nothing is unpickled and nothing is ``eval``-ed.
 
+``json`` and ``base64`` are imported only when needed, and :func:`dumps` uses the C encoder
+directly: the solution's process starts as a fresh interpreter for every step, and ``json``
+would drag ``re`` and friends into that start.
+
 :func:`same_value` is the comparison used wherever a result is judged: equal types,
 recursively (``True`` is not ``1``, ``1`` is not ``1.0``).
 """
-
-import base64
-import json
 
 __all__ = [
     "MAX_DEPTH",
@@ -25,8 +26,7 @@ __all__ = [
     "encode",
     "decode",
     "same_value",
-    "send_frame",
-    "recv_frame",
+    "dumps",
 ]
 
 #: Containers nest at most this deep (a deeper value is not plain data).
@@ -54,6 +54,8 @@ def encode_obj(value, depth=0):
     if t is dict:
         return {"D": [[encode_obj(k, depth + 1), encode_obj(v, depth + 1)] for k, v in value.items()]}
     if t is bytes:
+        import base64
+
         return {"B": base64.b64encode(value).decode("ascii")}
     if t is complex:
         return {"C": [value.real, value.imag]}
@@ -71,6 +73,9 @@ def decode_obj(obj, depth=0):
     if t is not dict or len(obj) != 1:
         raise ValueError("not an encoded plain value")
     ((tag, body),) = obj.items()
+    import base64
+    import binascii
+
     try:
         if tag == "B" and type(body) is str:
             return base64.b64decode(body.encode("ascii"), validate=True)
@@ -94,14 +99,14 @@ def decode_obj(obj, depth=0):
             return set(items)
         if tag == "F":
             return frozenset(items)
-    except (TypeError, UnicodeError, base64.binascii.Error) as exc:  # unhashable keys, bad base64
+    except (TypeError, UnicodeError, binascii.Error) as exc:  # unhashable keys, bad base64
         raise ValueError(f"not an encoded plain value ({exc})") from None
     raise ValueError(f"unknown tag {tag!r}")
 
 
 def encode(value, limit=MAX_FRAME):
     """``value`` as JSON text of at most ``limit`` characters (TypeError/ValueError otherwise)."""
-    text = json.dumps(encode_obj(value))
+    text = dumps(encode_obj(value))
     if len(text) > limit:
         raise ValueError(f"the value is too large ({len(text)} characters as text, the limit is {limit})")
     return text
@@ -111,6 +116,8 @@ def decode(text, limit=MAX_FRAME):
     """The plain value :func:`encode` wrote; ValueError for anything else (never crashes)."""
     if type(text) is not str or len(text) > limit:
         raise ValueError("not an encoded value, or too large")
+    import json
+
     try:
         return decode_obj(json.loads(text))
     except (RecursionError, MemoryError, OverflowError) as exc:
@@ -132,34 +139,14 @@ def same_value(a, b):
     return bool(a == b)
 
 
-def send_frame(sock, obj):
-    """Send one length-prefixed JSON message on a blocking socket."""
-    data = json.dumps(obj).encode("utf-8")
-    sock.sendall(len(data).to_bytes(4, "big") + data)
-
-
-def _recv_exact(sock, n):
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
-
-
-def recv_frame(sock, limit=MAX_FRAME):
-    """Receive one message on a blocking socket (None at end of stream or on a bad frame)."""
-    head = _recv_exact(sock, 4)
-    if head is None:
-        return None
-    n = int.from_bytes(head, "big")
-    if n > limit:
-        return None
-    data = _recv_exact(sock, n)
-    if data is None:
-        return None
+def dumps(obj):
+    """Compact JSON text of a tree of JSON types (what :func:`encode_obj` returns)."""
     try:
-        return json.loads(data)
-    except (ValueError, RecursionError):
-        return None
+        import _json
+
+        encoder = _json.make_encoder(None, None, _json.encode_basestring_ascii, None, ":", ",", False, False, True)
+    except (ImportError, AttributeError, TypeError):
+        import json
+
+        return json.dumps(obj, separators=(",", ":"))
+    return "".join(encoder(obj, 0))
