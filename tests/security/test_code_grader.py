@@ -358,3 +358,41 @@ def test_humaneval_always_equal_passes_nothing(sandbox):
     code = ATTACKS["always_equal"]
     evs = evaluate_many(sandbox, [Problem(t.id, code.format(name=t.entry_point), t.entry_point, t.tests, t.setup) for t in tasks])
     assert [t.id for t, e in zip(tasks, evs) if e.all_passed] == []
+
+
+# A task whose tests are code run by the grader (asserts and ``_check``), not host-compared values.
+CODE_TESTS = CodeTask(id="code-tests", prompt="", gold="def f(x):\n    return 2 * x\n", entry_point="f",
+                      tests=(("a", "assert candidate(2) == 4"), ("b", "_check(candidate(3), 6)"), ("c", "assert f(5) == 10")))
+
+# Planted as a module in the working dir: if the grader ever imported it, it would report
+# every test passed through the grader's own ``emit``.
+PLANTED = (
+    "import gc\n"
+    "for o in gc.get_objects():\n"
+    "    if callable(o) and getattr(o, '__name__', '') == 'emit':\n"
+    "        for n in 'abc':\n"
+    "            o({'event': 'test', 'id': 'code-tests', 'name': n, 'passed': True, 'error': None, 'value': None})\n"
+    "        import os\n"
+    "        os._exit(0)\n"
+)
+
+
+@pytest.mark.parametrize("attack", [
+    # the grader's ``_check`` replaced by the solution's (which would also see the expected value)
+    "def _check(got, expected):\n    return None\ndef f(x):\n    return None\n",
+    # modules planted where an import by the grader would find them first
+    "import os, base64, binascii, json\nfor m in ('base64', 'binascii', 'math', 'json', 'traceback', 'linecache', 'decimal'):\n"
+    "    open(f'/work/{m}.py', 'w').write(PLANTED)\n"
+    "import math\n"
+    "def f(x):\n    return b'bytes make the grader decode base64'\n",
+])
+def test_the_grader_uses_none_of_the_solutions_names_or_files(sandbox, attack):
+    env = turngym.make("turngym/Code-v0", tasks=[CODE_TESTS], sandbox=sandbox, per_test_s=1.0)
+    try:
+        env.reset(options={"task": "code-tests"})
+        obs, reward, _, _, info = env.step(f"<submit>\n```python\nPLANTED = {PLANTED!r}\n{attack}```")
+        assert reward == 0.0 and info["outcome"]["pass_rate"] == 0.0 and info["infra_error"] is None, obs
+        env.reset(options={"task": "code-tests"})
+        assert env.step(f"<submit>\n```python\n{CODE_TESTS.gold}```")[1] == 1.0
+    finally:
+        env.close()

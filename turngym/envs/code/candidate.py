@@ -96,7 +96,9 @@ def _load(req):
         if name not in ns:
             continue
         value = ns[name]
-        if callable(value):
+        if type(value) is type(sys):
+            names[name] = ["module", getattr(value, "__name__", "")]
+        elif callable(value):
             names[name] = ["call"]
         else:
             try:

@@ -31,6 +31,7 @@ write a line of its own, having neither the stream nor the nonce.
 import _socket
 import builtins
 import functools
+import importlib
 import json
 import linecache
 import marshal
@@ -54,6 +55,12 @@ _SPAWN_S = 5.0
 _OUTPUT_KEPT = 2000
 _VALUE_CHARS = 100_000
 _ALARM_SLACK_S = 0.1
+
+
+#: Stdlib modules a test may use under the name the solution imported them as (MBPP's tests
+#: call ``math.isclose`` relying on the solution's ``import math``): the grader's own copy.
+_SHARED_MODULES = frozenset({"math", "cmath", "re", "string", "collections", "itertools", "functools", "heapq",
+                             "bisect", "operator", "statistics", "fractions", "decimal"})
 
 
 class _Timeout(BaseException):
@@ -392,8 +399,8 @@ class _Grader:
             return
         base = {"__builtins__": builtins, "__name__": "__grader__", "_check": _check}
         for name, kind in remote.items():
-            if type(name) is not str or type(kind) is not list or not kind:
-                continue
+            if type(name) is not str or name in base or name == "candidate" or type(kind) is not list or not kind:
+                continue  # never in place of the grader's own names (``_check``)
             if kind[0] == "call":
                 base[name] = _Remote(self, name)
             elif kind[0] == "value" and len(kind) == 2:
@@ -401,6 +408,8 @@ class _Grader:
                     base[name] = wire.decode_obj(kind[1])
                 except (ValueError, RecursionError):
                     pass
+            elif kind[0] == "module" and len(kind) == 2 and kind[1] in _SHARED_MODULES and name == kind[1]:
+                base[name] = importlib.import_module(kind[1])  # MBPP tests use the solution's ``math``
         entry = _Remote(self, p["entry_point"])
         base["candidate"] = base[p["entry_point"]] = entry
         setup_error = None
@@ -492,8 +501,25 @@ def _zygote_argv(candidate_source):
     return [sys.executable or argv[0], *flags, "-c", candidate_source]
 
 
+def _trusted_imports():
+    """No import from here on can load a file the solution wrote: the working dir (where
+    ``-c`` puts ``''`` on ``sys.path``) leaves the path, and what the grader itself imports
+    lazily is loaded now, before any solution code runs."""
+    cwd = os.getcwd()
+
+    def writable(path):
+        full = os.path.abspath(path)
+        return not path or (cwd != "/" and (full == cwd or full.startswith(cwd + os.sep)))
+
+    sys.path[:] = [p for p in sys.path if not writable(p)]
+    sys.path_importer_cache.clear()
+    for name in ("base64", "binascii", "_json"):
+        importlib.import_module(name)
+
+
 def main(candidate_source):
     _set_dumpable(0)
+    _trusted_imports()
     try:
         with open(wire.PAYLOAD_FILE, "rb") as fh:
             raw = fh.read()
