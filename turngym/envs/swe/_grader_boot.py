@@ -56,7 +56,8 @@ def _preimport():
             importlib.import_module(info.name)
         except Exception:  # noqa: BLE001 - optional modules (e.g. pytester's deps) may be absent
             pass
-    for name in ("unittest", "unittest.mock", "doctest", "pdb", "traceback", "inspect", "json", "iniconfig", "packaging.version"):
+    for name in ("unittest", "unittest.mock", "doctest", "pdb", "traceback", "inspect", "json", "hmac", "hashlib", "selectors",
+                 "iniconfig", "packaging.version"):
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001
@@ -143,25 +144,39 @@ def _changed(before):
 
 
 class Recorder:
-    """Per-test outcomes to the parent, with integrity checks around every report."""
+    """Per-test outcomes to the parent, MAC'd, with integrity checks around every report.
 
-    def __init__(self, fd, write=os.write, dumps=json.dumps, gettrace=sys.gettrace, getprofile=sys.getprofile):
+    The MAC key is made after the fork and handed to the parent before anything from the tree
+    is imported, so bytes written to the result pipe by other code in this process (it can
+    find the descriptor) are rejected unless that code also finds this object's key.
+    """
+
+    def __init__(self, fd, key, write=os.write, dumps=json.dumps, gettrace=sys.gettrace, getprofile=sys.getprofile):
+        import hashlib
+        import hmac
+
         self.fd = fd
+        self._mac = hmac.new(key, digestmod=hashlib.sha256)
         self._write, self._dumps, self._gettrace, self._getprofile = write, dumps, gettrace, getprofile
-        self._own = {k: id(v) for k, v in vars(self).items()}
         self.before = _snapshot()
         self.plugins = None
+        self.config = None
         self.tampered = []
+        self._own = {k: id(v) for k, v in vars(self).items() if k not in ("plugins", "config", "tampered")}
 
     def send(self, record):
-        data = (self._dumps(record) + "\n").encode("utf-8", "replace")
+        body = self._dumps(record).encode("utf-8", "replace")
+        mac = self._mac.copy()
+        mac.update(body)
+        data = mac.hexdigest().encode() + b" " + body + b"\n"
         while data:
             n = self._write(self.fd, data)
             data = data[n:]
 
     def check(self, where):
         problems = _changed(self.before)
-        if any(id(vars(self).get(k)) != v for k, v in self._own.items()):
+        mine = vars(self)
+        if any(id(mine.get(k)) != v for k, v in self._own.items()) or set(mine) - set(self._own) - {"plugins", "config", "tampered", "_own"}:
             problems.append("the recorder's own state was replaced")
         if self._gettrace() is not None or self._getprofile() is not None:
             problems.append("a trace/profile function is installed")
@@ -235,12 +250,15 @@ def _child(cfg, res_w, out_w, nstd):
     import pytest
 
     code = 4
+    key = os.urandom(32)
+    _write_all(res_w, key.hex().encode() + b"\n")  # first line, before any code from the tree runs
+    rec = Recorder(res_w, key)
+    del key
     try:
-        rec = Recorder(res_w)
         code = int(pytest.main(list(cfg["args"]), plugins=[rec]))
     except BaseException as exc:  # noqa: BLE001 - report, never hang
         try:
-            os.write(res_w, (json.dumps({"k": "crash", "text": repr(exc)[:500]}) + "\n").encode())
+            rec.send({"k": "crash", "text": repr(exc)[:500]})
         except Exception:  # noqa: BLE001
             pass
     try:
@@ -280,6 +298,36 @@ def _drain(fds, deadline, caps):
     return bufs, True
 
 
+def _verify(lines):
+    """The records whose MAC checks under the key the child sent first; and how many did not."""
+    import hashlib
+    import hmac
+
+    records, forged = [], 0
+    if not lines or len(lines[0]) != 64:
+        return records, int(any(lines))
+    try:
+        key = bytes.fromhex(lines[0].decode("ascii"))
+    except ValueError:
+        return records, 1
+    for line in lines[1:]:
+        if not line:
+            continue
+        mac, _, body = line.partition(b" ")
+        good = hmac.new(key, body, hashlib.sha256).hexdigest().encode()
+        if not hmac.compare_digest(mac, good):
+            forged += 1
+            continue
+        try:
+            rec = json.loads(body)
+        except ValueError:
+            forged += 1
+            continue
+        if isinstance(rec, dict):
+            records.append(rec)
+    return records, forged
+
+
 def main():
     os.write(1, BANNER)
     cfg = json.loads(sys.argv[1])
@@ -310,15 +358,8 @@ def main():
         status = os.waitstatus_to_exitcode(raw)
     except ChildProcessError:
         pass
-    records = []
-    for line in bytes(bufs[res_r]).decode("utf-8", "replace").splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            records.append(rec)
-    out = {"records": records, "timed_out": not finished, "status": status,
+    records, forged = _verify(bytes(bufs[res_r]).split(b"\n"))
+    out = {"records": records, "forged": forged, "timed_out": not finished, "status": status,
            "console": bytes(bufs[out_r]).decode("utf-8", "replace")}
     _write_all(1, (nonce + " " + json.dumps(out) + "\n").encode())
     os._exit(0)

@@ -255,6 +255,8 @@ def _interpret(raw: RawRun, nonce: str, canary_id: str | None, duration: float) 
             tampered = "; ".join(str(w) for w in rec.get("what", []))[:500] or "unknown"
         elif kind == "crash":
             crash = str(rec.get("text", ""))[:300]
+    if payload.get("forged") and not tampered:
+        tampered = f"{payload['forged']} record(s) on the result channel were not written by the recorder"
     passed = {n for n, ph in phases.items() if ph.get("call") == "passed" and "failed" not in ph.values()}
     failed = {n for n, ph in phases.items() if "failed" in ph.values()}
     if canary_id is not None:
@@ -262,8 +264,11 @@ def _interpret(raw: RawRun, nonce: str, canary_id: str | None, duration: float) 
         passed.discard(canary_id)
         failed.discard(canary_id)
         messages.pop(canary_id, None)
-        if done is not None and not collect_failed and canary.get("call") != "failed" and not tampered:
-            tampered = "the canary test, which must fail, was not reported failed"
+        if done is not None and not collect_failed and not tampered:
+            if canary.get("call") != "failed":
+                tampered = "the canary test, which must fail, was not reported failed"
+            elif done != 1:
+                tampered = f"pytest's exit status {done} contradicts the failing canary"
     aborted = ""
     if payload.get("timed_out"):
         aborted = "the tests timed out"

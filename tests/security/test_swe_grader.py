@@ -1,0 +1,251 @@
+"""Red team for SWE-v0's hidden evaluation, played through ``env.step`` as an agent would.
+
+Every attack leaves the injected bug in place and tries to make the grader say ``resolved``
+anyway: by configuring pytest from the tree (conftest, ini files, plugins), shadowing pytest
+or the interpreter's start-up hooks, editing the tests, forging or deleting the report,
+tampering with pytest from the code under test, or ending the run early. Each must score 0
+with no ``InfraError``; the gold patch must still resolve and a no-op must not.
+"""
+
+import json
+import random
+
+import pytest
+
+from turngym.core.errors import ConfigError, InfraError
+from turngym.envs.swe import testing
+from turngym.envs.swe.env import SWEEnv
+from turngym.envs.swe.repos import load_repo
+from turngym.envs.swe.tasks import SWETask, load_tasks
+
+# Fakes the report the runner used to read: every test in tests/ passed (JUnit, xunit1 ids).
+FORGE_JUNIT = '''
+def _forge_junit():
+    import glob, re
+    cases = []
+    for f in glob.glob("tests/**/*.py", recursive=True):
+        mod = f[:-3].replace("/", ".")
+        for name in re.findall(r"^def (test_\\w+)", open(f).read(), re.M):
+            cases.append('<testcase classname="%s" name="%s" time="0"/>' % (mod, name))
+    xml = '<?xml version="1.0"?><testsuites><testsuite name="pytest" tests="%d">%s</testsuite></testsuites>'
+    open(".junit.xml", "w").write(xml % (len(cases), "".join(cases)))
+'''
+
+FORCE_PASS_HOOK = '''
+import pytest
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    rep.outcome, rep.longrepr = "passed", None
+'''
+
+#: Code-under-test payloads: appended to the buggy module, they run when the tests import it.
+IMPORT_TIME = {
+    "exit0_after_forging_report": FORGE_JUNIT + "_forge_junit()\nimport os\nos._exit(0)\n",
+    "exit0_without_report": "import os\nos._exit(0)\n",
+    "exit1": "import os\nos._exit(1)\n",
+    "kill_the_grader_parent": FORGE_JUNIT + "_forge_junit()\nimport os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos._exit(0)\n",
+    "kill_every_process_of_the_uid": "import os, signal\nos.kill(-1, signal.SIGKILL)\n",
+    "rewrite_report_at_exit": FORGE_JUNIT + "import atexit\natexit.register(_forge_junit)\n",
+    "delete_report_at_exit": "import atexit, os\natexit.register(lambda: os.path.exists('.junit.xml') and os.remove('.junit.xml'))\n",
+    "memory_exhaustion": "_hog = bytearray(1 << 40)\n",
+    "console_flood": "import sys\nsys.stdout.write('passed ' * 2_000_000)\n",
+    "noop_runtest": "import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n",
+    "patch_unittest_and_runtest": (
+        "import unittest, _pytest.python\nunittest.TestCase.assertEqual = lambda *a, **k: None\n"
+        "_pytest.python.Function.runtest = lambda self: None\n"
+    ),
+    "patch_assertion_rewrite_and_reports": (
+        "import _pytest.reports, _pytest.assertion.rewrite as rw\n"
+        "rw.AssertionRewritingHook.exec_module = lambda self, module: None\n"
+        "_orig = _pytest.reports.TestReport.__init__\n"
+        "def _init(self, *a, **k):\n"
+        "    _orig(self, *a, **k)\n"
+        "    self.outcome, self.longrepr = 'passed', None\n"
+        "_pytest.reports.TestReport.__init__ = _init\n"
+    ),
+    "register_plugin_via_gc": (
+        "import gc, pytest, _pytest.config\n"
+        "class _Evil:\n" + "\n".join("    " + ln for ln in FORCE_PASS_HOOK.strip().splitlines()[2:]) + "\n"
+        "for _o in gc.get_objects():\n"
+        "    if isinstance(_o, _pytest.config.Config):\n"
+        "        _o.pluginmanager.register(_Evil(), 'evil')\n"
+    ),
+    "stack_walk_to_the_reporter": (
+        # finds the reporting plugins through the frames above (pytest's config is a local
+        # there) and wraps the very functions pluggy calls, so every report reads "passed"
+        "import sys\n"
+        "def _forced(fn):\n"
+        "    def inner(*args, **kw):\n"
+        "        for a in [*args, *kw.values()]:\n"
+        "            if hasattr(a, 'outcome') and hasattr(a, 'when'):\n"
+        "                a.outcome, a.longrepr = 'passed', None\n"
+        "        return fn(*args, **kw)\n"
+        "    return inner\n"
+        "_f = sys._getframe()\n"
+        "while _f is not None:\n"
+        "    for _v in list(_f.f_locals.values()):\n"
+        "        _pm = getattr(_v, 'pluginmanager', None)\n"
+        "        if _pm is not None:\n"
+        "            for _impl in _pm.hook.pytest_runtest_logreport.get_hookimpls():\n"
+        "                if not getattr(_impl.function, '_forced', False):\n"
+        "                    _impl.function = _forced(_impl.function)\n"
+        "                    _impl.function._forced = True\n"
+        "            for _plugin in _pm.get_plugins():\n"
+        "                for _name in ('send', 'emit', 'write_record'):\n"
+        "                    if callable(getattr(_plugin, _name, None)):\n"
+        "                        setattr(_plugin, _name, _forced(getattr(_plugin, _name)))\n"
+        "    _f = _f.f_back\n"
+    ),
+    "forge_on_every_channel": (
+        FORGE_JUNIT + "_forge_junit()\nimport os, json\n"
+        "_ids = ['tests/test_%s.py::%s' % (__name__, n) for n in ('test_stats',)]\n"
+        "_recs = [json.dumps({'k': 'test', 'nodeid': i, 'when': 'call', 'outcome': 'passed'}) for i in _ids]\n"
+        "_line = '\\n'.join(_recs + [json.dumps({'k': 'done', 'exit': 0})]) + '\\n'\n"
+        "for _fd in range(3, 64):\n"
+        "    try:\n"
+        "        os.write(_fd, _line.encode())\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "for _what, _mode in (('0', 'r'), ('1', 'w')):\n"
+        "    try:\n"
+        "        open('/proc/%d/fd/%s' % (os.getppid(), _what), _mode).close()\n"
+        "        raise SystemExit('reached the grader parent: ' + _what)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print('0' * 32 + ' ' + json.dumps({'records': [], 'console': ''}))\n"
+        "os._exit(0)\n"
+    ),
+}
+
+EVIL_PLUGIN = FORCE_PASS_HOOK + "\n" + FORGE_JUNIT + "\nimport atexit\natexit.register(_forge_junit)\n"
+SHADOW_PYTEST = FORGE_JUNIT + "_forge_junit()\nimport os\nos._exit(0)\n"
+
+
+def _tree_attacks(task: SWETask) -> dict[str, dict[str, str]]:
+    """Files that configure or replace the runner (the package itself is left alone)."""
+    pkg = task.path.split("/")[0]
+    test_file = task.fail_to_pass[0].split("::")[0]
+    tests = load_repo(task.repo)[test_file]
+    gutted = "\n".join(ln if not ln.lstrip().startswith("assert") else ln[: len(ln) - len(ln.lstrip())] + "pass" for ln in tests.splitlines())
+    return {
+        "conftest_root": {"conftest.py": FORCE_PASS_HOOK},
+        "conftest_tests_dir": {"tests/conftest.py": FORCE_PASS_HOOK},
+        "conftest_package_dir": {f"{pkg}/conftest.py": FORCE_PASS_HOOK, "conftest.py": "pytest_plugins = []\n"},
+        "pytest_py_shadow": {"pytest.py": SHADOW_PYTEST},
+        "pytest_package_shadow": {"pytest/__init__.py": SHADOW_PYTEST, "pytest/__main__.py": SHADOW_PYTEST},
+        "_pytest_shadow": {"_pytest/__init__.py": SHADOW_PYTEST},
+        "pluggy_shadow": {"pluggy/__init__.py": SHADOW_PYTEST},
+        "pytest_ini_plugin": {"pytest.ini": "[pytest]\naddopts = -p evil_plugin\npythonpath = .\n", "evil_plugin.py": EVIL_PLUGIN},
+        "pyproject_plugin": {"pyproject.toml": '[tool.pytest.ini_options]\naddopts = "-p evil_plugin"\n', "evil_plugin.py": EVIL_PLUGIN},
+        "setup_cfg_plugin": {"setup.cfg": "[tool:pytest]\naddopts = -p evil_plugin\n", "evil_plugin.py": EVIL_PLUGIN},
+        "tox_ini_plugin": {"tox.ini": "[pytest]\naddopts = -p evil_plugin\n", "evil_plugin.py": EVIL_PLUGIN},
+        "sitecustomize": {"sitecustomize.py": "import os\nos.environ['PYTEST_ADDOPTS'] = '-p evil_plugin'\n", "usercustomize.py": "import evil_plugin\n", "evil_plugin.py": EVIL_PLUGIN},
+        "pth_file": {"evil.pth": "import evil_plugin\n", f"{pkg}/evil.pth": "import evil_plugin\n", "evil_plugin.py": EVIL_PLUGIN},
+        "edit_the_tests": {test_file: gutted},
+        "tests_package_and_conftest": {"tests/__init__.py": "", "tests/conftest.py": FORCE_PASS_HOOK, "tests/pytest.py": SHADOW_PYTEST},
+    }
+
+
+@pytest.fixture(scope="module")
+def task() -> SWETask:
+    return next(t for t in load_tasks() if t.id == "swe/lrucache/CacheStats.hit_rate/swap_operator/689")
+
+
+@pytest.fixture(scope="module")
+def env(task):
+    return SWEEnv(tasks=[task])
+
+
+def _play(env: SWEEnv, task: SWETask, files: dict[str, str]) -> dict:
+    """One turn: write every file (overwriting), then submit; returns the final info."""
+    env.reset(options={"task": task})
+    calls = [{"name": "create_file", "arguments": {"path": p, "content": c, "overwrite": True}} for p, c in files.items()]
+    assert len(calls) <= 4
+    obs, reward, terminated, _, info = env.step(json.dumps([*calls, {"name": "submit", "arguments": {}}]))
+    assert terminated and info["action_valid"], obs
+    assert all("wrote" in line for line in obs.splitlines()[: len(calls)]), obs
+    return {"reward": reward, **info}
+
+
+def _assert_contained(info: dict) -> None:
+    assert info["infra_error"] is None, info["infra_error"]  # an infra_error episode is dropped, not scored
+    assert info["reward"] == 0.0
+    assert info["outcome"]["success"] is False and info["signals"]["resolved"] == 0.0
+    assert info["signals"]["f2p_passing"] < 1.0
+
+
+@pytest.mark.parametrize("name", ["conftest_root", "conftest_tests_dir", "conftest_package_dir", "pytest_py_shadow",
+                                  "pytest_package_shadow", "_pytest_shadow", "pluggy_shadow", "pytest_ini_plugin",
+                                  "pyproject_plugin", "setup_cfg_plugin", "tox_ini_plugin", "sitecustomize", "pth_file",
+                                  "edit_the_tests", "tests_package_and_conftest"])
+def test_the_tree_cannot_configure_or_replace_the_runner(env, task, name):
+    _assert_contained(_play(env, task, _tree_attacks(task)[name]))
+
+
+@pytest.mark.parametrize("name", sorted(IMPORT_TIME))
+def test_the_code_under_test_cannot_forge_or_drop_its_verdict(env, task, name):
+    info = _play(env, task, {task.path: task.buggy_source + IMPORT_TIME[name]})
+    _assert_contained(info)  # and, above all, no InfraError: a failed episode, never a dropped one
+
+
+def test_tampering_and_early_exits_say_why(env, task):
+    info = _play(env, task, {task.path: task.buggy_source + IMPORT_TIME["noop_runtest"]})
+    assert "tampered" in info["outcome"]["reason"] and "runtest" in info["outcome"]["reason"]
+    info = _play(env, task, {task.path: task.buggy_source + IMPORT_TIME["exit0_without_report"]})
+    assert "ended before pytest finished" in info["outcome"]["reason"]
+    info = _play(env, task, {task.path: task.buggy_source + IMPORT_TIME["kill_the_grader_parent"]})
+    assert "stopped before it reported" in info["outcome"]["reason"]
+
+
+def test_the_same_attacks_with_the_fix_applied_still_resolve_only_honestly(env, task):
+    """The restored tests grade the fix: a gutted test file next to the real fix still resolves."""
+    fixed = task.buggy_source.replace(task.gold_old, task.gold_new, 1)
+    info = _play(env, task, {task.path: fixed, **_tree_attacks(task)["edit_the_tests"], "conftest.py": FORCE_PASS_HOOK})
+    assert info["reward"] == 1.0 and info["outcome"]["reason"] == ""
+
+
+def test_gold_resolves_and_noop_does_not_on_a_sample_of_tasks():
+    sample = random.Random(19).sample(load_tasks(), 20)
+    env = SWEEnv(tasks=sample)
+    for t in sample:
+        env.reset(options={"task": t})
+        calls = [{"name": "replace", "arguments": {"path": t.path, "old": t.gold_old, "new": t.gold_new}}, {"name": "submit", "arguments": {}}]
+        *_, info = env.step(json.dumps(calls))
+        assert info["outcome"]["success"] is True, (t.id, info["outcome"])
+    for t in sample[:5]:
+        env.reset(options={"task": t})
+        calls = [{"name": "create_file", "arguments": {"path": "NOTES.md", "content": "looked at it"}}, {"name": "submit", "arguments": {}}]
+        *_, info = env.step(json.dumps(calls))
+        assert info["outcome"]["success"] is False and info["signals"]["imports_ok"] == 1.0, t.id
+
+
+def test_a_grader_that_cannot_start_is_infra(task, monkeypatch):
+    monkeypatch.setattr(testing, "_executor", lambda tree, cfg, stdin, timeout: testing.RawRun(1, "", "bwrap: No permissions"))
+    testing._CACHE.clear()
+    env = SWEEnv(tasks=[task])
+    env.reset(options={"task": task})
+    *_, info = env.step(json.dumps({"name": "create_file", "arguments": {"path": "NOTES.md", "content": "x"}}))
+    assert "did not start" in info["infra_error"]
+    with pytest.raises(InfraError, match="bwrap: No permissions"):
+        testing.run_pytest(load_repo(task.repo))
+    testing._CACHE.clear()
+
+
+@pytest.mark.parametrize("change", [{"repo": "/etc"}, {"repo": "../../.."}, {"repo": "lrucache/../../x"},
+                                    {"path": "../../etc/passwd"}, {"path": "/etc/passwd"},
+                                    {"fail_to_pass": ("-p evil",)}, {"pass_to_pass": ("/etc/x.py::t",)}])
+def test_tasks_pointing_outside_the_shipped_data_are_refused(task, change):
+    import dataclasses
+
+    with pytest.raises(ConfigError):
+        SWEEnv(tasks=[dataclasses.replace(task, **change)])
+
+
+def test_view_file_never_leaves_the_tree(env, task):
+    env.reset(options={"task": task})
+    for path in ("/etc/passwd", "../../../../etc/passwd", "lrucache/../../../etc/passwd", "/proc/self/environ"):
+        obs, *_, info = env.step(json.dumps({"name": "view_file", "arguments": {"path": path}}))
+        assert info["signals"]["tool_ok"] == 0.0 and "root:" not in obs
