@@ -10,9 +10,13 @@ Rows:
   bubblewrap           BubblewrapSandbox.run_python, one-shot (fresh workdir per run)
   bubblewrap-session   the same in one persistent session (no workdir create/delete)
   bubblewrap-warm      WarmPython.run: fork of a warm interpreter inside a live session
+  *-unhardened         the same without the whole-sandbox enforcement, the seccomp filter and
+                       the hidden paths (``enforcement="off", seccomp=False, hidden_paths=()``):
+                       what the hardening costs, measured in the same run
 
 Latency is measured sequentially, round-robin over the rows (p50/p99 over n runs each);
 throughput with ``--workers`` threads issuing runs concurrently (2 = this machine's cores).
+``hardening_cost`` is each hardened row's p50 over its unhardened twin's.
 """
 
 from __future__ import annotations
@@ -75,11 +79,14 @@ def main() -> None:
         assert r.stdout == b"1\n"
 
     bw = BubblewrapSandbox()
+    plain = BubblewrapSandbox(enforcement="off", seccomp=False, hidden_paths=())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NotIsolatedWarning)
         rl = RlimitSandbox()
     session = bw.open_session()
     warm = WarmPython(bw.open_session())
+    plain_session = plain.open_session()
+    plain_warm = WarmPython(plain.open_session())
 
     def check(res) -> None:  # type: ignore[no-untyped-def]
         assert res.ok and res.stdout == "1\n", res
@@ -90,6 +97,9 @@ def main() -> None:
         "bubblewrap": lambda: check(bw.run_python(SOURCE)),
         "bubblewrap-session": lambda: check(session.run_python(SOURCE)),
         "bubblewrap-warm": lambda: check(warm.run(SOURCE)),
+        "bubblewrap-unhardened": lambda: check(plain.run_python(SOURCE)),
+        "bubblewrap-session-unhardened": lambda: check(plain_session.run_python(SOURCE)),
+        "bubblewrap-warm-unhardened": lambda: check(plain_warm.run(SOURCE)),
     }
     rows = {}
     for name, lat in latencies(fns, args.n).items():
@@ -99,25 +109,31 @@ def main() -> None:
             "mean_ms": 1000 * statistics.fmean(lat),
             "runs_per_s": throughput(fns[name], args.n, args.workers),
         }
-    session.close()
-    warm.close()
-    warm.session.close()
-    bw.close()
-    rl.close()
+    enforced = bw.enforced_by()
+    for w in (warm, plain_warm):
+        w.close()
+        w.session.close()
+    for closable in (session, plain_session, bw, plain, rl):
+        closable.close()
     base = rows["bare-subprocess"]["p50_ms"]
     for r in rows.values():
         r["p50_vs_bare"] = r["p50_ms"] / base
+    cost = {name: rows[name]["p50_ms"] / rows[f"{name}-unhardened"]["p50_ms"]
+            for name in ("bubblewrap", "bubblewrap-session", "bubblewrap-warm")}
     load = os.getloadavg()[0]
     cores = len(os.sched_getaffinity(0))
     if args.json:
         print(json.dumps({"n": args.n, "workers": args.workers, "cores": cores, "loadavg_1m": load,
-                          "python": sys.version.split()[0], "rows": rows}, indent=2))
+                          "python": sys.version.split()[0], "enforced_by": enforced, "hardening_cost": cost,
+                          "rows": rows}, indent=2))
         return
     print(f"trivial Python run ({SOURCE!r}), n={args.n}, throughput with {args.workers} workers; "
           f"{cores} cores, load average {load:.1f} (other work on the machine inflates every row)")
-    print(f"{'backend':<20} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'runs/s':>8} {'p50/bare':>9}")
+    print(f"{'backend':<30} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'runs/s':>8} {'p50/bare':>9}")
     for name, r in rows.items():
-        print(f"{name:<20} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['mean_ms']:8.1f} {r['runs_per_s']:8.1f} {r['p50_vs_bare']:9.2f}")
+        print(f"{name:<30} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['mean_ms']:8.1f} {r['runs_per_s']:8.1f} {r['p50_vs_bare']:9.2f}")
+    print("hardening cost (p50 hardened / unhardened): " + ", ".join(f"{k} {v:.2f}x" for k, v in cost.items()))
+    print("enforced by: " + "; ".join(f"{k}: {v}" for k, v in enforced.items()))
 
 
 if __name__ == "__main__":

@@ -298,9 +298,11 @@ def test_seccomp_refuses_namespaces_mounts_ptrace_and_keyrings(runner):
         assert rc == -1 and err == "EPERM", (name, rc, err)
 
 
-def test_seccomp_leaves_ordinary_programs_working(runner):
-    res = runner(ORDINARY, limits=LIM.replace(memory_mb=1024, processes=64))
-    assert res.ok and res.stdout == "ok\n", res.summary()
+@pytest.mark.parametrize("warm", [False, True], ids=["fresh", "warm"])
+def test_seccomp_leaves_ordinary_programs_working(sb, warm):
+    with sb.open_session(LIM.replace(memory_mb=1024, processes=64)) as s, WarmPython(s) as w:
+        res = w.run(ORDINARY) if warm else s.run_python(ORDINARY)
+        assert res.ok and res.stdout == "ok\n", res.summary()
 
 
 def test_torch_still_works_under_the_filter():

@@ -23,7 +23,7 @@ from turngym.sandbox.base import PythonRuntime, Sandbox, Session, WorkdirSnapsho
 from turngym.sandbox.errors import NotIsolatedWarning, SandboxError, SandboxUnavailable, SessionClosed
 from turngym.sandbox.factory import BACKENDS, available_backends, make_sandbox
 from turngym.sandbox.limits import LIMIT_NAMES, Limits, RunResult
-from turngym.sandbox.local import BubblewrapSandbox, LocalSession, RlimitSandbox
+from turngym.sandbox.local import DEFAULT_HIDDEN_PATHS, BubblewrapSandbox, Enforcement, LocalSession, RlimitSandbox
 from turngym.sandbox.pool import RateLimiter, SandboxPool
 from turngym.sandbox.warm import WarmPython
 
@@ -38,6 +38,8 @@ __all__ = [
     "WorkdirSnapshot",
     "BubblewrapSandbox",
     "RlimitSandbox",
+    "DEFAULT_HIDDEN_PATHS",
+    "Enforcement",
     "DockerSandbox",
     "SandboxPool",
     "RateLimiter",

@@ -20,16 +20,24 @@ class Limits:
     """What one run may use. Every limit is per run (per command), not per session.
 
     Attributes:
-        wall_s: wall-clock seconds before the whole process tree is killed.
+        wall_s: wall-clock seconds before the whole process tree is killed (the PID namespace
+            with it, whatever signals the program ignores).
         cpu_s: CPU seconds per process (``RLIMIT_CPU``; SIGXCPU, then SIGKILL a second later).
-        memory_mb: address space per process (``RLIMIT_AS``). Interpreters reserve far more
-            virtual memory than they touch: numpy needs ~300 MB, torch-like code >= 1 GB.
+        memory_mb: RAM of the whole sandbox where the backend can count it (local backends: a
+            cgroup, else a polling watchdog): every process's pages, memfd/shared memory, and
+            files in its tmpfs mounts (``/tmp``, ``/dev/shm`` and, when the working dir is a
+            tmpfs, the working dir) -- so keep it above ``disk_mb``. Also the address space
+            per process (``RLIMIT_AS``): interpreters reserve far more virtual memory than they
+            touch: numpy needs ~300 MB, torch-like code >= 1 GB.
         output_bytes: stdout + stderr kept; the run is killed once it writes more.
         file_size_mb: largest file a process may write (``RLIMIT_FSIZE``).
-        processes: processes/threads the sandbox user may have at once (``RLIMIT_NPROC``).
+        processes: processes/threads the sandbox may have at once (``RLIMIT_NPROC`` for its uid
+            and, where a cgroup is available, the pids controller for the whole sandbox).
         open_files: file descriptors per process (``RLIMIT_NOFILE``).
-        disk_mb: total size of the working dir after the run; more is reported as ``disk``.
-        tmp_mb: size of the private ``/tmp`` (a tmpfs, where the backend provides one).
+        disk_mb: size of the working dir, enforced while the program writes (a tmpfs of that
+            size, or a watchdog that kills the run), reported as ``disk``.
+        tmp_mb: size of the private ``/tmp`` and ``/dev/shm`` (tmpfs, where the backend
+            provides them).
     """
 
     wall_s: float = 10.0
@@ -66,8 +74,10 @@ class RunResult:
         signal: the signal number that ended it, if any.
         limit_hit: which limit ended or spoiled the run (``wall``, ``cpu``, ``memory``,
             ``output``, ``file_size``, ``processes``, ``disk``), or ``None``. Wall, output and
-            disk are exact (the sandbox enforced them); the others are read from the death
-            signal or the error the program printed (MemoryError, EFBIG, EAGAIN on fork).
+            disk are enforced by the sandbox, and memory/processes too where a cgroup or the
+            watchdog counted them; otherwise they are read from the death signal or the
+            error the program printed (MemoryError, EFBIG, EAGAIN on fork, ENOSPC). A limit
+            hit is the program's failure, never an infrastructure error.
         duration_s: wall time of the run.
         cpu_s: CPU time of the process tree the sandbox waited for.
         output_truncated: stdout/stderr were cut.

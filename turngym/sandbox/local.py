@@ -382,9 +382,9 @@ class LocalSession(Session):
         if self._closed:
             return
         super().close()
-        if self.uid is not None and (self.sandbox.reap_by_uid or self.cgroup is not None):
+        if self.sandbox.reap_by_uid and self.uid is not None:
             _kill_uid(self.uid)
-        if self.cgroup is not None:
+        if self.cgroup is not None:  # kills whatever is still inside (a warm worker's leftovers)
             self.cgroup.close()
         if self.tmpfs_mb is not None:
             _umount(self.host_dir)
@@ -746,15 +746,24 @@ class RlimitSandbox(_LocalSandbox):
     For machines without user namespaces or Docker. Limits hold (time, memory, output, file
     size); the process count holds only when runs can drop to a private uid (running as root
     with an interpreter others can execute), in which case leftovers are also killed by uid
-    after each run. Constructing one warns with :class:`NotIsolatedWarning`.
+    after each run. Whole-run memory is watched by polling (the launcher drops privileges
+    before it could join a cgroup); as root the working dir is a sized tmpfs. Constructing
+    one warns with :class:`NotIsolatedWarning`.
     """
 
     name = "rlimit"
     isolated = False
     reap_by_uid = True
 
-    def __init__(self, limits: Limits | None = None, *, python: PythonRuntime | None = None, root: str | None = None) -> None:
-        super().__init__(limits, python=python, root=root)
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        *,
+        python: PythonRuntime | None = None,
+        root: str | None = None,
+        enforcement: Enforcement = "auto",
+    ) -> None:
+        super().__init__(limits, python=python, root=root, enforcement=enforcement)
         warnings.warn(
             "RlimitSandbox is NOT isolated: sandboxed code can read host files and use the network. "
             "Use it only for trusted code or where bubblewrap/Docker are impossible.",
