@@ -106,7 +106,7 @@ def _watched_modules():
 
 
 def _snapshot():
-    """(namespace, name, object) for every function/class of the watched modules and their classes.
+    """(namespace, name, object, label) for every function/class of the watched modules and their classes.
 
     The namespaces are the live module dicts and class mappingproxies, so a check is one
     identity test per entry (cheap enough to run around every report).
@@ -121,14 +121,14 @@ def _snapshot():
         for key, value in list(ns.items()):
             if (mname, key) in _MUTABLE or not _interesting(value):
                 continue
-            entries.append((ns, key, value))
+            entries.append((ns, key, value, mname + "." + key))
             if isinstance(value, type) and getattr(value, "__module__", None) == mname:
                 cls_ns = vars(value)
                 for attr, member in list(cls_ns.items()):
                     if (mname, key + "." + attr) in _MUTABLE:
                         continue
                     if _interesting(member) or isinstance(member, (staticmethod, classmethod, property)):
-                        entries.append((cls_ns, attr, member))
+                        entries.append((cls_ns, attr, member, mname + "." + key + "." + attr))
     return entries, tuple(mods.items()), sys.modules
 
 
@@ -136,7 +136,7 @@ def _changed(before):
     """Names of the watched objects that are not the ones snapshotted (removed ones included)."""
     entries, mods, modules = before
     missing = object()
-    out = [f"{k}" for ns, k, v in entries if ns.get(k, missing) is not v]
+    out = [label for ns, k, v, label in entries if ns.get(k, missing) is not v]
     out += [f"sys.modules[{name!r}]" for name, mod in mods if modules.get(name) is not mod]
     if sys.modules is not modules:
         out.append("sys.modules")

@@ -235,12 +235,20 @@ def _interpret(raw: RawRun, nonce: str, canary_id: str | None, duration: float) 
         why = f"the {raw.limit_hit} limit" if raw.limit_hit else f"exit status {raw.exit_code}"
         return TestRun(frozenset(), frozenset(), (), False, raw.limit_hit in ("wall", "cpu"), "", duration,
                        aborted=f"the grader was stopped before it reported ({why}); the code under test killed it or exhausted a limit")
-    payload = json.loads(line[len(nonce) + 1 :])
+    try:
+        payload = json.loads(line[len(nonce) + 1 :])
+        if not isinstance(payload, dict) or not isinstance(payload.get("records"), list):
+            raise ValueError("not a verdict object")
+    except ValueError:  # cut short: the parent was killed while writing it
+        return TestRun(frozenset(), frozenset(), (), False, False, "", duration,
+                       aborted="the grader's report was cut short (the code under test killed it or exhausted a limit)")
     console = str(payload.get("console", ""))[-4000:]
     phases: dict[str, dict[str, str]] = {}
     messages: dict[str, str] = {}
     collect_failed, done, tampered, crash = False, None, "", ""
-    for rec in payload.get("records", []):
+    for rec in payload["records"]:
+        if not isinstance(rec, dict):
+            continue
         kind = rec.get("k")
         if kind == "test":
             nodeid, when, outcome = str(rec.get("nodeid")), str(rec.get("when")), str(rec.get("outcome"))
