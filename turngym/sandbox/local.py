@@ -586,7 +586,8 @@ class BubblewrapSandbox(_LocalSandbox):
                     made.add(parent)
             args += ["--ro-bind", d, d]
             bound.append(d)
-        for h in _hidden(self.hidden_paths, bound):
+        search = [*bound, *self.python.path, *(os.path.realpath(b) for b in ro_binds), *(p for p in sys.path if p)]
+        for h in _hidden(self.hidden_paths, bound, search):
             # An empty read-only tmpfs over a directory, /dev/null over a file.
             args += ["--tmpfs", h, "--remount-ro", h] if os.path.isdir(h) else ["--ro-bind", "/dev/null", h]
         args += ["--proc", "/proc", "--dev", "/dev", "--cap-drop", "ALL"]
@@ -698,12 +699,12 @@ def _package_dirs(name: str) -> list[str]:
     return [os.path.realpath(spec.origin)] if spec.origin and os.path.isabs(spec.origin) else []
 
 
-def _hidden(entries: Sequence[str], bound: Sequence[str]) -> list[str]:
+def _hidden(entries: Sequence[str], bound: Sequence[str], search: Sequence[str] = ()) -> list[str]:
     """Absolute, existing paths to mask, limited to those the sandbox could otherwise see.
 
-    A name is looked up in every bound directory and through the host's import system; for
-    a package found in a source checkout (an editable install), the checkout's ``tasks``
-    directory is hidden too.
+    A name is looked up in every bound directory, in ``search`` (the sandbox's and the host's
+    import paths) and through the host's import system; for a package found in a source
+    checkout (an editable install), the checkout's ``tasks`` directory is hidden too.
     """
     def visible(p: str) -> bool:
         return any(p == b or p.startswith(b + "/") for b in bound)
@@ -714,7 +715,8 @@ def _hidden(entries: Sequence[str], bound: Sequence[str]) -> list[str]:
             cands = [os.path.realpath(entry)]
         else:
             cands = []
-            for pkg in [os.path.join(b, entry) for b in bound] + _package_dirs(entry):
+            dirs = dict.fromkeys(os.path.realpath(d) for d in (*bound, *search) if os.path.isabs(d))
+            for pkg in [os.path.join(d, entry) for d in dirs] + _package_dirs(entry):
                 cands.append(pkg)
                 checkout = os.path.dirname(pkg)
                 if os.path.exists(os.path.join(checkout, "pyproject.toml")):
