@@ -18,7 +18,9 @@ __all__ = ["normalize", "split_command", "VERBS"]
 #: The command words, for error messages.
 VERBS = ("go to", "open", "close", "take", "put", "clean", "heat", "cool", "use", "examine", "inventory", "look")
 
-_ACTION_TAG = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
+#: ASCII upper to lower case, one character for one: positions in the folded text are positions
+#: in the original, which ``str.lower`` does not promise for every Unicode character.
+_ASCII_FOLD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _ALIASES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(pattern), repl)
     for pattern, repl in (
@@ -49,6 +51,20 @@ _CANONICAL: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 )
 
 
+def _action_tag_body(text: str) -> str:
+    """The body of the first complete ``<action>…</action>`` (tag case ignored), else ``text``.
+
+    Two forward ``str.find`` scans: a backtracking ``<action>(.*?)</action>`` would rescan the
+    rest of the text from every unclosed opening tag, quadratic in a message of opening tags.
+    """
+    folded = text.translate(_ASCII_FOLD)
+    start = folded.find("<action>")
+    if start < 0:
+        return text
+    end = folded.find("</action>", start + len("<action>"))
+    return text[start + len("<action>") : end] if end >= 0 else text
+
+
 def normalize(action: str, *, aliases: bool = True) -> str:
     """The canonical command for ``action`` (which may still be impossible in the world).
 
@@ -60,9 +76,7 @@ def normalize(action: str, *, aliases: bool = True) -> str:
     ('put apple 1 in/on countertop 2', 'put mug 2 in/on coffeemachine 1')
     """
     if "<" in action:
-        m = _ACTION_TAG.search(action)
-        if m is not None:
-            action = m.group(1)
+        action = _action_tag_body(action)
     text = " ".join(action.lower().split()).lstrip("> ").rstrip(".!")
     if not aliases:
         return text
