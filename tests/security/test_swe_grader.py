@@ -99,6 +99,27 @@ IMPORT_TIME = {
         "                        setattr(_plugin, _name, _forced(getattr(_plugin, _name)))\n"
         "    _f = _f.f_back\n"
     ),
+    "swap_the_test_functions_mid_run": (
+        # at the first call into the package, every collected test but the running one (and
+        # any canary) becomes a no-op: the items are found through the frames above
+        "import sys as _sys\n"
+        "def _hijack():\n"
+        "    _f = _sys._getframe()\n"
+        "    while _f is not None:\n"
+        "        _s = _f.f_locals.get('session')\n"
+        "        if _s is not None and hasattr(_s, 'items'):\n"
+        "            for _it in _s.items:\n"
+        "                if 'canary' not in _it.nodeid:\n"
+        "                    _it.obj = lambda *a, **k: None\n"
+        "            return True\n"
+        "        _f = _f.f_back\n"
+        "_orig_init = LRUCache.__init__\n"
+        "def _init(self, *a, **k):\n"
+        "    if not getattr(_init, 'done', False):\n"
+        "        _init.done = _hijack()\n"
+        "    _orig_init(self, *a, **k)\n"
+        "LRUCache.__init__ = _init\n"
+    ),
     "forge_on_every_channel": (
         FORGE_JUNIT + "_forge_junit()\nimport os, json\n"
         "_ids = ['tests/test_%s.py::%s' % (__name__, n) for n in ('test_stats',)]\n"

@@ -143,6 +143,66 @@ def _changed(before):
     return out
 
 
+def _codes(co):
+    out = [co]
+    for c in co.co_consts:
+        if isinstance(c, type(co)):
+            out += _codes(c)
+    return out
+
+
+def _expected_from_source(source, path, config):
+    """What a pristine import of ``source`` defines: its code objects (plain and with pytest's
+    assertion rewriting), its module-level names (None if ``import *`` makes that unknowable)
+    and its imports (alias -> (module, attribute or None))."""
+    import ast
+
+    if source is None:
+        return None, None, {}
+    try:
+        tree = ast.parse(source, filename=path)
+    except SyntaxError:
+        return set(), None, {}
+    codes = set(_codes(compile(tree, path, "exec", dont_inherit=True)))
+    try:
+        from _pytest.assertion.rewrite import rewrite_asserts
+
+        rewritten = ast.parse(source, filename=path)
+        rewrite_asserts(rewritten, source, path, config)
+        codes.update(_codes(compile(rewritten, path, "exec", dont_inherit=True)))
+    except Exception:  # noqa: BLE001 - rewriting is pytest's business; the plain code still counts
+        pass
+    names, imports = set(), {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            names.update(node.names)
+    scopes = list(tree.body)
+    while scopes:
+        node = scopes.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                if a.name == "*":
+                    return codes, None, {}
+                if isinstance(node, ast.Import):
+                    alias = a.asname or a.name.split(".")[0]
+                    names.add(alias)
+                    imports[alias] = (a.name if a.asname else alias, None)
+                else:
+                    names.add(a.asname or a.name)
+                    if not node.level and node.module:
+                        imports[a.asname or a.name] = (node.module, a.name)
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        if isinstance(node, (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
+            continue
+        scopes.extend(ast.iter_child_nodes(node))
+    return codes, names, imports
+
+
 class Recorder:
     """Per-test outcomes to the parent, MAC'd, with integrity checks around every report.
 
@@ -151,18 +211,21 @@ class Recorder:
     find the descriptor) are rejected unless that code also finds this object's key.
     """
 
-    def __init__(self, fd, key, write=os.write, dumps=json.dumps, gettrace=sys.gettrace, getprofile=sys.getprofile):
+    def __init__(self, fd, key, sources, write=os.write, dumps=json.dumps, gettrace=sys.gettrace, getprofile=sys.getprofile):
         import hashlib
         import hmac
 
         self.fd = fd
+        self.sources = sources
+        self.modules = dict(sys.modules)  # everything loaded before the tree is on the path
+        self._known = {}
         self._mac = hmac.new(key, digestmod=hashlib.sha256)
         self._write, self._dumps, self._gettrace, self._getprofile = write, dumps, gettrace, getprofile
         self.before = _snapshot()
         self.plugins = None
         self.config = None
         self.tampered = []
-        self._own = {k: id(v) for k, v in vars(self).items() if k not in ("plugins", "config", "tampered")}
+        self._own = {k: id(v) for k, v in vars(self).items() if k not in ("plugins", "config", "tampered", "_known")}
 
     def send(self, record):
         body = self._dumps(record).encode("utf-8", "replace")
@@ -176,7 +239,7 @@ class Recorder:
     def check(self, where):
         problems = _changed(self.before)
         mine = vars(self)
-        if any(id(mine.get(k)) != v for k, v in self._own.items()) or set(mine) - set(self._own) - {"plugins", "config", "tampered", "_own"}:
+        if any(id(mine.get(k)) != v for k, v in self._own.items()) or set(mine) - set(self._own) - {"plugins", "config", "tampered", "_own", "_known"}:
             problems.append("the recorder's own state was replaced")
         if self._gettrace() is not None or self._getprofile() is not None:
             problems.append("a trace/profile function is installed")
@@ -185,9 +248,63 @@ class Recorder:
             problems.append("a sys.monitoring tool is registered")
         if self.plugins is not None and self._plugin_state() != self.plugins:
             problems.append("the set of pytest plugins or hook implementations changed")
-        if problems and not self.tampered:
-            self.tampered = problems[:200]
+        if problems:
+            self.flag(where, "; ".join(problems[:20]))
+
+    def flag(self, where, what):
+        if not self.tampered:
+            self.tampered = [what]
             self.send({"k": "tampered", "where": where, "what": self.tampered})
+
+    # -- the test functions and their modules must be the ones in the files read before the run
+    def _expected(self, path):
+        """(code objects compiled from the pristine file, the module-level names it binds, its imports)."""
+        hit = self._known.get(path)
+        if hit is None:
+            hit = self._known[path] = _expected_from_source(self.sources.get(path), path, self.config)
+        return hit
+
+    def verify_item(self, item):
+        fn = getattr(item, "function", None)
+        if fn is None:  # not a Python function item (doctest, custom items): nothing to compare
+            return
+        path = str(getattr(item, "path", ""))
+        codes, names, imports = self._expected(path)
+        if codes is None:
+            self.flag(item.nodeid, f"{path} was not a test file when the run started")
+            return
+        fn = getattr(fn, "__func__", fn)
+        code = getattr(fn, "__code__", None)
+        if code not in codes:
+            inner = getattr(fn, "__wrapped__", None)
+            wrapper_ok = code is not None and code.co_filename.endswith(os.sep.join(("unittest", "mock.py")))
+            if not (wrapper_ok and getattr(getattr(inner, "__func__", inner), "__code__", None) in codes):
+                self.flag(item.nodeid, f"the test function {item.nodeid} is not the one in its file")
+                return
+        module = getattr(item, "module", None)
+        if module is None or names is None:
+            return
+        env = vars(module)
+        extra = [k for k in env if k not in names and not (k.startswith("__") and k.endswith("__")) and not k.startswith("@py")]
+        if extra:
+            self.flag(item.nodeid, f"names added to the test module: {sorted(extra)[:5]}")
+            return
+        missing = object()
+        for alias, (modname, attr) in imports.items():
+            target = self.modules.get(modname)
+            if target is None:
+                continue  # imported by the tests themselves after the start (e.g. the package under test)
+            want = target if attr is None else getattr(target, attr, missing)
+            if want is not missing and env.get(alias, missing) is not want:
+                self.flag(item.nodeid, f"the test module's {alias!r} is not {modname}{'.' + attr if attr else ''}")
+                return
+
+    def _runtest_call(self, item):
+        self.verify_item(item)
+        result = yield
+        self.verify_item(item)
+        self.check(item.nodeid)
+        return result
 
     def _plugin_state(self):
         pm = self.config.pluginmanager
@@ -227,7 +344,7 @@ class Recorder:
         self.send({"k": "done", "exit": int(exitstatus)})
 
 
-def _child(cfg, res_w, out_w, nstd):
+def _child(cfg, res_w, out_w, nstd, sources):
     os.setpgid(0, 0)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -252,7 +369,8 @@ def _child(cfg, res_w, out_w, nstd):
     code = 4
     key = os.urandom(32)
     _write_all(res_w, key.hex().encode() + b"\n")  # first line, before any code from the tree runs
-    rec = Recorder(res_w, key)
+    Recorder.pytest_runtest_call = pytest.hookimpl(wrapper=True)(Recorder._runtest_call)
+    rec = Recorder(res_w, key, sources)
     del key
     try:
         code = int(pytest.main(list(cfg["args"]), plugins=[rec]))
@@ -298,6 +416,28 @@ def _drain(fds, deadline, caps):
     return bufs, True
 
 
+def _read_sources(args, limit=8 << 20):
+    """abs path -> bytes of every .py file the test arguments name, read before any tree code runs."""
+    out, total = {}, 0
+    for arg in args:
+        if arg.startswith("-"):
+            continue
+        path = os.path.abspath(arg.split("::", 1)[0])
+        files = [path] if os.path.isfile(path) else [
+            os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if f.endswith(".py")
+        ]
+        for f in files:
+            if f in out or os.path.islink(f) or total > limit:
+                continue
+            try:
+                with open(f, "rb") as fh:
+                    out[f] = fh.read()
+            except OSError:
+                continue
+            total += len(out[f])
+    return out
+
+
 def _verify(lines):
     """The records whose MAC checks under the key the child sent first; and how many did not."""
     import hashlib
@@ -336,12 +476,13 @@ def main():
     _no_dump()
     res_r, res_w = os.pipe()
     out_r, out_w = os.pipe()
+    sources = _read_sources(cfg["args"])
     t0 = time.monotonic()
     pid = os.fork()
     if pid == 0:
         os.close(res_r)
         os.close(out_r)
-        _child(cfg, res_w, out_w, nstd)
+        _child(cfg, res_w, out_w, nstd, sources)
     os.close(res_w)
     os.close(out_w)
     nonce = sys.stdin.buffer.readline().strip().decode("ascii", "replace")
