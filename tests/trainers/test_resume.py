@@ -154,6 +154,24 @@ def test_a_kill_during_the_warm_start_evaluation_does_not_warm_start_again(tmp_p
     assert _same_weights(_final_weights(out), _final_weights(straight[0]))
 
 
+def test_a_lora_run_killed_before_its_adapters_exist_resumes_exactly(tmp_path: Path) -> None:
+    """The adapters and the KL reference are created after the warm-start evaluation: a LoRA run
+    killed just before must resume to the uninterrupted run, adapters included."""
+    pytest.importorskip("peft")
+    cfg = _cfg(steps=1, eval_every=0, lora=True, lora_rank=4, kl_coef=0.05)
+    _run(tmp_path / "straight", cfg)
+
+    def hook(name: str) -> None:
+        if name == "eval logged@0":
+            raise _Killed
+
+    with pytest.raises(_Killed):
+        _run(tmp_path / "killed", cfg, hook=hook)
+    _run(tmp_path / "killed", resume=True)
+    assert _rows(tmp_path / "killed") == _rows(tmp_path / "straight")
+    assert _same_weights(_final_weights(tmp_path / "killed"), _final_weights(tmp_path / "straight"))
+
+
 def test_a_finished_run_resumes_as_a_no_op(tmp_path: Path, straight: tuple[Path, list[str]]) -> None:
     out = tmp_path / "run"
     shutil.copytree(straight[0], out)
