@@ -63,6 +63,9 @@ _SHARED_MODULES = frozenset({"math", "cmath", "re", "string", "collections", "it
                              "bisect", "operator", "statistics", "fractions", "decimal"})
 
 
+_IGNORED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
+
+
 class _Timeout(BaseException):
     """A test ran out of time (BaseException: test code's ``except Exception`` can't swallow it)."""
 
@@ -208,7 +211,8 @@ class _Grader:
         self.load_output = b""
 
     # -- processes -------------------------------------------------------------------------
-    def start_zygote(self):
+    def spawn_zygote(self):
+        """Fork and exec the zygote without waiting for it (its start overlaps the grader's)."""
         ctl, theirs = _socket.socketpair()
         pid = os.fork()
         if pid == 0:  # exec at once: nothing of this process's memory survives into the zygote
@@ -218,12 +222,19 @@ class _Grader:
                     os.dup2(null, fd)
                 os.dup2(theirs.fileno(), 3)
                 os.closerange(4, 1 << 16)
+                for sig in _IGNORED_SIGNALS:  # ignored dispositions would survive the exec
+                    signal.signal(sig, signal.SIG_DFL)
                 os.execv(self.zygote_argv[0], self.zygote_argv)
             finally:
                 os._exit(127)
         theirs.close()
         self.zygote_pid, self.ctl = pid, ctl
-        if self._recv_exact(ctl, 1, time.monotonic() + _ZYGOTE_START_S) != b"R":
+
+    def start_zygote(self):
+        """A zygote that answers (spawned now unless :meth:`spawn_zygote` already did)."""
+        if self.zygote_pid is None:
+            self.spawn_zygote()
+        if self._recv_exact(self.ctl, 1, time.monotonic() + _ZYGOTE_START_S) != b"R":
             self.stop_zygote()
             raise _NoStart(f"the solution runner (a fresh {self.zygote_argv[0]}) did not start")
 
@@ -496,9 +507,8 @@ def _candidate_exception(reply):
 def _zygote_argv(candidate_source):
     """This interpreter with the same flags (``-S``, ``-B``...), running the candidate side."""
     argv = list(getattr(sys, "orig_argv", []) or [sys.executable])
-    cut = argv.index("-c") if "-c" in argv else len(argv) - 1
-    flags = [a for a in argv[1:cut] if a.startswith("-")]
-    return [sys.executable or argv[0], *flags, "-c", candidate_source]
+    cut = argv.index("-c") if "-c" in argv else len(argv) - 1  # before -c (or the script): options only
+    return [sys.executable or argv[0], *argv[1:cut], "-c", candidate_source]
 
 
 def _trusted_imports():
@@ -518,6 +528,8 @@ def _trusted_imports():
 
 
 def main(candidate_source):
+    grader = _Grader(_zygote_argv(candidate_source), 2.0, 600)
+    grader.spawn_zygote()  # before this process holds the input: the zygote is exec'd at once anyway
     _set_dumpable(0)
     _trusted_imports()
     try:
@@ -542,12 +554,12 @@ def main(candidate_source):
             data = data[os.write(out, data):]
 
     signal.signal(signal.SIGALRM, _on_alarm)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT):
+    for sig in _IGNORED_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)  # only SIGKILL/SIGSTOP can stop the grader now
     sys.setrecursionlimit(3000)
     emit({"event": "start"})
-    grader = _Grader(_zygote_argv(candidate_source), float(payload.get("per_test_s", 2.0)),
-                     int(payload.get("error_chars", 600)), bool(payload.get("details", True)))
+    grader.per_test_s, grader.error_chars = float(payload.get("per_test_s", 2.0)), int(payload.get("error_chars", 600))
+    grader.details = bool(payload.get("details", True))
     try:
         grader.start_zygote()
     except _NoStart as exc:  # before any solution code ran: the infrastructure's fault
