@@ -28,7 +28,7 @@ for i in range(8):
     pid = os.fork()
     if pid == 0:
         block = b"x" * (150 << 20)   # touched: 150 MB of real pages per child, under RLIMIT_AS
-        time.sleep(3)
+        time.sleep(1)
         os._exit(0)
     kids.append(pid)
 ok = sum(os.waitpid(p, 0)[1] == 0 for p in kids)
@@ -214,7 +214,8 @@ def test_a_run_ignoring_signals_forking_and_setsid_ends_at_its_deadline(runner, 
     assert runner.leftovers() == [], "a process of the run outlived its deadline"
 
 
-def test_a_warm_run_that_stops_its_worker_still_ends_at_the_deadline(sb):
+def test_a_warm_run_that_stops_its_worker_still_ends_at_the_deadline():
+    sb = _sandbox("auto")
     with sb.open_session() as s, WarmPython(s) as w:
         t = time.monotonic()
         res = w.run(f"import os, signal\nos.kill(os.getppid(), {int(signal.SIGSTOP)})\nwhile True: pass",
@@ -222,6 +223,7 @@ def test_a_warm_run_that_stops_its_worker_still_ends_at_the_deadline(sb):
         assert not res.ok and res.limit_hit == "wall"
         assert time.monotonic() - t < 1.0 + 2.5
         assert w.run("print('fresh worker')").stdout == "fresh worker\n"
+    sb.close()
 
 
 # -- nothing survives into the next episode -----------------------------------------------------------
@@ -305,6 +307,7 @@ def test_seccomp_leaves_ordinary_programs_working(sb, warm):
         assert res.ok and res.stdout == "ok\n", res.summary()
 
 
+@pytest.mark.slow  # importing torch takes seconds
 def test_torch_still_works_under_the_filter():
     pytest.importorskip("torch")
     sb = _sandbox("auto")
