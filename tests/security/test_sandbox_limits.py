@@ -173,6 +173,22 @@ def _owner(path: str) -> int | None:
         return None
 
 
+def test_files_that_fill_the_sessions_memory_fail_later_runs_as_memory_not_infra():
+    sb = _sandbox("auto")
+    try:
+        if sb.cgroup_host is None or not sb.tmpfs_workdirs:
+            pytest.skip("needs the cgroup and a tmpfs working dir")
+        lim = Limits(wall_s=5, memory_mb=128, disk_mb=512, file_size_mb=1024)
+        with sb.open_session(lim) as s, WarmPython(s) as w:
+            s.run("head -c 125M /dev/zero > fill.bin")  # RAM the session keeps between runs
+            for res in (s.run_python("print(1)"), w.run("print(1)")):  # no SandboxError raised
+                assert res.limit_hit == "memory" and not res.ok, res.summary()
+            s.reset()
+            assert w.run("print(1)").stdout == "1\n"
+    finally:
+        sb.close()
+
+
 # -- disk -----------------------------------------------------------------------------------------
 # Files in a tmpfs are RAM, so they count against memory_mb too: give memory room above disk_mb.
 DISK_LIM = LIM.replace(memory_mb=1024)

@@ -647,19 +647,29 @@ class BubblewrapSandbox(_LocalSandbox):
             os.close(status_pipe[0])
             os.close(status_pipe[1])
             raise SandboxError(f"{self.name}: cannot prepare the launch: {exc}") from exc
-        return run_process(
-            full,
-            status_pipe=status_pipe,
-            pass_fds=fds,
-            cwd=session.host_dir,
-            env={**_base_env("/work"), **env},
-            stdin=stdin,
-            limits=limits,
-            preexec=None if self._prlimit else rlimit_setter(limits),
-            backend=self.name,
-            signal_in_exit_code=True,
-            watchdog=session.watchdog(limits),
-        )
+        try:
+            return run_process(
+                full,
+                status_pipe=status_pipe,
+                pass_fds=fds,
+                cwd=session.host_dir,
+                env={**_base_env("/work"), **env},
+                stdin=stdin,
+                limits=limits,
+                preexec=None if self._prlimit else rlimit_setter(limits),
+                backend=self.name,
+                signal_in_exit_code=True,
+                watchdog=session.watchdog(limits),
+            )
+        except SandboxError:
+            # The launcher died before the program started. If the session's cgroup killed it,
+            # what filled the memory was the session's own (files its programs left in its
+            # tmpfs): the agent's doing, so a failed run, not an infrastructure error.
+            hit = session.cgroup.limit_hit() if session.cgroup is not None else None
+            if hit is None:
+                raise
+            return RunResult(stdout="", stderr=f"[sandbox] {hit} limit reached before the program could start\n",
+                             exit_code=None, signal=9, limit_hit=hit, backend=self.name)  # type: ignore[arg-type]
 
     def _probe(self) -> None:
         """Run ``true`` once per configuration: fail at construction, not mid-episode."""

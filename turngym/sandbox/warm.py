@@ -201,9 +201,19 @@ class WarmPython:
         with self._lock:
             if self._proc is not None and self._generation != session.generation:
                 req["wipe_tmp"] = True  # the session was reset: nothing of the last user may stay
-            proc = self._proc or self._start()
-            assert proc.stdin is not None
             started = time.monotonic()
+            try:
+                proc = self._proc or self._start()
+            except SandboxError:
+                # A worker that cannot start because the session's cgroup is full (files its
+                # runs left in its tmpfs) failed for the agent's reasons, not the sandbox's.
+                hit = session.cgroup.limit_hit() if session.cgroup is not None else None
+                if hit is None:
+                    raise
+                return RunResult(stdout="", stderr=f"[sandbox] {hit} limit reached before the program could start\n",
+                                 exit_code=None, signal=signal.SIGKILL, limit_hit=hit,  # type: ignore[arg-type]
+                                 duration_s=time.monotonic() - started, backend="bubblewrap-warm")
+            assert proc.stdin is not None
             try:
                 for _attempt in range(2):
                     proc.stdin.write(json.dumps(req).encode() + b"\n")
