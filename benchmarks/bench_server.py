@@ -12,8 +12,14 @@ batch/core, P99 and requests/s at that N.
 Bounded: levels stop at ``--max-sessions`` or when ``--time-budget`` seconds are spent or
 success drops below 95%; every request has a timeout; traffic goes to 127.0.0.1 only.
 
+``--compare A B`` runs the whole benchmark once per executor (e.g. ``auto process``: envs on
+the event loop or threads vs. envs in killable worker processes, the default) and reports
+the steps/s ratio B/A, so the cost of isolation is measured on one machine in one run. The
+server's CPU time includes its worker processes.
+
     python benchmarks/bench_server.py                      # math env, default levels
     python benchmarks/bench_server.py --env turngym/Math-v0 --levels 100 1000 2000 --json
+    python benchmarks/bench_server.py --env turngym/Math-v0 --levels 100 500 --compare auto process
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ sys.path.insert(0, ROOT)
 
 from turngym.server.client import AsyncRemoteEnv  # noqa: E402
 from turngym.server.testing import free_port  # noqa: E402
+
+EXECUTORS = ("process", "auto", "thread", "inline")
 
 # Actions by family: cheap, valid turns that exercise parsing, the verifier and signals
 # (other families play actions sampled from their own grammar).
@@ -60,11 +68,30 @@ class Level:
     server_cpu_us_per_step: float = float("nan")  # connects and resets included
 
 
+def _stat(pid: int) -> list[str]:
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+
+
 def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (Linux /proc), to normalise for a busy machine."""
+    """User + system CPU time of a process and its live descendants (env worker processes), Linux /proc."""
     try:
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        children: dict[int, list[int]] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    children.setdefault(int(_stat(int(entry))[1]), []).append(int(entry))
+                except (OSError, IndexError, ValueError):
+                    continue
+        total, todo = 0.0, [pid]
+        while todo:
+            p = todo.pop()
+            try:
+                fields = _stat(p)
+            except (OSError, IndexError):
+                continue
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            todo.extend(children.get(p, ()))
+        return total
     except (OSError, IndexError, ValueError):
         return float("nan")
 
@@ -241,7 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--env", action="append", help="env id (repeatable; default: math, and shop if registered)")
     p.add_argument("--levels", type=int, nargs="+", default=[100, 500, 1000, 1500, 2000])
     p.add_argument("--steps", type=int, default=20, help="steps per session per level")
-    p.add_argument("--executor", choices=("auto", "thread", "inline"), default="auto")
+    p.add_argument("--executor", choices=EXECUTORS, default="process")
+    p.add_argument("--compare", nargs=2, choices=EXECUTORS, metavar=("BEFORE", "AFTER"),
+                   help="run everything with both executors and report the steps/s ratio AFTER/BEFORE")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--timeout", type=float, default=30.0, help="per-request timeout (s)")
     p.add_argument("--time-budget", type=float, default=240.0, help="stop starting new levels after this (s)")
@@ -252,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     env_ids = args.env or [i for i in ("turngym/Math-v0", "turngym/Shop-v0") if i in turngym.list_envs()]
+    if args.compare:
+        return _compare(args, env_ids)
     reports = [bench_env(args, env_id) for env_id in env_ids]
     if args.json:
         print(json.dumps(reports, indent=2))
@@ -269,6 +300,47 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {r['env_id']} | {r['setup']} | {pc['mode']} | {batch:,} ({pc['success']:.1%} ok) | {r['cores']} | "
                   f"{batch / r['cores']:.0f} | {pc['step_p50_ms']:.1f} ms | {pc['step_p99_ms']:.1f} ms | "
                   f"{pc['steps_per_s']:,.0f} |")
+    return 0
+
+
+def _compare(args: argparse.Namespace, env_ids: list[str]) -> int:
+    """Both executors, same levels, one run: the steps/s ratio is what isolation costs here."""
+    before, after = args.compare
+    rows = []
+    for env_id in env_ids:
+        runs = {}
+        for executor in (before, after):
+            args.executor = executor
+            runs[executor] = bench_env(args, env_id)
+        b, a = runs[before], runs[after]
+        paced_b = (b["paced"] or {}).get("steps_per_s") or 0.0
+        paced_a = (a["paced"] or {}).get("steps_per_s") or 0.0
+        per_level = []
+        for lb, la in zip(b["levels"], a["levels"]):
+            if lb["sessions"] == la["sessions"] and lb["steps_per_s"]:
+                per_level.append({"sessions": lb["sessions"], f"{before}_steps_per_s": lb["steps_per_s"],
+                                  f"{after}_steps_per_s": la["steps_per_s"],
+                                  "ratio": la["steps_per_s"] / lb["steps_per_s"],
+                                  f"{before}_p50_ms": lb["step_p50_ms"], f"{after}_p50_ms": la["step_p50_ms"],
+                                  f"{before}_cpu_us_per_step": lb["server_cpu_us_per_step"],
+                                  f"{after}_cpu_us_per_step": la["server_cpu_us_per_step"]})
+        rows.append({
+            "env_id": env_id, "before": before, "after": after,
+            "peak_steps_per_s": {before: b["peak_rps"], after: a["peak_rps"]},
+            "peak_ratio": (a["peak_rps"] / b["peak_rps"]) if b["peak_rps"] else None,
+            "paced_steps_per_s": {before: paced_b, after: paced_a},
+            "paced_ratio": (paced_a / paced_b) if paced_b else None,
+            "levels": per_level,
+        })
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for r in rows:
+        print(f"\n{r['env_id']}: peak saturated steps/s {r['before']} {r['peak_steps_per_s'][r['before']]:,.0f} -> "
+              f"{r['after']} {r['peak_steps_per_s'][r['after']]:,.0f} (ratio {r['peak_ratio'] or float('nan'):.2f}); "
+              f"paced {r['paced_steps_per_s'][r['before']]:,.0f} -> {r['paced_steps_per_s'][r['after']]:,.0f}")
+        for lv in r["levels"]:
+            print(f"  N={lv['sessions']:>5}: ratio {lv['ratio']:.2f}")
     return 0
 
 

@@ -215,7 +215,14 @@ def test_serve_command_and_config_validation():
                                       "--executor", "inline", "--env-arg", "max_turns=3"])
     assert (args.env_ids, args.port, args.max_sessions, args.executor) == (["turngym/Math-v0"], 9, 5, "inline")
     assert args.host == "127.0.0.1"  # loopback unless asked otherwise
-    for bad in ({"max_sessions": 0}, {"executor": "gpu"}, {"idle_timeout_s": 0}):
+    assert build_parser().parse_args(["serve", "turngym/Math-v0"]).executor == "process"  # isolation by default
+    args = build_parser().parse_args(["serve", "turngym/Code-v0", "--token", "t0ken-t0ken", "--allow-kwarg", "sandbox",
+                                      "--allow-kwarg", "tasks", "--max-per-client", "4", "--header-timeout", "2",
+                                      "--first-frame-timeout", "3", "--processes", "2", "--max-message-mb", "1"])
+    assert (args.token, args.allow_kwarg, args.max_per_client) == ("t0ken-t0ken", ["sandbox", "tasks"], 4)
+    assert (args.header_timeout, args.first_frame_timeout, args.processes) == (2.0, 3.0, 2)
+    for bad in ({"max_sessions": 0}, {"executor": "gpu"}, {"idle_timeout_s": 0}, {"token": "short"},
+                {"max_per_client": 0}, {"header_timeout_s": 0}, {"processes": 0}, {"max_message_bytes": 10}):
         with pytest.raises(ConfigError):
             ServerConfig(env_ids=("turngym/Math-v0",), **bad)
     with pytest.raises(ConfigError, match="at least one"):
