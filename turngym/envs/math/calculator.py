@@ -10,6 +10,7 @@ Sizes are bounded (expression length, node count, exponent and result magnitude)
 from __future__ import annotations
 
 import ast
+import decimal
 import math
 import operator
 from fractions import Fraction
@@ -178,7 +179,13 @@ def evaluate(expr: str) -> Number:
         raise CalcError(f"cannot parse {expr!r} as arithmetic") from None
     if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
         raise CalcError("expression too complex")
-    return _eval(tree.body)
+    try:
+        return _eval(tree.body)
+    except CalcError:
+        raise
+    except (OverflowError, ZeroDivisionError, ValueError) as exc:
+        # Mixed exact/float arithmetic near the size bound (a 4096-bit rational has no float)
+        raise CalcError(f"cannot evaluate: {exc}") from None
 
 
 def format_number(x: Number) -> str:
@@ -186,10 +193,19 @@ def format_number(x: Number) -> str:
 
     >>> format_number(Fraction(12, 1)), format_number(Fraction(1, 3)), format_number(2.5)
     ('12', '0.3333333333', '2.5')
+    >>> format_number(Fraction(10**400, 3)), format_number(Fraction(1, 10**400))
+    ('3.333333333E+399', '1E-400')
     """
     if isinstance(x, Fraction) and x.denominator == 1:
         return str(x.numerator)
-    f = float(x)
+    try:
+        f = float(x)
+    except OverflowError:  # a rational beyond float range: 10 significant digits, exactly
+        f = 0.0
+    if f == 0.0 and x != 0:
+        with decimal.localcontext() as ctx:
+            ctx.prec = 10
+            return str(decimal.Decimal(x.numerator) / decimal.Decimal(x.denominator))
     if f.is_integer() and abs(f) < 1e16:
         return str(int(f))
     return f"{f:.10g}"

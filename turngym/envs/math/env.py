@@ -19,7 +19,7 @@ from turngym.core.task import Task
 from turngym.envs.math import oracle
 from turngym.envs.math.calculator import calculate, format_number
 from turngym.envs.math.tasks import MAX_STEPS, MathTask, generate_task, load_gsm8k, task_from_generated_id
-from turngym.envs.math.verifier import answers_match, first_unhit
+from turngym.envs.math.verifier import check_answer, first_unhit
 
 __all__ = ["MathEnv", "MathState"]
 
@@ -170,16 +170,22 @@ class MathEnv(TurngymEnv):
         act = parsed.value
         assert act is not None
         if act.tag == "answer":
-            correct = answers_match(act.body, task.gold)
+            verdict = check_answer(act.body, task.gold)
+            correct = verdict.equal
             hit = self.state.hit | (1 << (n - 1)) if correct else self.state.hit
             self.state = MathState(hit, self.state.calls)
             reward = 1.0 if correct else 0.0
+            outcome = {"reward": reward, "success": correct, "answer": act.body, "gold": task.gold}
+            obs = "Correct." if correct else "Incorrect."
+            if verdict.unchecked_reason is not None:  # refused or too slow to check: the agent's failure
+                outcome["reason"] = f"answer not checked: {verdict.unchecked_reason}"
+                obs = f"Incorrect (answer not checked: {verdict.unchecked_reason})."
             return Transition(
-                obs="Correct." if correct else "Incorrect.",
+                obs=obs,
                 reward=reward,
                 terminated=True,
                 signals={"answer_correct": reward, "progress": hit.bit_count() / n},
-                outcome={"reward": reward, "success": correct, "answer": act.body, "gold": task.gold},
+                outcome=outcome,
             )
         value, error = calculate(act.body)
         repeat = 1.0 if act.body in self.state.calls else 0.0
