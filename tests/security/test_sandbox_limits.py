@@ -437,3 +437,25 @@ def test_session_cgroups_are_removed_and_stale_ones_reaped():
         for p in stale:
             if os.path.isdir(p):
                 os.rmdir(p)
+
+
+def test_tmpfs_workdirs_left_by_a_dead_process_are_unmounted_and_removed(outside_tmp):
+    from turngym.sandbox.local import _mount_tmpfs, _mounts_under
+
+    if os.geteuid() != 0:
+        pytest.skip("only root mounts tmpfs working dirs")
+    dead = next(p for p in range(4_000_000, 3_000_000, -1) if not os.path.exists(f"/proc/{p}"))
+    stale = outside_tmp / f"turngym-bubblewrap-{dead}-abc123" / "s-xyz"
+    stale.mkdir(parents=True)
+    _mount_tmpfs(str(stale), 1, None)
+    (stale / "left.txt").write_text("x")
+    assert _mounts_under(str(stale))
+    sb = _sandbox("auto", root=str(outside_tmp))
+    try:
+        assert not _mounts_under(str(stale)) and not stale.parent.exists()
+        with sb.open_session() as s:
+            assert _mounts_under(s.host_dir) == [s.host_dir]
+            host_dir = s.host_dir
+        assert not _mounts_under(host_dir) and not os.path.exists(host_dir)
+    finally:
+        sb.close()
