@@ -5,6 +5,8 @@
     python benchmarks/bench_code_grader.py -n 40 --skip-attacks
 
 Figures:
+  ab_eval_p50_ms     with --against COMMIT: one-problem evaluations alternating between this
+                     grader and COMMIT's, on one warm worker (a fair A/B on a busy machine)
   step_ms            one test turn (``env.step`` of a fresh solution: no memo) on a built-in
                      task with the default warm worker; p50/p90 over n steps
   builtin_gold       the 108 built-in tasks' gold solutions in one batch: pass count, seconds
@@ -58,6 +60,37 @@ def step_latency(sandbox, n: int) -> dict[str, float]:  # type: ignore[no-untype
     return {"p50_ms": 1000 * statistics.median(lat), "p90_ms": 1000 * _percentile(lat, 0.9), "n": n}
 
 
+def ab_latency(sandbox, n: int, commit: str) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Interleave one-problem evaluations with this grader and with ``commit``'s (its runner
+    and harness from git), on one warm worker: load on a shared machine hits both alike."""
+    import subprocess
+    import types
+
+    def show(path: str) -> str:
+        return subprocess.run(["git", "show", f"{commit}:{path}"], capture_output=True, text=True, check=True,
+                              cwd=Path(__file__).resolve().parents[1]).stdout
+
+    old = types.ModuleType("old_runner")
+    sys.modules["old_runner"] = old  # dataclasses look their module up
+    exec(compile(show("turngym/envs/code/runner.py"), "old_runner.py", "exec"), old.__dict__)
+    old_harness = show("turngym/envs/code/harness.py") + "\nmain()\n"
+    old._harness_source = lambda: old_harness  # noqa: SLF001
+    env = turngym.make("turngym/Code-v0", sandbox=sandbox)
+    env.reset(options={"task": BUILTIN})
+    run, task = env._run_python(), env.task  # noqa: SLF001
+    lat: dict[str, list[float]] = {"now": [], commit: []}
+    for i in range(n + 2):
+        p = Problem(task.id, f"{task.gold}# {i}\n", task.entry_point, task.tests)
+        for name, mod in (("now", sys.modules[evaluate_many.__module__]), (commit, old)):
+            t = time.perf_counter()
+            ev = mod.evaluate(sandbox, mod.Problem(p.id, p.solution, p.entry_point, p.tests), run_python=run)
+            if i >= 2:
+                lat[name].append(time.perf_counter() - t)
+            assert ev.all_passed
+    env.close()
+    return {name: 1000 * statistics.median(v) for name, v in lat.items()}
+
+
 def batch(sandbox, tasks, code_of) -> dict[str, float]:  # type: ignore[no-untyped-def]
     t = time.perf_counter()
     evs = evaluate_many(sandbox, [Problem(x.id, code_of(x), x.entry_point, x.tests, x.setup) for x in tasks])
@@ -91,12 +124,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=30, help="steps for the latency figure")
     ap.add_argument("--skip-attacks", action="store_true")
+    ap.add_argument("--against", metavar="COMMIT", help="also time one-problem evaluations interleaved with COMMIT's grader")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args()
     sb = make_sandbox()
     out: dict[str, object] = {"loadavg_1m": os.getloadavg()[0], "cores": len(os.sched_getaffinity(0)),
                               "python": sys.version.split()[0], "sandbox": sb.name}
     out["step_ms"] = step_latency(sb, args.n)
+    if args.against:
+        out["ab_eval_p50_ms"] = ab_latency(sb, args.n, args.against)
     out["builtin_gold"] = batch(sb, load_builtin_tasks(), lambda x: x.gold)
     try:
         he = load_humaneval()
@@ -121,6 +157,8 @@ def main() -> None:
             b = out[key]
             print(f"{key:<24} {b['all_passed']:>4}/{b['problems']} problems all pass, "  # type: ignore[index]
                   f"{b['tests_passed']}/{b['tests']} tests, {b['seconds']:.1f} s")  # type: ignore[index]
+    if "ab_eval_p50_ms" in out:
+        print("one-problem evaluation, interleaved, p50 ms: " + ", ".join(f"{k} {v:.1f}" for k, v in out["ab_eval_p50_ms"].items()))  # type: ignore[union-attr]
     if "attacks" in out:
         a = out["attacks"]
         print(f"attacks: {a['contained']}/{a['tried']} contained; escaped: {a['escaped'] or 'none'}")  # type: ignore[index]

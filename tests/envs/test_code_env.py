@@ -368,3 +368,15 @@ def test_mbpp_tests_may_use_the_modules_the_solution_imported(sandbox):
     task = CodeTask(id="m", prompt="", gold="import math\ndef area(r):\n    return math.pi * r * r\n", entry_point="area",
                     tests=(("t", "assert math.isclose(area(1), 3.14159, rel_tol=0.001)"),))
     assert evaluate(sandbox, _problem(task)).all_passed
+
+
+def test_a_row_of_value_tests_keeps_per_test_deadlines_and_recovers_after_a_crash(sandbox):
+    # candidate(<literal>) tests go to the solution in one request; each still has its own
+    # deadline, and after a hang or a crash the rest run in a fresh process.
+    tests = (("a", "candidate(0)", "0"), ("hang", "candidate(1)", "1"), ("b", "candidate(2)", "2"),
+             ("crash", "candidate(3)", "3"), ("c", "candidate(4)", "4"), ("d", "candidate(x=5)", "5"))
+    task = CodeTask(id="t", prompt="", gold="", entry_point="f", tests=tests)
+    code = "import os\ndef f(x):\n    while x == 1:\n        pass\n    if x == 3:\n        os._exit(1)\n    return x\n"
+    ev = evaluate(sandbox, _problem(task, code), per_test_s=0.5)
+    assert ev.passed == (True, False, True, False, True, True)
+    assert "TimeoutError" in ev.results[1].error and "died" in ev.results[3].error

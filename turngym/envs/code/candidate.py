@@ -160,14 +160,25 @@ def _serve(ctl, sock_fd, out_fd):
             ns, reply = _load(req)
         elif req.get("op") == "call" and ns is not None:
             reply = _call(ns, req)
+        elif req.get("op") == "batch" and ns is not None:  # answers, one by one, as they are ready
+            calls = req.get("calls") or []
+            for call in calls[:-1]:
+                reply = _call(ns, call)
+                _flush()
+                _reply(sock, reply, call)
+            reply, req = (_call(ns, calls[-1]), calls[-1]) if calls else ({}, req)
         else:
             os._exit(0)
         _flush()
-        try:
-            _send(sock, reply)
-        except (ValueError, TypeError, RecursionError, OverflowError) as exc:  # e.g. an int with too many digits
-            _send(sock, {"id": req.get("id"), "ok": False, "kind": "fatal",
-                                   "message": f"the answer could not be sent ({type(exc).__name__}: {exc})"[:500]})
+        _reply(sock, reply, req)
+
+
+def _reply(sock, reply, req):
+    try:
+        _send(sock, reply)
+    except (ValueError, TypeError, RecursionError, OverflowError) as exc:  # e.g. an int with too many digits
+        _send(sock, {"id": req.get("id"), "ok": False, "kind": "fatal",
+                     "message": f"the answer could not be sent ({type(exc).__name__}: {exc})"[:500]})
 
 
 def main():

@@ -10,10 +10,10 @@ process:
   :data:`wire.PAYLOAD_FILE` and deletes the file, makes itself non-dumpable (same-uid
   processes cannot ptrace it or open its ``/proc/PID/mem`` or ``fd``), keeps its stdout to
   itself and reports ``start``.
-* It starts a **fresh** interpreter, the zygote (:mod:`~turngym.envs.code.candidate`), which
-  therefore never holds the tests or the nonce, and gets one forked process per solution
-  from it (again after a timeout or a crash) that owns nothing but a request socket and an
-  output pipe.
+* It starts the zygote (:mod:`~turngym.envs.code.candidate`) *before* it reads its input
+  (a fork then; a fresh interpreter if it has to be replaced later), so the zygote never
+  holds the tests or the nonce, and gets one forked process per solution from it (again
+  after a timeout or a crash) that owns nothing but a request socket and an output pipe.
 * The tests run *here*, with ``candidate`` (and every top-level name of the solution the
   tests use) bound to a proxy that calls into the solution's process. Arguments and return
   values cross as plain data only (:mod:`~turngym.envs.code.wire`), so test code compares
@@ -204,6 +204,7 @@ class _Grader:
         self.zygote_argv = zygote_argv
         self.per_test_s, self.error_chars, self.details = per_test_s, error_chars, details
         self.zygote_pid, self.ctl = None, None
+        self.input_read = False
         self.child = None
         self.deadline = 0.0
         self.fault = None
@@ -212,19 +213,28 @@ class _Grader:
 
     # -- processes -------------------------------------------------------------------------
     def spawn_zygote(self):
-        """Fork and exec the zygote without waiting for it (its start overlaps the grader's)."""
+        """Start the zygote without waiting for it (its start overlaps the grader's own).
+
+        Before the grader has read its input, a plain fork is safe and fast: this process
+        then holds nothing secret (the input arrives by file, not through the warm worker this
+        process may be forked from). Once the input is in memory, a zygote the solution killed
+        is replaced by a fresh interpreter (exec), which inherits no memory at all.
+        """
         ctl, theirs = _socket.socketpair()
         pid = os.fork()
-        if pid == 0:  # exec at once: nothing of this process's memory survives into the zygote
+        if pid == 0:
             try:
                 null = os.open(os.devnull, os.O_RDWR)
                 for fd in (0, 1, 2):
                     os.dup2(null, fd)
                 os.dup2(theirs.fileno(), 3)
                 os.closerange(4, 1 << 16)
-                for sig in _IGNORED_SIGNALS:  # ignored dispositions would survive the exec
+                for sig in _IGNORED_SIGNALS:  # ignored dispositions would survive an exec
                     signal.signal(sig, signal.SIG_DFL)
-                os.execv(self.zygote_argv[0], self.zygote_argv)
+                if self.input_read:
+                    os.execv(self.zygote_argv[0], self.zygote_argv)
+                else:
+                    exec(compile(self.zygote_argv[-1], "<zygote>", "exec"), {"__name__": "__zygote__"})
             finally:
                 os._exit(127)
         theirs.close()
@@ -296,12 +306,16 @@ class _Grader:
 
     # -- requests --------------------------------------------------------------------------
     def _exchange(self, msg, deadline):
-        """Send one request to the solution's process and wait (until ``deadline``) for its answer."""
+        """Send one request (``None``: none) to the solution's process and wait (until
+        ``deadline``) for its next answer."""
         child = self.child
-        data = marshal.dumps(msg)
-        data = len(data).to_bytes(4, "big") + data
+        data = b"" if msg is None else marshal.dumps(msg)
+        data = len(data).to_bytes(4, "big") + data if data else b""
         sent = 0
         while True:
+            frame = self._frame(child, sent < len(data))
+            if frame is not None:
+                return frame
             left = deadline - time.monotonic()
             if left <= 0:
                 raise _Timeout()
@@ -323,21 +337,28 @@ class _Grader:
                 if not chunk:
                     raise SolutionFault("the solution's process died (it exited or was killed)")
                 child.buf += chunk
-                if len(child.buf) >= 4:
-                    need = int.from_bytes(child.buf[:4], "big")
-                    if need > wire.MAX_FRAME:
-                        raise SolutionFault(f"the solution's process sent more than {wire.MAX_FRAME} bytes")
-                    if len(child.buf) >= 4 + need:
-                        if sent < len(data) or len(child.buf) > 4 + need:
-                            raise SolutionFault("the solution's process broke the protocol")
-                        frame, child.buf = bytes(child.buf[4:]), bytearray()
-                        try:
-                            reply = json.loads(frame)
-                        except (ValueError, RecursionError):
-                            reply = None
-                        if type(reply) is not dict:
-                            raise SolutionFault("the solution's process broke the protocol")
-                        return reply
+
+    @staticmethod
+    def _frame(child, sending):
+        """The next whole answer in ``child``'s buffer, or None (answers may arrive in a row)."""
+        if len(child.buf) < 4:
+            return None
+        need = int.from_bytes(child.buf[:4], "big")
+        if need > wire.MAX_FRAME:
+            raise SolutionFault(f"the solution's process sent more than {wire.MAX_FRAME} bytes")
+        if len(child.buf) < 4 + need:
+            return None
+        if sending:
+            raise SolutionFault("the solution's process broke the protocol (it answered before it was asked)")
+        frame = bytes(child.buf[4:4 + need])
+        del child.buf[:4 + need]
+        try:
+            reply = json.loads(frame)
+        except (ValueError, RecursionError):
+            reply = None
+        if type(reply) is not dict:
+            raise SolutionFault("the solution's process broke the protocol")
+        return reply
 
     def load(self, p, names, deadline):
         """Start a process for ``p``'s solution and load it: ``(names, error)``."""
@@ -427,13 +448,21 @@ class _Grader:
         if p.get("setup"):
             setup_error = self._timed(lambda: exec(compile(p["setup"], "<test setup>", "exec"), base), per_test_s * 2)
         base["candidate"] = base[p["entry_point"]] = entry
-        for test in tests:
-            name, code, by_value = test[0], test[1], len(test) > 2
+        i = 0
+        while i < len(tests):
+            name, code, by_value = tests[i][0], tests[i][1], len(tests[i]) > 2
             err, value = setup_error, None
             if err is None and self.child is None:  # ended by an earlier test: a fresh one
                 _, load_error = self.load(p, names, time.monotonic() + per_test_s * 2)
                 if load_error is not None:
                     err = f"the solution's process ended in an earlier test and could not be reloaded: {load_error}"
+            if err is None:
+                plan = self._plan(tests, i, base)
+                if len(plan) > 1:
+                    for test, (err, value) in zip(tests[i:], self._run_plan(plan)):
+                        emit({"event": "test", "id": p["id"], "name": test[0], "passed": False, "error": err, "value": value})
+                        i += 1
+                    continue
             if err is None:
                 fname = f"<test {name}>"
                 linecache.cache[fname] = (len(code), None, code.splitlines(True), fname)
@@ -449,7 +478,73 @@ class _Grader:
                     err = self._timed(functools.partial(exec, compile(code, fname, "exec"), dict(base)), per_test_s)
             emit({"event": "test", "id": p["id"], "name": name, "passed": err is None and not by_value,
                   "error": err, "value": value})
+            i += 1
         self.drop_child()
+
+    def _plan(self, tests, start, base):
+        """The value tests from ``start`` on that are plain calls of the solution's functions
+        (the host says which, and with what arguments): they can go in one request."""
+        plan = []
+        for test in tests[start:]:
+            spec = test[3] if len(test) > 3 else None
+            remote = base.get(spec.get("fn")) if type(spec) is dict else None
+            if not isinstance(remote, _Remote):
+                break
+            try:
+                args, kwargs = wire.decode_obj(spec["args"]), wire.decode_obj(spec["kwargs"])
+            except (KeyError, ValueError):
+                break
+            if type(args) is not list or type(kwargs) is not dict:
+                break
+            plan.append((test[0], test[1], remote.__name__, args, kwargs))
+        return plan
+
+    def _run_plan(self, plan):
+        """Send the planned calls at once; the solution answers each as it finishes, and each
+        answer has its own deadline. Yields ``(error, value)`` per test until the solution's
+        process fails (the caller goes on from the first test not yielded)."""
+        first = self.calls
+        self.calls += len(plan)
+        msg = {"op": "batch", "calls": [{"id": first + k, "name": fn, "args": args, "kwargs": kwargs}
+                                        for k, (_n, _c, fn, args, kwargs) in enumerate(plan)]}
+        if len(marshal.dumps(msg)) > wire.MAX_FRAME:
+            return
+        for k, (name, code, fn, _args, _kwargs) in enumerate(plan):
+            try:
+                reply = self._exchange(msg if k == 0 else None, time.monotonic() + self.per_test_s)
+                if reply.get("id") != first + k:
+                    raise SolutionFault("the solution's process broke the protocol")
+                if reply.get("ok") is True:
+                    try:
+                        got = wire.decode_obj(reply.get("value"))
+                    except (ValueError, RecursionError) as exc:
+                        raise SolutionFault(f"{fn}() returned a value that is not plain data ({exc})") from None
+                    try:
+                        yield None, wire.encode(got, _VALUE_CHARS)
+                    except (TypeError, ValueError, RecursionError) as exc:
+                        yield f"{type(exc).__name__}: {exc}"[: self.error_chars], None
+                    continue
+                if reply.get("kind") == "raise":
+                    yield self._call_error(name, code, _candidate_exception(reply)), None
+                else:
+                    yield self._call_error(name, code, SolutionFault(str(reply.get("message") or "the call failed")[:500])), None
+            except _Timeout:
+                self.drop_child()
+                yield f"TimeoutError: the test took more than {self.per_test_s:g} s", None
+                return
+            except SolutionFault as exc:
+                self.drop_child()
+                yield self._call_error(name, code, exc), None
+                return
+
+    def _call_error(self, name, code, exc):
+        """What a failing planned call reports: as if the test had raised ``exc`` itself."""
+        if not self.details and not isinstance(exc, SolutionFault):
+            return f"{type(exc).__name__} (details hidden)"
+        head = f'  File "<test {name}>", line 1, in <module>\n    {code}\n' if self.details else ""
+        text = (head + "".join(traceback.format_exception_only(type(exc), exc))).rstrip()
+        limit = max(self.error_chars, 20)
+        return text if len(text) <= limit else "..." + text[-limit:]
 
     def _timed(self, fn, seconds):
         """Run trusted test code with a deadline; its error text, or None if it passed."""
@@ -529,9 +624,10 @@ def _trusted_imports():
 
 def main(candidate_source):
     grader = _Grader(_zygote_argv(candidate_source), 2.0, 600)
-    grader.spawn_zygote()  # before this process holds the input: the zygote is exec'd at once anyway
+    grader.spawn_zygote()  # a plain fork: this process does not hold its input yet
     _set_dumpable(0)
     _trusted_imports()
+    grader.input_read = True
     try:
         with open(wire.PAYLOAD_FILE, "rb") as fh:
             raw = fh.read()

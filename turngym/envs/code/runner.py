@@ -22,7 +22,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from turngym.envs.code.wire import PAYLOAD_FILE, decode, same_value
+from turngym.envs.code.wire import PAYLOAD_FILE, decode, encode_obj, same_value
 from turngym.sandbox import Limits, RunResult, Sandbox, SandboxError
 
 __all__ = ["Problem", "TestResult", "Evaluation", "evaluate", "evaluate_many"]
@@ -160,7 +160,7 @@ def evaluate_many(
         "problems": [
             # Value tests travel as [name, call, "value"]: the expected value stays here.
             {"id": p.id, "solution": p.solution, "entry_point": p.entry_point, "setup": p.setup,
-             "tests": [[t[0], t[1], "value"] if len(t) > 2 else list(t) for t in p.tests]}
+             "tests": [[t[0], t[1], "value", _call_spec(t[1])] if len(t) > 2 else list(t) for t in p.tests]}
             for p in problems
         ],
         "per_test_s": per_test_s,
@@ -204,6 +204,22 @@ def evaluate_many(
             results = tuple(_verdict(t, got.get(t[0]), stop) for t in p.tests)
         out.append(Evaluation(load.get("ok") is True, _text(load.get("error")), results, _text(load.get("output")) or ""))
     return out
+
+
+def _call_spec(call: str) -> dict[str, Any] | None:
+    """``{"fn", "args", "kwargs"}`` if ``call`` is a plain call with literal arguments (then the
+    grader can send a row of such tests to the solution in one request), else None."""
+    try:
+        node = ast.parse(call, mode="eval").body
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or any(
+            isinstance(a, ast.Starred) for a in node.args
+        ) or any(k.arg is None for k in node.keywords):
+            return None
+        args = [ast.literal_eval(a) for a in node.args]
+        kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+        return {"fn": node.func.id, "args": encode_obj(args), "kwargs": encode_obj(kwargs)}
+    except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
+        return None
 
 
 def _text(value: object) -> str | None:
