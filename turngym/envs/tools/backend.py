@@ -47,9 +47,12 @@ def format_result(result: Any) -> str:
     if type(result) is dict:
         try:
             return json.dumps(result)
-        except (TypeError, ValueError):
-            return str(result)
-    return str(result)
+        except (TypeError, ValueError, RecursionError):
+            pass
+    try:
+        return str(result)
+    except (ValueError, RecursionError) as exc:  # an int past Python's digit limit, a self-nesting value
+        return f"Error during execution: the result cannot be printed ({str(exc).split(';')[0]})"
 
 
 class Backend(ABC):

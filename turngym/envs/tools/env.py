@@ -19,7 +19,7 @@ from turngym.core.task import Task
 from turngym.envs.tools.backend import Backend
 from turngym.envs.tools.oracle import oracle_message
 from turngym.envs.tools.parsing import Reply, parse_message
-from turngym.envs.tools.schema import Tool, check_structure, validate_arguments
+from turngym.envs.tools.schema import Tool, check_structure, oversized_integer, validate_arguments
 from turngym.envs.tools.state import FlatState, flat_key
 from turngym.envs.tools.store import STORE_TOOLS, StoreBackend
 from turngym.envs.tools.tasks import STORE_ID_PREFIX, ToolsTask, generate_store_task, store_task_from_id
@@ -409,6 +409,10 @@ class ToolsEnv(TurngymEnv):
                 # ground truth calls a held-out function once): run it, flagged.
                 schema_ok = False
                 tool = hidden
+            huge = oversized_integer(c.arguments)
+            if huge is not None:  # refused even where type mismatches run (BFCL): no tool takes such numbers
+                errors.append(f"call {i} ({c.name}): {huge}")
+                continue
             params = tool["function"]["parameters"]
             problem = validate_arguments(c.arguments, params)
             if problem is None:

@@ -17,7 +17,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["Tool", "bfcl_doc_to_tool", "validate_arguments", "check_structure", "tool_name"]
+__all__ = ["Tool", "bfcl_doc_to_tool", "validate_arguments", "check_structure", "tool_name", "oversized_integer", "MAX_INT_BITS"]
+
+#: Integers in tool arguments fit in 64 bits: IDs, counts and amounts do, and a JSON literal of
+#: thousands of digits would make the backends build numbers too large to print or hash.
+MAX_INT_BITS = 63
 
 Tool = dict[str, Any]
 
@@ -172,6 +176,30 @@ def check_structure(arguments: Mapping[str, Any], parameters: Mapping[str, Any])
     (True, "arguments has unknown argument(s) ['m']; allowed: n; arguments is missing required argument(s) ['n']")
     """
     return _names(arguments, parameters, "arguments")
+
+
+def oversized_integer(arguments: Mapping[str, Any]) -> str | None:
+    """Why an integer in ``arguments`` (at any depth) is refused, or None.
+
+    Walks with an explicit stack: the arguments' nesting is bounded by the parser, but a walk
+    that cannot recurse needs no such argument.
+
+    >>> oversized_integer({"a": [1, {"b": 2**70}]})
+    'arguments.a[1].b is too large (integers must fit in 64 bits)'
+    >>> oversized_integer({"a": 2**62, "b": 1e300}) is None
+    True
+    """
+    stack: list[tuple[Any, str]] = [(dict(arguments), "arguments")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value.bit_length() > MAX_INT_BITS:
+                return f"{where} is too large (integers must fit in 64 bits)"
+        elif isinstance(value, dict):
+            stack.extend((v, f"{where}.{k}") for k, v in reversed(value.items()))
+        elif isinstance(value, (list, tuple)):
+            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(value))))
+    return None
 
 
 def _names(value: Mapping[str, Any], schema: Mapping[str, Any], where: str) -> str | None:
