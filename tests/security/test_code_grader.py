@@ -115,6 +115,31 @@ ATTACKS: dict[str, str] = {
     "huge_value": "def {name}(*a, **k):\n    return 'x' * (5 << 20)\n",
     "deep_value": "def {name}(*a, **k):\n    v = []\n    for _ in range(100000):\n        v = [v]\n    return v\n",
     "self_referencing_value": "def {name}(*a, **k):\n    v = []\n    v.append(v)\n    return v\n",
+    "delete_files": (
+        "import os, shutil\n"
+        "def {name}(*a, **k):\n"
+        "    for root in ('/work', '/tmp'):\n"
+        "        for entry in os.listdir(root):\n"
+        "            shutil.rmtree(os.path.join(root, entry), ignore_errors=True)\n"
+        "            try:\n"
+        "                os.unlink(os.path.join(root, entry))\n"
+        "            except OSError:\n"
+        "                pass\n"
+        "    return None\n"
+    ),
+    "fork_bomb": (
+        "import os, time\n"
+        "def {name}(*a, **k):\n"
+        "    for _ in range(300):\n"
+        "        try:\n"
+        "            if os.fork() == 0:\n"
+        "                time.sleep(30)\n"
+        "                os._exit(0)\n"
+        "        except OSError:\n"
+        "            break\n"
+        "    return None\n"
+    ),
+    "memory_hog": "def {name}(*a, **k):\n    blocks = []\n    while True:\n        blocks.append(bytearray(1 << 26))\n",
     "fake_result_lines": (
         "import os, sys, glob\n"
         "LINE = '" + FORGE_LINE + "'\n"
