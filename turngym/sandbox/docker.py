@@ -380,10 +380,13 @@ class DockerSession(Session):
         except TimeoutError:
             killed_for = "wall"
         finally:
-            try:
-                sock.close()
-            except OSError:
-                pass
+            # shut the socket itself down, not only its file wrapper: an unread stream would
+            # otherwise stay open in the engine
+            for close in (lambda: raw.shutdown(2), raw.close, sock.close):
+                try:
+                    close()
+                except OSError:
+                    pass
         return out, err, killed_for, truncated
 
 
