@@ -5,11 +5,15 @@ Usage:
     python benchmarks/bench_resume.py --trials 50 --kills 3 --json
 
 First one uninterrupted run of a small config (the reference). Then each trial starts the same
-run in a fresh directory as a subprocess, SIGKILLs its whole process group at a moment drawn
-uniformly between the reference run's first commit and its finish (counted from the moment the
-trial's run wrote ``state.json``, so the draws fall in the run, not in Python's start-up or the
-final plot; later kills of the same trial hit ``--resume`` processes anywhere in their life), and finally runs ``turngym train --resume`` to
-completion. A trial succeeds when that resume exits 0 with a finished run; it is *exact* when
+run in a fresh directory as a subprocess, SIGKILLs its whole process group at a random moment
+between the reference run's first commit and its finish (counted from the moment the trial's run
+wrote ``state.json``, so the draws fall in the run, not in Python's start-up or the final plot):
+by default a uniformly chosen interval between two consecutive commits of the reference, then a
+uniform moment inside it, so that the few seconds of RL steps and saves get as many kills as the
+long model loading and warm start (``--draw uniform``: uniform over the run). Later kills of the
+same trial hit ``--resume`` processes anywhere in their life. Then ``turngym train --resume`` runs
+to completion. (The moments map onto the trial's own run only roughly: its speed varies with the
+machine's load.) A trial succeeds when that resume exits 0 with a finished run; it is *exact* when
 its ``metrics.jsonl`` rows (timings aside) and final weights equal the reference's, with no
 repeated row. Where each kill landed (the committed phase, and whether a save was in flight) is
 tallied, so the figure says which boundaries the random draws covered.
@@ -123,14 +127,26 @@ def reference(root: Path, timeout: float) -> tuple[Path, float, float, list[tupl
     return out, timeline[-1][0] - timeline[0][0], time.perf_counter() - t0, timeline
 
 
-def trial(root: Path, index: int, ref: Path, run_s: float, total_s: float, kills: int, rng: random.Random, timeout: float) -> dict[str, Any]:
+def _draw(rng: random.Random, timeline: list[tuple[float, str]], how: str) -> float:
+    """Seconds after the first commit: uniform over the run, or (``phases``) a uniformly chosen
+    interval between two consecutive commits of the reference, then uniform inside it — so the
+    short RL steps get as many kills as the long start-up and warm start."""
+    start = timeline[0][0]
+    if how == "uniform":
+        return rng.uniform(0, timeline[-1][0] - start)
+    i = rng.randrange(len(timeline) - 1)
+    return rng.uniform(timeline[i][0], timeline[i + 1][0]) - start
+
+
+def trial(root: Path, index: int, ref: Path, timeline: list[tuple[float, str]], draw: str, total_s: float, kills: int,
+          rng: random.Random, timeout: float) -> dict[str, Any]:
     out = root / f"trial-{index}"
     landed: list[str] = []
     for k in range(kills):
         proc = _start(out, resume=k > 0)
         if k == 0:
             _wait_for(out / "state.json", proc, timeout)
-            delay = rng.uniform(0, run_s)
+            delay = _draw(rng, timeline, draw)
         else:
             delay = rng.uniform(0, total_s)
         if _kill_at(proc, delay):
@@ -167,6 +183,8 @@ def main() -> None:
     p.add_argument("--trials", type=int, default=20)
     p.add_argument("--kills", type=int, default=1, help="SIGKILLs per trial before the final resume")
     p.add_argument("--seed", type=int, default=0, help="seed of the kill moments")
+    p.add_argument("--draw", choices=("phases", "uniform"), default="phases",
+                   help="first kill: uniform inside a uniformly chosen interval between two commits (default), or uniform over the run")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds any one process may take")
     p.add_argument("--keep", action="store_true", help="keep the run directories (printed)")
     p.add_argument("--json", action="store_true")
@@ -182,7 +200,7 @@ def main() -> None:
             print("  commits: " + ", ".join(f"{name} {t:.1f} s" for t, name in timeline))
         records = []
         for i in range(args.trials):
-            rec = trial(root, i, ref, run_s, total_s, args.kills, rng, args.timeout)
+            rec = trial(root, i, ref, timeline, args.draw, total_s, args.kills, rng, args.timeout)
             records.append(rec)
             if not args.json:
                 verdict = ("exact" if rec.get("metrics_equal") and rec.get("weights_equal") and not rec.get("duplicate_rows")
@@ -194,6 +212,7 @@ def main() -> None:
         summary = {
             "trials": n,
             "kills_per_trial": args.kills,
+            "draw": args.draw,
             "kills": sum(1 for r in records for w in r["killed_at"] if not w.startswith("after the end")),
             "resumed": sum(r["resumed"] for r in records),
             "metrics_equal": sum(bool(r.get("metrics_equal")) for r in records),

@@ -280,6 +280,9 @@ def test_a_fresh_run_refuses_a_directory_with_results(tmp_path: Path, stopped: P
     rows = (out / "metrics.jsonl").read_bytes()
     with pytest.raises(ConfigError, match="--resume.*--overwrite"):
         _run(out, _cfg())
+    from turngym.cli import main
+
+    assert main(["train", "--out", str(out), "--quiet"]) == 2  # the CLI says so too, and touches nothing
     assert (out / "metrics.jsonl").read_bytes() == rows
     (out / "notes.txt").write_text("mine")
     Trainer(_cfg(steps=1, eval_every=0), out, overwrite=True, progress=False, log=None).run()

@@ -77,7 +77,7 @@ class Trainer:
         progress: show progress bars (stderr).
         log: where one-line status messages go (None = silent).
         hook: called with the name of every save and evaluation boundary as the run reaches it
-            (``"eval@0"``, ``"checkpoint written@3"``, ...) — fault-injection tests raise from it
+            (``"eval@0"``, ``"checkpoint@3 written"``, ...) — fault-injection tests raise from it
             to stop the run exactly there.
     """
 
@@ -111,8 +111,8 @@ class Trainer:
             raise ArtifactError(f"{path} is damaged ({exc}): restore it, or start over with `turngym train --out {self.out} --overwrite`") from exc
 
     # ---------------------------------------------------------------------- setup
-    def _setup(self, source: Path) -> None:
-        """Load the policy from ``source`` (the base model, or the run's saved warm start)."""
+    def _setup(self, source: Path | None = None) -> None:
+        """Load the policy from ``source``: the run's saved warm start, or (None) the base model."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -124,6 +124,7 @@ class Trainer:
             torch.set_num_threads(cfg.threads)
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.autocast = cfg.bf16 and self.device == "cuda"
+        source = source if source is not None else self._model_path()
         self.tokenizer = AutoTokenizer.from_pretrained(source)
         dtype = torch.bfloat16 if self.autocast else torch.float32
         self.model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(self.device)
@@ -517,7 +518,7 @@ class Trainer:
             return self._already_finished(point, start_time)
 
         if phase == "started":
-            self._setup(self._model_path())
+            self._setup()
             self._event("warm_start@0")
             self._warm_start()
             commit, metrics = rd.commit("warm_started")
@@ -620,7 +621,7 @@ class Trainer:
         self.rundir.clear()
         self.config.save(self.rundir.config)
         self._prepare()
-        self._setup(self._model_path())
+        self._setup()
         self._warm_start()
         commit, metrics = self.rundir.commit("warm_started")
         self.rundir.save_artifact(save_to, self._save_model, commit, metrics, hook=self._sub_hook("warm_start@0"))

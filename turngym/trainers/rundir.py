@@ -190,12 +190,15 @@ class RunDir:
         return sorted(dirs, key=lambda p: int(p.name[5:]), reverse=True)
 
     def _remove_leftovers(self) -> None:
-        """Temporary directories of a save that a kill interrupted: never valid, never needed."""
+        """Temporaries of a save that a kill interrupted (directories ``*.tmp``/``*.trash``, files
+        ``.NAME.tmp-PID``): never valid, never needed."""
         for parent in (self.out, self.checkpoints):
             if parent.is_dir():
                 for path in parent.iterdir():
                     if path.is_dir() and path.name.endswith((".tmp", ".trash")):
                         shutil.rmtree(path, ignore_errors=True)
+                    elif path.is_file() and path.name.startswith(".") and ".tmp-" in path.name:
+                        path.unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ resume
     def resume_point(self, steps: int) -> tuple[ResumePoint | None, list[str]]:
