@@ -165,22 +165,60 @@ def _rebuild(failure: tuple[str, str, bool]) -> BaseException:
 
 
 # ----------------------------------------------------------------------------- the worker
+class _Cost:
+    """Moving average of one env id's call durations inside a worker: cheap envs skip the thread hop."""
+
+    WARMUP = 16
+    ALPHA = 0.05
+    INLINE_BELOW_S = 0.001
+
+    def __init__(self) -> None:
+        self.mean = 0.0
+        self.n = 0
+        self.inline = False
+
+    def add(self, seconds: float) -> None:
+        self.n += 1
+        self.mean = seconds if self.n == 1 else self.mean + self.ALPHA * (seconds - self.mean)
+        if self.n >= self.WARMUP:  # hysteresis: leave the reader thread fast when slow, return only when clearly fast
+            self.inline = self.mean < (self.INLINE_BELOW_S if self.inline else self.INLINE_BELOW_S / 2)
+
+
 def _worker_main(conn: Any, factories: Mapping[str, Callable[..., Any]], threads: int) -> None:
-    """A worker process: receive ``(rid, sid, op, args)``, run it on a thread, send ``(rid, ok, value)``."""
+    """A worker process: receive batches of ``(rid, sid, op, args)``, send batches of ``(rid, ok, value)``.
+
+    Calls of envs that have proved cheap run right on the reader thread; the others on a
+    thread pool, so sessions waiting on I/O (a sandbox, a retriever) overlap. Either way a
+    runaway call is the server's to stop: it kills this process at the call's deadline.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when workers stop
     hosts: dict[str, EnvHost] = {}
-    send_lock = threading.Lock()
+    costs: dict[str, _Cost] = {}
+    replies: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
-    def reply(rid: int, ok: bool, value: Any) -> None:
-        with send_lock:
+    def send_loop() -> None:
+        while True:
+            batch = [replies.get()]
+            while True:
+                try:
+                    batch.append(replies.get_nowait())
+                except queue.Empty:
+                    break
             try:
-                conn.send((rid, ok, value))
-            except (pickle.PicklingError, TypeError, AttributeError) as exc:  # a value that cannot cross
-                conn.send((rid, False, _failure(exc)))
+                try:
+                    conn.send(batch)
+                except (pickle.PicklingError, TypeError, AttributeError):  # one value cannot cross: find it
+                    for rid, ok, value in batch:
+                        try:
+                            conn.send([(rid, ok, value)])
+                        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                            conn.send([(rid, False, _failure(exc))])
             except OSError:  # the server is gone
                 os._exit(0)
 
     def handle(rid: int, sid: str, op: str, args: tuple[Any, ...]) -> None:
+        t0 = time.perf_counter()
+        host = hosts.get(sid)
         try:
             if op == "make":
                 env_id, kwargs = args
@@ -188,26 +226,36 @@ def _worker_main(conn: Any, factories: Mapping[str, Callable[..., Any]], threads
                 host = hosts[sid] = EnvHost(sid, env_id, env)
                 value: Any = spec_to_wire(host.env, env_id)
             elif op == "close":
-                host = hosts.pop(sid, None)
+                hosts.pop(sid, None)
                 value = None
                 if host is not None:
                     host.env.close()
             else:
-                value = run_op(hosts[sid], op, args)
+                if host is None:
+                    raise KeyError(f"no env for session {sid} in this worker")
+                value = run_op(host, op, args)
+                costs.setdefault(host.env_id, _Cost()).add(time.perf_counter() - t0)
         except BaseException as exc:  # every failure is a reply; the worker lives on
-            reply(rid, False, _failure(exc))
+            replies.put((rid, False, _failure(exc)))
         else:
-            reply(rid, True, value)
+            replies.put((rid, True, value))
 
+    threading.Thread(target=send_loop, name="turngym-worker-send", daemon=True).start()
     with ThreadPoolExecutor(threads, thread_name_prefix="turngym-worker") as pool:
         while True:
             try:
-                msg = conn.recv()
+                batch = conn.recv()
             except (EOFError, OSError):
                 break
-            if msg is None:
+            if batch is None:
                 break
-            pool.submit(handle, *msg)
+            for rid, sid, op, args in batch:
+                host = hosts.get(sid)
+                cost = costs.get(host.env_id) if host is not None and op not in ("make", "close") else None
+                if cost is not None and cost.inline:
+                    handle(rid, sid, op, args)
+                else:
+                    pool.submit(handle, rid, sid, op, args)
         for host in hosts.values():
             with contextlib.suppress(Exception):
                 host.env.close()
@@ -252,23 +300,34 @@ class _Worker:
     # Pipe writes may block (a worker stalled by a GIL-holding step stops reading): never on the loop.
     def _write_loop(self) -> None:
         while True:
-            msg = self._outbox.get()
-            if msg is None:
+            batch = [self._outbox.get()]
+            while batch[-1] is not None:  # whatever queued up meanwhile goes in one write
+                try:
+                    batch.append(self._outbox.get_nowait())
+                except queue.Empty:
+                    break
+            stop = batch[-1] is None
+            batch = [m for m in batch if m is not None]
+            if batch:
+                try:
+                    self.conn.send(batch)
+                except (OSError, ValueError):
+                    return
+                except Exception as exc:  # an argument that cannot be pickled: fail those calls only
+                    for msg in batch:
+                        self._post(self._resolve_many, [(msg[0], False, _failure(exc))])
+            if stop:
+                with contextlib.suppress(OSError, ValueError):
+                    self.conn.send(None)
                 return
-            try:
-                self.conn.send(msg)
-            except (OSError, ValueError):
-                return
-            except Exception as exc:  # an argument that cannot be pickled: fail that call only
-                self._post(self._resolve, msg[0], False, _failure(exc))
 
     def _read_loop(self) -> None:
         while True:
             try:
-                rid, ok, value = self.conn.recv()
+                batch = self.conn.recv()
             except (EOFError, OSError, pickle.UnpicklingError, ValueError):
                 break
-            self._post(self._resolve, rid, ok, value)
+            self._post(self._resolve_many, batch)
         self._post(self._exited)
         with contextlib.suppress(Exception):
             self.proc.join(5.0)  # reap it (no zombie)
@@ -277,14 +336,15 @@ class _Worker:
         with contextlib.suppress(RuntimeError):  # the loop is closed: the server is gone
             self.loop.call_soon_threadsafe(fn, *args)
 
-    def _resolve(self, rid: int, ok: bool, value: Any) -> None:
-        fut = self.pending.pop(rid, None)
-        if fut is None or fut.done():
-            return
-        if ok:
-            fut.set_result(value)
-        else:
-            fut.set_exception(_rebuild(value))
+    def _resolve_many(self, batch: list[tuple[int, bool, Any]]) -> None:
+        for rid, ok, value in batch:
+            fut = self.pending.pop(rid, None)
+            if fut is None or fut.done():
+                continue
+            if ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(_rebuild(value))
 
     def _exited(self) -> None:
         if self.alive:  # died on its own (OOM killer, a crash): not a deadline kill
