@@ -1,0 +1,101 @@
+"""Code-v0 on the container backend: HumanEval's canonical solutions pass, broken ones fail,
+and episodes give the same rewards as on bubblewrap for the same seeds and actions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import turngym
+from tests.docker.conftest import ROOT, load_path
+from turngym.envs.code.runner import evaluate_many
+from turngym.envs.code.tasks import load_humaneval
+from turngym.sandbox import Limits, SandboxUnavailable, make_sandbox
+from turngym.sandbox.docker import DockerSandbox
+
+_code_cases = load_path("turngym_code_env_cases", ROOT / "tests/envs/test_code_env.py")
+BREAK, _problem = _code_cases.BREAK, _code_cases._problem
+
+
+@pytest.fixture(scope="module")
+def docker_sb(docker_client, sandbox_image):
+    sb = DockerSandbox(image=sandbox_image, client=docker_client)
+    yield sb
+    sb.close()
+
+
+@pytest.fixture(scope="module")
+def bwrap_sb():
+    try:
+        sb = make_sandbox("bubblewrap")
+    except SandboxUnavailable as exc:
+        pytest.skip(f"bubblewrap unavailable: {exc}")
+    yield sb
+    sb.close()
+
+
+def _humaneval_verdicts(sandbox, tasks):
+    good = evaluate_many(sandbox, [_problem(t) for t in tasks])
+    broken = evaluate_many(sandbox, [_problem(t, t.gold + BREAK.format(name=t.entry_point)) for t in tasks])
+    return good, broken
+
+
+def test_humaneval_sample_canonical_pass_and_broken_fail(docker_sb):
+    tasks = load_humaneval()[::8]  # 21 problems spread over the set
+    assert len(tasks) >= 20
+    good, broken = _humaneval_verdicts(docker_sb, tasks)
+    assert [t.id for t, e in zip(tasks, good) if not e.all_passed] == []
+    assert [t.id for t, e in zip(tasks, broken) if e.all_passed] == []
+
+
+@pytest.mark.slow
+def test_humaneval_all_164_canonical_pass_and_broken_fail(docker_sb):
+    tasks = load_humaneval()
+    good, broken = _humaneval_verdicts(docker_sb, tasks)
+    assert len(tasks) == 164
+    assert [t.id for t, e in zip(tasks, good) if not e.all_passed] == []
+    assert [t.id for t, e in zip(tasks, broken) if e.all_passed] == []
+
+
+def _episodes(sandbox, seeds, sampled=3, oracle=3):
+    """Random actions, then the oracle's until the episode ends: (obs, reward, ..., signals) per turn."""
+    out = []
+    env = turngym.make("turngym/Code-v0", sandbox=sandbox, warm=False)
+    try:
+        for seed in seeds:
+            obs, _ = env.reset(seed=seed)
+            rng = np.random.default_rng(seed)
+            trace = [obs]
+            for i in range(sampled + oracle):
+                action = env.sample_action(rng) if i < sampled else env.oracle_action()
+                o, r, te, tr, info = env.step(action)
+                assert not info.get("infra_error"), info.get("infra_error")
+                trace.append((o, r, te, tr, info["signals"], info["state_key"]))
+                if te or tr:
+                    break
+            out.append(trace)
+    finally:
+        env.close()
+    return out
+
+
+def test_code_episodes_match_bubblewrap_on_the_same_seeds(docker_sb, bwrap_sb):
+    seeds = [0, 3, 11]
+    on_docker = _episodes(docker_sb, seeds)
+    assert on_docker == _episodes(bwrap_sb, seeds)
+    assert all(ep[-1][2] or ep[-1][3] for ep in on_docker)  # every episode ran to its end
+    assert any(ep[-1][1] == 1.0 for ep in on_docker)  # and some ended with the oracle's fix rewarded
+
+
+def test_agent_code_that_kills_its_grader_fails_its_tests_not_the_infra(docker_sb):
+    env = turngym.make("turngym/Code-v0", sandbox=docker_sb, warm=False, run_limits=Limits(wall_s=3, cpu_s=3))
+    try:
+        env.reset(seed=0)
+        bomb = "```python\nimport os, signal\nos.kill(-1, signal.SIGKILL)\n```"
+        _, reward, _, _, info = env.step(bomb)
+        assert not info.get("infra_error") and info["signals"]
+        env.step(env.oracle_action())  # the fix, then the submission
+        _, reward, term, _, info = env.step(env.oracle_action())
+        assert term and info["outcome"]["success"] and not info.get("infra_error")
+    finally:
+        env.close()
