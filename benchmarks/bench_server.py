@@ -12,6 +12,11 @@ batch/core, P99 and requests/s at that N.
 Bounded: levels stop at ``--max-sessions`` or when ``--time-budget`` seconds are spent or
 success drops below 95%; every request has a timeout; traffic goes to 127.0.0.1 only.
 
+``--attack`` measures the server's health latency while hostile actions run (each one
+alone, then several at once): ``<answer>10**10**10</answer>`` and ``"<calc>" * 40000`` on
+Math-v0, health polled every 50 ms from this process; reported as p50/max per attack and
+how each step was answered (normal turn, ``step_timeout``, infra error).
+
 ``--compare A B`` runs the whole benchmark once per executor (e.g. ``auto process``: envs on
 the event loop or threads vs. envs in killable worker processes, the default) and reports
 the steps/s ratio B/A, so the cost of isolation is measured on one machine in one run. The
@@ -20,6 +25,7 @@ server's CPU time includes its worker processes.
     python benchmarks/bench_server.py                      # math env, default levels
     python benchmarks/bench_server.py --env turngym/Math-v0 --levels 100 1000 2000 --json
     python benchmarks/bench_server.py --env turngym/Math-v0 --levels 100 500 --compare auto process
+    python benchmarks/bench_server.py --attack --json
 """
 
 from __future__ import annotations
@@ -170,10 +176,11 @@ async def run_level(url: str, env_id: str, n: int, steps: int, actions: list[str
     )
 
 
-def start_server(env_id: str, port: int, max_sessions: int, executor: str, workers: int) -> subprocess.Popen:
+def start_server(env_id: str, port: int, max_sessions: int, executor: str, workers: int,
+                 extra: tuple[str, ...] = ()) -> subprocess.Popen:
     code = "import sys; from turngym.cli import main; sys.exit(main(sys.argv[1:]))"
     cmd = [sys.executable, "-c", code, "serve", env_id, "--host", "127.0.0.1", "--port", str(port),
-           "--max-sessions", str(max_sessions), "--executor", executor, "--workers", str(workers)]
+           "--max-sessions", str(max_sessions), "--executor", executor, "--workers", str(workers), *extra]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -278,8 +285,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="sessions of the paced run (0: skip), each thinking between steps like an LLM agent")
     p.add_argument("--paced-rate", type=float, default=2500.0, help="offered steps/s of the paced run")
     p.add_argument("--paced-steps", type=int, default=10, help="steps per session in the paced run")
+    p.add_argument("--attack", action="store_true", help="health latency while hostile actions run (see above)")
+    p.add_argument("--attack-deadline", type=float, default=3.0, help="the server's --request-timeout for --attack")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    if args.attack:
+        return _attack(args)
     env_ids = args.env or [i for i in ("turngym/Math-v0", "turngym/Shop-v0") if i in turngym.list_envs()]
     if args.compare:
         return _compare(args, env_ids)
@@ -300,6 +311,90 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {r['env_id']} | {r['setup']} | {pc['mode']} | {batch:,} ({pc['success']:.1%} ok) | {r['cores']} | "
                   f"{batch / r['cores']:.0f} | {pc['step_p50_ms']:.1f} ms | {pc['step_p99_ms']:.1f} ms | "
                   f"{pc['steps_per_s']:,.0f} |")
+    return 0
+
+
+HOSTILE = {"huge_power_answer": "<answer>10**10**10</answer>", "calc_tag_flood": "<calc>" * 40000}
+
+
+async def _health_during(url: str, http_url: str, actions: list[str], timeout: float) -> dict:
+    """Play ``actions`` at once (one session each) while polling /health; latencies and how steps ended."""
+    lat: list[float] = []
+    ends: list[float] = []
+    done = asyncio.Event()
+
+    async def poll() -> None:
+        async with httpx.AsyncClient() as client:
+            while not done.is_set():
+                t = time.perf_counter()
+                try:
+                    await client.get(f"{http_url}/health", timeout=30)
+                    lat.append(time.perf_counter() - t)
+                    ends.append(time.perf_counter())
+                except httpx.HTTPError:
+                    lat.append(float("inf"))
+                await asyncio.sleep(0.05)
+
+    async def play(action: str) -> tuple[str, float]:
+        env = AsyncRemoteEnv(url, "turngym/Math-v0", retries=1, request_timeout=timeout)
+        try:
+            await env.reset(seed=0)
+            t = time.perf_counter()
+            *_, info = await env.step(action)
+            took = time.perf_counter() - t
+            how = ("infra_error" if info["infra_error"] else
+                   "step_timeout" if (info["invalid_reason"] or "").startswith("step_timeout") else
+                   "invalid_action" if not info["action_valid"] else "valid_turn")
+            return how, took
+        finally:
+            await env.close()
+
+    poller = asyncio.ensure_future(poll())
+    await asyncio.sleep(0.3)
+    results = await asyncio.gather(*(play(a) for a in actions))
+    await asyncio.sleep(0.3)
+    done.set()
+    await poller
+    # a server thread holding the GIL freezes an in-process poller too: the longest gap between
+    # answered polls (less the 50 ms pause) is the time health was unavailable, whoever was frozen
+    gap = max((b - a for a, b in zip(ends, ends[1:])), default=float("nan")) - 0.05
+    return {"health_p50_ms": _pct(lat, 0.5) * 1e3, "health_max_ms": max(lat) * 1e3, "health_polls": len(lat),
+            "health_max_gap_ms": gap * 1e3,
+            "answered_as": [r[0] for r in results], "step_s_max": max(r[1] for r in results)}
+
+
+def _attack(args: argparse.Namespace) -> int:
+    """Health latency under hostile actions, on a real ``turngym serve`` subprocess."""
+    port = free_port()
+    proc = start_server("turngym/Math-v0", port, 64, args.executor, 1,
+                        ("--request-timeout", str(args.attack_deadline)))
+    url, http_url = f"ws://127.0.0.1:{port}", f"http://127.0.0.1:{port}"
+    report: dict = {"executor": args.executor, "deadline_s": args.attack_deadline, "attacks": {}}
+    try:
+        for name, action in HOSTILE.items():
+            report["attacks"][name] = asyncio.run(_health_during(url, http_url, [action], args.timeout))
+        report["attacks"]["all_at_once_x4"] = asyncio.run(
+            _health_during(url, http_url, [a for a in HOSTILE.values() for _ in range(2)], args.timeout))
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+    # the same, against a step that holds the GIL for 10 s (a test double served in this process)
+    from turngym.server.testing import GilHoldingTestEnv, ServerThread
+
+    with ServerThread(factories={"turngym/Math-v0": GilHoldingTestEnv}, executor=args.executor,
+                      request_timeout_s=args.attack_deadline) as srv:
+        report["attacks"]["gil_hold_10s_test_double"] = asyncio.run(
+            _health_during(srv.url, srv.http_url, ["<hold>10</hold>"], args.timeout))
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    for name, r in report["attacks"].items():
+        print(f"{name:>18}: health p50 {r['health_p50_ms']:.1f} ms, max {r['health_max_ms']:.1f} ms, "
+              f"longest gap {r['health_max_gap_ms']:.0f} ms "
+              f"({r['health_polls']} polls); steps answered as {r['answered_as']} (slowest {r['step_s_max']:.1f} s)")
     return 0
 
 

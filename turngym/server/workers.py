@@ -192,6 +192,8 @@ def _worker_main(conn: Any, factories: Mapping[str, Callable[..., Any]], threads
     runaway call is the server's to stop: it kills this process at the call's deadline.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when workers stop
+    for secret in ("TURNGYM_TOKEN", "TURNGYM_SERVER_CONFIG"):  # envs (and what they start) need neither
+        os.environ.pop(secret, None)
     hosts: dict[str, EnvHost] = {}
     costs: dict[str, _Cost] = {}
     replies: queue.SimpleQueue[Any] = queue.SimpleQueue()
