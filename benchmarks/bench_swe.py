@@ -1,10 +1,11 @@
 """SWE env latency and agent baselines.
 
 Reports reset latency, the latency of a ``run_tests`` step (uncached: a fresh edit each time),
-task-generation throughput, and the resolve rate of the oracle, a do-nothing agent and an agent
-that edits random lines, over ``--tasks`` shipped tasks.
+the hidden evaluation's grading time per task (uncached, on the gold-patched tree), task-generation
+throughput, and the resolve rate of the oracle, a do-nothing agent (one harmless edit, then
+submit: graded) and an agent that edits random lines, over ``--tasks`` shipped tasks.
 
-    python benchmarks/bench_swe.py [--tasks 200] [--json]
+    python benchmarks/bench_swe.py [--tasks 200] [--no-generation] [--json]
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=int, default=200)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-generation", action="store_true", help="skip the task-generation throughput (minutes on 2 cores)")
     args = ap.parse_args()
 
     from turngym.agents import OracleAgent
@@ -63,10 +65,24 @@ def main() -> None:
     out["run_tests_step_ms_p50"] = pct(runs, 50)
     out["run_tests_step_ms_p99"] = pct(runs, 99)
 
-    s = time.perf_counter()
-    gen = generate_tasks(["lrucache"], seed=123)
-    el = time.perf_counter() - s
-    out["generation_tasks_per_s"] = len(gen) / el
+    # Grading one task: the hidden evaluation of a never-seen tree (gold patch + a unique marker)
+    from turngym.envs.swe.verifier import measure
+
+    grades = []
+    for i, t in enumerate(sample[:20]):
+        fixed = env.gold_tree(t).with_file("bench_marker.py", f"# grade {i} {time.time()}\n")
+        s = time.perf_counter()
+        progress = measure(t, fixed, env.start_tree(t))
+        grades.append(time.perf_counter() - s)
+        assert progress.resolved, (t.id, progress)
+    out["grade_ms_p50"] = pct(grades, 50)
+    out["grade_ms_p90"] = pct(grades, 90)
+
+    if not args.no_generation:
+        s = time.perf_counter()
+        gen = generate_tasks(["lrucache"], seed=123)
+        el = time.perf_counter() - s
+        out["generation_tasks_per_s"] = len(gen) / el
 
     t0 = time.perf_counter()
     eps = run_episodes(lambda: env, OracleAgent(), list(range(len(sample))), batch_size=1, tasks=sample)
@@ -77,7 +93,8 @@ def main() -> None:
     nothing = 0
     for t in sample:
         env.reset(options={"task": t})
-        *_, info = env.step(json.dumps({"name": "submit", "arguments": {}}))
+        noop = {"name": "create_file", "arguments": {"path": "NOTES.md", "content": "no change\n"}}
+        *_, info = env.step(json.dumps([noop, {"name": "submit", "arguments": {}}]))
         nothing += info["outcome"]["success"]
     out["do_nothing_resolved"] = nothing / len(sample)
 

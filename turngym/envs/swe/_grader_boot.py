@@ -43,24 +43,19 @@ def _boot_paths(site_dirs):
 
 
 def _preimport():
-    """Import all of pytest before the tree can shadow any of it."""
+    """Import pytest and its top-level dependencies before the tree can shadow any of them.
+
+    Only top-level names can be shadowed: a ``_pytest`` submodule imported later is looked up
+    in the already-imported ``_pytest`` package's own directory, never on ``sys.path``.
+    """
     import importlib
-    import pkgutil
 
-    import _pytest
-    import pluggy  # noqa: F401
-    import pytest  # noqa: F401
-
-    for info in pkgutil.walk_packages(_pytest.__path__, "_pytest."):
-        try:
-            importlib.import_module(info.name)
-        except Exception:  # noqa: BLE001 - optional modules (e.g. pytester's deps) may be absent
-            pass
-    for name in ("unittest", "unittest.mock", "doctest", "pdb", "traceback", "inspect", "json", "hmac", "hashlib", "selectors",
-                 "iniconfig", "packaging.version"):
+    for name in ("pytest", "_pytest", "pluggy", "iniconfig", "packaging.version", "unittest", "unittest.mock", "doctest",
+                 "pdb", "traceback", "inspect", "json", "hmac", "hashlib", "selectors", "ast", "_pytest.assertion.rewrite",
+                 "_pytest.pytester_assertions", "_pytest.legacypath", "_pytest.python_api", "_pytest.raises"):
         try:
             importlib.import_module(name)
-        except Exception:  # noqa: BLE001
+        except ImportError:
             pass
 
 
@@ -106,37 +101,50 @@ def _watched_modules():
 
 
 def _snapshot():
-    """(namespace, name, object, label) for every function/class of the watched modules and their classes.
+    """Per watched namespace: (namespace, names, objects, labels) for every function/class in it.
 
     The namespaces are the live module dicts and class mappingproxies, so a check is one
-    identity test per entry (cheap enough to run around every report).
+    C-level identity pass per namespace (cheap enough to run around every test).
     """
-    entries = []
+    groups = []
     mods = _watched_modules()
+
+    def add(ns, prefix, pairs):
+        pairs = [(k, v) for k, v in pairs if (prefix[0], prefix[1] + k) not in _MUTABLE]
+        if pairs:
+            keys, vals = zip(*pairs)
+            groups.append((ns, keys, vals, prefix))
+
     for mname, mod in mods.items():
         try:
             ns = vars(mod)
         except TypeError:
             continue
-        for key, value in list(ns.items()):
-            if (mname, key) in _MUTABLE or not _interesting(value):
-                continue
-            entries.append((ns, key, value, mname + "." + key))
+        members = [(k, v) for k, v in list(ns.items()) if _interesting(v)]
+        add(ns, (mname, ""), members)
+        for key, value in members:
             if isinstance(value, type) and getattr(value, "__module__", None) == mname:
                 cls_ns = vars(value)
-                for attr, member in list(cls_ns.items()):
-                    if (mname, key + "." + attr) in _MUTABLE:
-                        continue
-                    if _interesting(member) or isinstance(member, (staticmethod, classmethod, property)):
-                        entries.append((cls_ns, attr, member, mname + "." + key + "." + attr))
-    return entries, tuple(mods.items()), sys.modules
+                add(cls_ns, (mname, key + "."), [
+                    (a, m) for a, m in list(cls_ns.items())
+                    if _interesting(m) or isinstance(m, (staticmethod, classmethod, property))
+                ])
+    return groups, tuple(mods.items()), sys.modules
+
+
+_MISSING = object()
 
 
 def _changed(before):
     """Names of the watched objects that are not the ones snapshotted (removed ones included)."""
-    entries, mods, modules = before
-    missing = object()
-    out = [label for ns, k, v, label in entries if ns.get(k, missing) is not v]
+    import itertools
+    import operator
+
+    groups, mods, modules = before
+    out = []
+    for ns, keys, vals, (mname, prefix) in groups:
+        if any(map(operator.is_not, map(ns.get, keys, itertools.repeat(_MISSING)), vals)):
+            out += [f"{mname}.{prefix}{k}" for k, v in zip(keys, vals) if ns.get(k, _MISSING) is not v]
     out += [f"sys.modules[{name!r}]" for name, mod in mods if modules.get(name) is not mod]
     if sys.modules is not modules:
         out.append("sys.modules")
@@ -152,9 +160,9 @@ def _codes(co):
 
 
 def _expected_from_source(source, path, config):
-    """What a pristine import of ``source`` defines: its code objects (plain and with pytest's
-    assertion rewriting), its module-level names (None if ``import *`` makes that unknowable)
-    and its imports (alias -> (module, attribute or None))."""
+    """What a pristine import of ``source`` defines: its code objects (as pytest's assertion
+    rewriting compiles them), its module-level names (None if ``import *`` makes that
+    unknowable) and its imports (alias -> (module, attribute or None))."""
     import ast
 
     if source is None:
@@ -163,15 +171,19 @@ def _expected_from_source(source, path, config):
         tree = ast.parse(source, filename=path)
     except SyntaxError:
         return set(), None, {}
-    codes = set(_codes(compile(tree, path, "exec", dont_inherit=True)))
-    try:
-        from _pytest.assertion.rewrite import rewrite_asserts
+    names, imports = _bindings(tree)
+    # test modules are always assertion-rewritten here (default python_files, no --assert=plain):
+    # compile exactly as pytest's _rewrite_test does
+    from _pytest.assertion.rewrite import rewrite_asserts
 
-        rewritten = ast.parse(source, filename=path)
-        rewrite_asserts(rewritten, source, path, config)
-        codes.update(_codes(compile(rewritten, path, "exec", dont_inherit=True)))
-    except Exception:  # noqa: BLE001 - rewriting is pytest's business; the plain code still counts
-        pass
+    rewrite_asserts(tree, source, path, config)
+    return set(_codes(compile(tree, path, "exec", dont_inherit=True))), names, imports
+
+
+def _bindings(tree):
+    """Module-level names a pristine import binds (None if ``import *``) and its imports."""
+    import ast
+
     names, imports = set(), {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Global):
@@ -185,7 +197,7 @@ def _expected_from_source(source, path, config):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for a in node.names:
                 if a.name == "*":
-                    return codes, None, {}
+                    return None, {}
                 if isinstance(node, ast.Import):
                     alias = a.asname or a.name.split(".")[0]
                     names.add(alias)
@@ -200,7 +212,7 @@ def _expected_from_source(source, path, config):
         if isinstance(node, (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
             continue
         scopes.extend(ast.iter_child_nodes(node))
-    return codes, names, imports
+    return names, imports
 
 
 class Recorder:
@@ -300,11 +312,13 @@ class Recorder:
                 return
 
     def _runtest_call(self, item):
+        # the function is checked right before it runs, the runner right after: whatever the
+        # code under test changed at import, collection or in any test is seen before a verdict
         self.verify_item(item)
-        result = yield
-        self.verify_item(item)
-        self.check(item.nodeid)
-        return result
+        try:
+            return (yield)
+        finally:
+            self.check(item.nodeid)
 
     def _plugin_state(self):
         pm = self.config.pluginmanager
@@ -332,7 +346,6 @@ class Recorder:
             self.send({"k": "collect", "nodeid": report.nodeid, "text": str(report.longreprtext)[-3000:]})
 
     def pytest_runtest_logreport(self, report):
-        self.check(report.nodeid)
         msg = ""
         if report.failed:
             crash = getattr(report.longrepr, "reprcrash", None)
