@@ -377,3 +377,20 @@ def test_concurrent_sessions_keep_working_while_one_step_is_hostile():
         t.join(15)
         assert str(results["hostile"]).startswith("step_timeout")
         env.close()
+
+
+def test_openenv_step_past_its_deadline_is_an_invalid_final_turn():
+    with _hold_server() as srv:
+        async def go() -> dict:
+            async with connect(srv.url + "/ws") as ws:
+                await ws.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
+                await asyncio.wait_for(ws.recv(), 30)
+                await ws.send(json.dumps({"type": "step", "data": {"text": "<hold>30</hold>"}}))
+                return json.loads(await asyncio.wait_for(ws.recv(), 15))
+
+        probe = HealthProbe(srv.http_url, 2.5)
+        reply = asyncio.run(go())
+        assert max(probe.result()) < 1.0
+        obs = reply["data"]["observation"]
+        assert reply["data"]["done"] and obs["terminated"] and obs["action_valid"] is False
+        assert obs["invalid_reason"].startswith("step_timeout") and obs["infra_error"] is None
