@@ -364,6 +364,7 @@ class SessionManager:
             result = await self._dispatch(session, op, args)
         except (CallDeadline, RequestTimeout) as exc:
             self.stats["timeouts"] += isinstance(exc, CallDeadline)
+            self.stats["worker_kills"] = self._procs.kills if self._procs is not None else 0
             session.broken = str(exc)  # the handler answers, then ends the session
             if op == "step":
                 return self._deadline_step(session, str(exc))
