@@ -6,14 +6,14 @@ Usage:
 
 First one uninterrupted run of a small config (the reference). Then each trial starts the same
 run in a fresh directory as a subprocess, SIGKILLs its whole process group at a random moment
-between the reference run's first commit and its finish (counted from the moment the trial's run
-wrote ``state.json``, so the draws fall in the run, not in Python's start-up or the final plot):
-by default a uniformly chosen interval between two consecutive commits of the reference, then a
-uniform moment inside it, so that the few seconds of RL steps and saves get as many kills as the
-long model loading and warm start (``--draw uniform``: uniform over the run). Later kills of the
-same trial hit ``--resume`` processes anywhere in their life. Then ``turngym train --resume`` runs
-to completion. (The moments map onto the trial's own run only roughly: its speed varies with the
-machine's load.) A trial succeeds when that resume exits 0 with a finished run; it is *exact* when
+of the run (not in Python's start-up or the final plot): by default, one of the intervals between
+two consecutive commits of the reference is chosen uniformly, and the kill comes a uniform
+fraction of that interval's reference length after the trial itself made the interval's first
+commit — so the few seconds of RL steps and saves get as many kills as the long model loading and
+warm start (``--draw uniform``: uniform over the reference run from the trial's first commit;
+the machine's load makes this map onto the trial's run only roughly). Later kills of the same
+trial hit ``--resume`` processes anywhere in their life. Then ``turngym train --resume`` runs to
+completion. A trial succeeds when that resume exits 0 with a finished run; it is *exact* when
 its ``metrics.jsonl`` rows (timings aside) and final weights equal the reference's, with no
 repeated row. Where each kill landed (the committed phase, and whether a save was in flight) is
 tallied, so the figure says which boundaries the random draws covered.
@@ -94,13 +94,6 @@ def _kill_at(proc: subprocess.Popen[bytes], delay: float) -> bool:
         return True
 
 
-def _wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float) -> float:
-    t0 = time.perf_counter()
-    while not path.exists() and proc.poll() is None and time.perf_counter() - t0 < timeout:
-        time.sleep(0.01)
-    return time.perf_counter()
-
-
 def _phase(out: Path) -> str | None:
     try:
         state = json.loads((out / "state.json").read_text())
@@ -127,15 +120,30 @@ def reference(root: Path, timeout: float) -> tuple[Path, float, float, list[tupl
     return out, timeline[-1][0] - timeline[0][0], time.perf_counter() - t0, timeline
 
 
-def _draw(rng: random.Random, timeline: list[tuple[float, str]], how: str) -> float:
-    """Seconds after the first commit: uniform over the run, or (``phases``) a uniformly chosen
-    interval between two consecutive commits of the reference, then uniform inside it — so the
-    short RL steps get as many kills as the long start-up and warm start."""
-    start = timeline[0][0]
+def _wait_phase(out: Path, proc: subprocess.Popen[bytes], names: list[str], target: int, timeout: float) -> None:
+    """Until the run in ``out`` has committed ``names[target]`` (or a later one), or exited."""
+    t0 = time.perf_counter()
+    while proc.poll() is None and time.perf_counter() - t0 < timeout:
+        phase = _phase(out)
+        if phase in names and names.index(phase) >= target:
+            return
+        time.sleep(0.005)
+
+
+def _first_kill(out: Path, proc: subprocess.Popen[bytes], rng: random.Random, timeline: list[tuple[float, str]], how: str,
+                timeout: float) -> float:
+    """Wait for the moment the first kill is measured from and return its delay: ``uniform`` —
+    from the run's first commit, uniform over the reference's run; ``phases`` — a uniformly
+    chosen interval between two consecutive commits of the reference, from the moment the trial
+    makes the first of them, uniform over that interval's length in the reference (so the short
+    RL steps and saves get as many kills as the long model loading and warm start)."""
+    names = [name for _, name in timeline]
     if how == "uniform":
-        return rng.uniform(0, timeline[-1][0] - start)
+        _wait_phase(out, proc, names, 0, timeout)
+        return rng.uniform(0, timeline[-1][0] - timeline[0][0])
     i = rng.randrange(len(timeline) - 1)
-    return rng.uniform(timeline[i][0], timeline[i + 1][0]) - start
+    _wait_phase(out, proc, names, i, timeout)
+    return rng.uniform(0, timeline[i + 1][0] - timeline[i][0])
 
 
 def trial(root: Path, index: int, ref: Path, timeline: list[tuple[float, str]], draw: str, total_s: float, kills: int,
@@ -145,8 +153,7 @@ def trial(root: Path, index: int, ref: Path, timeline: list[tuple[float, str]], 
     for k in range(kills):
         proc = _start(out, resume=k > 0)
         if k == 0:
-            _wait_for(out / "state.json", proc, timeout)
-            delay = _draw(rng, timeline, draw)
+            delay = _first_kill(out, proc, rng, timeline, draw, timeout)
         else:
             delay = rng.uniform(0, total_s)
         if _kill_at(proc, delay):

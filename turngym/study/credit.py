@@ -330,12 +330,12 @@ def run_study(cfg: StudyConfig, *, log: Callable[[str], None] = print) -> Path:
 
     t0 = time.perf_counter()
     cfg.out.mkdir(parents=True, exist_ok=True)
-    (cfg.out / "study_config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
+    write_text(cfg.out / "study_config.json", json.dumps(cfg.to_dict(), indent=1))
     if "variance" in cfg.claims:
         vcfg = VarianceConfig.quick() if cfg.quick else VarianceConfig()
         log(f"claim 2 (variance): {vcfg.tasks} tasks x {vcfg.repeats} rollouts, MC {vcfg.mc}")
         res = run_variance_study(vcfg)
-        (cfg.out / "variance.json").write_text(json.dumps(res, indent=1))
+        write_text(cfg.out / "variance.json", json.dumps(res, indent=1))
         log(f"  done in {res['seconds']} s")
     runs = plan_runs(cfg)
     if runs:  # build (or find) the shared tiny model once, before parallel runs race to build it
@@ -358,7 +358,7 @@ def run_study(cfg: StudyConfig, *, log: Callable[[str], None] = print) -> Path:
     wall = time.perf_counter() - t0
     prev = cfg.out / "wall.json"
     total = wall + (json.loads(prev.read_text())["seconds"] if prev.exists() and len(todo) < len(runs) else 0.0)
-    prev.write_text(json.dumps({"seconds": round(total, 1)}))
+    write_text(prev, json.dumps({"seconds": round(total, 1)}))
     report = write_report(cfg.out, command=regenerate_command(cfg))
     log(f"report: {report} ({total:.0f} s)")
     return report
