@@ -59,9 +59,14 @@ def _run(cmd: list[str], **kw: Any) -> None:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{res.stdout[-2000:]}\n{res.stderr[-4000:]}")
 
 
+_FILLED: set[tuple[str, bool]] = set()
+
+
 def wheelhouse(python_version: str = "3.11", *, debs: bool = False) -> Path:
-    """Wheels for every pinned server dependency and for this checkout (cached by content)."""
+    """Wheels for every pinned server dependency and for this checkout (once per process)."""
     wh = cache_dir() / f"wheelhouse-py{python_version}"
+    if (python_version, debs) in _FILLED or (python_version, True) in _FILLED:
+        return wh
     wh.mkdir(parents=True, exist_ok=True)
     abi = "cp" + python_version.replace(".", "")
     plat = [a for p in _PLATFORMS for a in ("--platform", p)]
@@ -75,6 +80,7 @@ def wheelhouse(python_version: str = "3.11", *, debs: bool = False) -> Path:
     shutil.rmtree(ROOT / "build", ignore_errors=True)  # setuptools' scratch dir in the checkout
     if debs and not list(wh.glob("bubblewrap_*.deb")):
         _run(["apt-get", "download", "bubblewrap", "libcap2"], cwd=wh)
+    _FILLED.add((python_version, debs))
     return wh
 
 
@@ -111,9 +117,10 @@ def build(name: str, *, base: str = BASE_IMAGE, client: Any = None, if_missing: 
     try:
         t1 = time.monotonic()
         try:
+            args = {"BASE_IMAGE": base, "PIP_ARGS": "--no-index", "SERVER_IMAGE": IMAGES["server"][1]}
             image, _logs = client.images.build(
                 path=str(ctx), dockerfile=dockerfile, tag=tag, network_mode="none", pull=False, rm=True, forcerm=True,
-                buildargs={"BASE_IMAGE": base, "PIP_ARGS": "--no-index"},
+                buildargs={k: v for k, v in args.items() if f"ARG {k}" in (ROOT / dockerfile).read_text()},
             )
         except docker.errors.BuildError as exc:
             log = "".join(str(c.get("stream", c.get("error", ""))) for c in exc.build_log)
@@ -128,11 +135,14 @@ def build(name: str, *, base: str = BASE_IMAGE, client: Any = None, if_missing: 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("images", nargs="*", default=list(IMAGES), choices=[*IMAGES, []])
+    p.add_argument("images", nargs="*", metavar="IMAGE", help=f"some of {', '.join(IMAGES)} (default: all, in that order)")
     p.add_argument("--base", default=BASE_IMAGE, help="base image (default: %(default)s)")
     p.add_argument("--if-missing", action="store_true", help="skip images that already exist")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    unknown = set(args.images) - set(IMAGES)
+    if unknown:
+        p.error(f"unknown image(s) {sorted(unknown)}; choose from {list(IMAGES)}")
     results = [build(n, base=args.base, if_missing=args.if_missing) for n in args.images or list(IMAGES)]
     if args.json:
         print(json.dumps(results))

@@ -83,3 +83,24 @@ def test_server_image_serves_a_full_episode_and_stops_cleanly(docker_client, ser
         assert container.wait(timeout=30)["StatusCode"] == 0, container.logs().decode()[-2000:]
     finally:
         container.remove(force=True)
+
+
+def test_server_bwrap_image_runs_agent_code_in_bubblewrap(images, docker_client, server_image, base_image):
+    tag = images.build("server-bwrap", base=base_image, client=docker_client)["tag"]
+    api = docker_client.api
+    # the documented flags: seccomp/apparmor/systempaths unconfined (no --privileged, no caps)
+    host_config = api.create_host_config(security_opt=["seccomp=unconfined", "apparmor=unconfined"], network_mode="none")
+    host_config["MaskedPaths"], host_config["ReadonlyPaths"] = [], []
+    probe = (
+        "from turngym.sandbox import make_sandbox\n"
+        "r = make_sandbox('bubblewrap').run_python('import os; print(6 * 7, os.getuid(), sorted(os.listdir(\"/\")))')\n"
+        "print(r.stdout, r.stderr)"
+    )
+    cid = api.create_container(tag, ["-c", probe], entrypoint=["python3"], host_config=host_config)["Id"]
+    try:
+        api.start(cid)
+        assert api.wait(cid, timeout=120)["StatusCode"] == 0, api.logs(cid).decode()[-2000:]
+        out = api.logs(cid).decode()
+        assert out.startswith("42 10001 ") and "'home'" not in out, out  # ran in bwrap's own root view
+    finally:
+        api.remove_container(cid, force=True)
