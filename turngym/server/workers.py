@@ -26,6 +26,8 @@ import os
 import pickle
 import queue
 import signal
+import socket
+import struct
 import threading
 import time
 from collections import OrderedDict
@@ -197,15 +199,10 @@ def _worker_main(conn: Any, factories: Mapping[str, Callable[..., Any]], threads
     hosts: dict[str, EnvHost] = {}
     costs: dict[str, _Cost] = {}
     replies: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    send_lock = threading.Lock()
 
-    def send_loop() -> None:
-        while True:
-            batch = [replies.get()]
-            while True:
-                try:
-                    batch.append(replies.get_nowait())
-                except queue.Empty:
-                    break
+    def send(batch: list[tuple[int, bool, Any]]) -> None:
+        with send_lock:
             try:
                 try:
                     conn.send(batch)
@@ -218,7 +215,17 @@ def _worker_main(conn: Any, factories: Mapping[str, Callable[..., Any]], threads
             except OSError:  # the server is gone
                 os._exit(0)
 
-    def handle(rid: int, sid: str, op: str, args: tuple[Any, ...]) -> None:
+    def send_loop() -> None:  # replies of pooled calls, batched
+        while True:
+            batch = [replies.get()]
+            while True:
+                try:
+                    batch.append(replies.get_nowait())
+                except queue.Empty:
+                    break
+            send(batch)
+
+    def handle(rid: int, sid: str, op: str, args: tuple[Any, ...]) -> tuple[int, bool, Any]:
         t0 = time.perf_counter()
         host = hosts.get(sid)
         try:
@@ -238,9 +245,11 @@ def _worker_main(conn: Any, factories: Mapping[str, Callable[..., Any]], threads
                 value = run_op(host, op, args)
                 costs.setdefault(host.env_id, _Cost()).add(time.perf_counter() - t0)
         except BaseException as exc:  # every failure is a reply; the worker lives on
-            replies.put((rid, False, _failure(exc)))
-        else:
-            replies.put((rid, True, value))
+            return rid, False, _failure(exc)
+        return rid, True, value
+
+    def pooled(rid: int, sid: str, op: str, args: tuple[Any, ...]) -> None:
+        replies.put(handle(rid, sid, op, args))
 
     threading.Thread(target=send_loop, name="turngym-worker-send", daemon=True).start()
     with ThreadPoolExecutor(threads, thread_name_prefix="turngym-worker") as pool:
@@ -251,13 +260,16 @@ def _worker_main(conn: Any, factories: Mapping[str, Callable[..., Any]], threads
                 break
             if batch is None:
                 break
+            done = []
             for rid, sid, op, args in batch:
                 host = hosts.get(sid)
                 cost = costs.get(host.env_id) if host is not None and op not in ("make", "close") else None
                 if cost is not None and cost.inline:
-                    handle(rid, sid, op, args)
+                    done.append(handle(rid, sid, op, args))
                 else:
-                    pool.submit(handle, rid, sid, op, args)
+                    pool.submit(pooled, rid, sid, op, args)
+            if done:
+                send(done)
         for host in hosts.values():
             with contextlib.suppress(Exception):
                 host.env.close()
@@ -269,74 +281,72 @@ def _retrieve(fut: asyncio.Future[Any]) -> None:
         fut.exception()
 
 
+_HEADER = struct.Struct("!i")  # multiprocessing.Connection's framing: a 4-byte size, then the pickle
+_BIG = struct.Struct("!Q")
+
+
+def _frame(obj: Any) -> bytes:
+    buf = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    if len(buf) > 0x7FFFFFFF:
+        return _HEADER.pack(-1) + _BIG.pack(len(buf)) + buf
+    return _HEADER.pack(len(buf)) + buf
+
+
 class _Worker:
-    """The server's side of one worker process: a pipe, a writer and a reader thread, pending calls."""
+    """The server's side of one worker process: its socket on the event loop, and the calls pending on it.
+
+    The loop never blocks on the worker: writes are buffered by the transport (a worker stalled
+    by a GIL-holding step simply stops reading), and replies are read by the loop itself, so a
+    call costs no thread hop on the server side. Calls submitted in one loop iteration go out
+    in one write.
+    """
 
     def __init__(self, index: int, ctx: Any, factories: Mapping[str, Any], threads: int,
                  loop: asyncio.AbstractEventLoop, on_exit: Callable[[_Worker, str], None]) -> None:
         self.index = index
         self.loop = loop
         self.on_exit = on_exit
-        parent, child = ctx.Pipe()
+        parent, child = ctx.Pipe()  # duplex: a Unix socket pair
         self.proc = ctx.Process(target=_worker_main, args=(child, dict(factories), threads),
                                 name=f"turngym-env-worker-{index}", daemon=True)
         try:
             self.proc.start()
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            parent.close()
             raise ConfigError(
                 f"an env factory cannot be sent to a worker process ({exc}); pass module-level callables, "
                 "or serve with executor='thread'"
             ) from None
         finally:
             child.close()
-        self.conn = parent
+        self._sock = socket.socket(fileno=os.dup(parent.fileno()))
+        parent.close()
         self.pending: dict[int, asyncio.Future[Any]] = {}
         self.sessions: set[str] = set()
         self.alive = True
         self.why_dead = ""
         self._ids = itertools.count()
-        self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        threading.Thread(target=self._write_loop, name=f"turngym-w{index}-send", daemon=True).start()
-        threading.Thread(target=self._read_loop, name=f"turngym-w{index}-recv", daemon=True).start()
+        self._queued: list[tuple[int, str, str, tuple[Any, ...]]] = []
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
 
-    # Pipe writes may block (a worker stalled by a GIL-holding step stops reading): never on the loop.
-    def _write_loop(self) -> None:
-        while True:
-            batch = [self._outbox.get()]
-            while batch[-1] is not None:  # whatever queued up meanwhile goes in one write
-                try:
-                    batch.append(self._outbox.get_nowait())
-                except queue.Empty:
-                    break
-            stop = batch[-1] is None
-            batch = [m for m in batch if m is not None]
-            if batch:
-                try:
-                    self.conn.send(batch)
-                except (OSError, ValueError):
-                    return
-                except Exception as exc:  # an argument that cannot be pickled: fail those calls only
-                    for msg in batch:
-                        self._post(self._resolve_many, [(msg[0], False, _failure(exc))])
-            if stop:
-                with contextlib.suppress(OSError, ValueError):
-                    self.conn.send(None)
-                return
+    async def connect(self) -> None:
+        reader, self._writer = await asyncio.open_unix_connection(sock=self._sock, limit=1 << 22)
+        self._reader_task = self.loop.create_task(self._read_loop(reader))
 
-    def _read_loop(self) -> None:
-        while True:
-            try:
-                batch = self.conn.recv()
-            except (EOFError, OSError, pickle.UnpicklingError, ValueError):
-                break
-            self._post(self._resolve_many, batch)
-        self._post(self._exited)
-        with contextlib.suppress(Exception):
-            self.proc.join(5.0)  # reap it (no zombie)
-
-    def _post(self, fn: Callable[..., Any], *args: Any) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is closed: the server is gone
-            self.loop.call_soon_threadsafe(fn, *args)
+    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                (size,) = _HEADER.unpack(await reader.readexactly(4))
+                if size == -1:
+                    (size,) = _BIG.unpack(await reader.readexactly(8))
+                self._resolve_many(pickle.loads(await reader.readexactly(size)))
+        except (asyncio.IncompleteReadError, ConnectionError, OSError, pickle.UnpicklingError, EOFError):
+            pass
+        if self.alive:  # died on its own (OOM killer, a crash): not a deadline kill
+            await asyncio.to_thread(self.proc.join, 1.0)
+            self.fail(f"env worker process {self.index} exited unexpectedly (code {self.proc.exitcode})")
+        await asyncio.to_thread(self.proc.join, 5.0)  # reap it (no zombie)
 
     def _resolve_many(self, batch: list[tuple[int, bool, Any]]) -> None:
         for rid, ok, value in batch:
@@ -348,10 +358,6 @@ class _Worker:
             else:
                 fut.set_exception(_rebuild(value))
 
-    def _exited(self) -> None:
-        if self.alive:  # died on its own (OOM killer, a crash): not a deadline kill
-            self.fail(f"env worker process {self.index} exited unexpectedly (code {self.proc.exitcode})")
-
     def submit(self, sid: str, op: str, args: tuple[Any, ...]) -> asyncio.Future[Any]:
         fut: asyncio.Future[Any] = self.loop.create_future()
         fut.add_done_callback(_retrieve)  # a failure nobody awaits any more (deadline passed) is not "never retrieved"
@@ -360,8 +366,28 @@ class _Worker:
             return fut
         rid = next(self._ids)
         self.pending[rid] = fut
-        self._outbox.put((rid, sid, op, args))
+        if not self._queued:
+            self.loop.call_soon(self._flush)
+        self._queued.append((rid, sid, op, args))
         return fut
+
+    def _flush(self) -> None:
+        batch, self._queued = self._queued, []
+        if not batch or not self.alive or self._writer is None:
+            return
+        try:
+            data = _frame(batch)
+        except Exception:  # an argument that cannot be pickled: find it, fail that call only
+            good = []
+            for msg in batch:
+                try:
+                    pickle.dumps(msg)
+                    good.append(msg)
+                except Exception as exc:
+                    self._resolve_many([(msg[0], False, _failure(exc))])
+            data = _frame(good) if good else b""
+        if data:
+            self._writer.write(data)
 
     def fail(self, why: str) -> None:
         """Kill the process (if alive) and fail every pending call with :class:`WorkerLost`."""
@@ -370,7 +396,8 @@ class _Worker:
         self.why_dead = self.why_dead or why
         with contextlib.suppress(Exception):
             self.proc.kill()
-        self._outbox.put(None)
+        if self._writer is not None:
+            self._writer.close()
         pending, self.pending = self.pending, {}
         for fut in pending.values():
             if not fut.done():
@@ -378,14 +405,20 @@ class _Worker:
         if first:
             self.on_exit(self, why)
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
         """Ask the worker to close its envs and exit; kill it if it does not within a few seconds."""
         self.alive = False
-        self._outbox.put(None)
-        self.proc.join(3.0)
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._writer.write(_frame(None))
+        await asyncio.to_thread(self.proc.join, 3.0)
         if self.proc.is_alive():
             self.proc.kill()
-            self.proc.join(1.0)
+            await asyncio.to_thread(self.proc.join, 1.0)
+        if self._writer is not None:
+            self._writer.close()
+        if self._reader_task is not None:
+            self._reader_task.cancel()
 
 
 class ProcessPool:
@@ -416,7 +449,9 @@ class ProcessPool:
         if self._ctx.get_start_method() == "forkserver":
             self._ctx.set_forkserver_preload(["turngym.server.workers", "turngym.envs"])
         for i in range(self.size):
-            self.workers[i] = await asyncio.to_thread(self._new, i)
+            worker = await asyncio.to_thread(self._new, i)
+            await worker.connect()
+            self.workers[i] = worker
 
     def _new(self, index: int) -> _Worker:
         assert self._loop is not None
@@ -435,7 +470,9 @@ class ProcessPool:
     def _respawn(self, index: int) -> None:
         async def spawn() -> None:
             try:
-                self.workers[index] = await asyncio.to_thread(self._new, index)
+                worker = await asyncio.to_thread(self._new, index)
+                await worker.connect()
+                self.workers[index] = worker
             except Exception:
                 log.exception("could not restart env worker %d", index)
             finally:
@@ -502,4 +539,4 @@ class ProcessPool:
             task.cancel()
         workers = [w for w in self.workers if w is not None]
         self.workers = [None] * self.size
-        await asyncio.gather(*(asyncio.to_thread(w.stop) for w in workers), return_exceptions=True)
+        await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
