@@ -144,6 +144,16 @@ def test_tools_and_schema_validation(tasks):
     assert info["action_valid"] is False and "missing" in info["invalid_reason"]
 
 
+def test_a_file_where_a_directory_is_is_a_failed_call_not_a_crash(tasks):
+    env = SWEEnv(tasks=tasks[:1])
+    env.reset(options={"task": tasks[0]})
+    *_, info = env.step(call("create_file", path="notes", content="x"))
+    obs, *_, info = env.step(call("create_file", path="notes/more.txt", content="y"))
+    assert info["signals"]["tool_ok"] == 0.0 and "directory" in obs
+    obs, *_, info = env.step(call("create_file", path="tests", content="z", overwrite=True))
+    assert info["signals"]["tool_ok"] == 0.0 and info["infra_error"] is None
+
+
 def test_signals_follow_the_repair(tasks):
     task = next(t for t in tasks if len(t.fail_to_pass) >= 1 and t.pass_to_pass)
     env = SWEEnv(tasks=[task])

@@ -243,6 +243,15 @@ def test_gold_resolves_and_noop_does_not_on_a_sample_of_tasks():
         assert info["outcome"]["success"] is False and info["signals"]["imports_ok"] == 1.0, t.id
 
 
+def test_a_test_process_that_hides_and_spins_is_stopped_at_the_deadline(task):
+    """Closing its result and output pipes, then looping, ends as a timeout, well before the sandbox's own kill."""
+    payload = "import os\nfor _fd in range(1, 64):\n    try:\n        os.close(_fd)\n    except OSError:\n        pass\nwhile True:\n    pass\n"
+    tree = load_repo(task.repo).with_file(task.path, task.buggy_source + payload)
+    run = testing.run_pytest(tree, list(task.fail_to_pass), timeout=3, canary=True)
+    assert run.timed_out and not run.passed and not run.imports_ok
+    assert run.duration < 8
+
+
 def test_a_grader_that_cannot_start_is_infra(task, monkeypatch):
     monkeypatch.setattr(testing, "_executor", lambda tree, cfg, stdin, timeout: testing.RawRun(1, "", "bwrap: No permissions"))
     testing._CACHE.clear()

@@ -499,19 +499,32 @@ def main():
     os.close(res_w)
     os.close(out_w)
     nonce = sys.stdin.buffer.readline().strip().decode("ascii", "replace")
-    bufs, finished = _drain([res_r, out_r], t0 + float(cfg["deadline"]), {res_r: 8 << 20, out_r: 64 << 10})
+    deadline = t0 + float(cfg["deadline"])
+    bufs, finished = _drain([res_r, out_r], deadline, {res_r: 8 << 20, out_r: 64 << 10})
     status = None
+    while finished:  # the pipes closed; the child may still linger (closed them and kept running)
+        try:
+            done_pid, raw = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if done_pid:
+            status = os.waitstatus_to_exitcode(raw)
+            break
+        if time.monotonic() > deadline:
+            finished = False
+            break
+        time.sleep(0.005)
     if not finished:
         for target in (-pid, pid):
             try:
                 os.kill(target, 9)
             except OSError:
                 pass
-    try:
-        _, raw = os.waitpid(pid, 0)
-        status = os.waitstatus_to_exitcode(raw)
-    except ChildProcessError:
-        pass
+        try:
+            _, raw = os.waitpid(pid, 0)
+            status = os.waitstatus_to_exitcode(raw)
+        except ChildProcessError:
+            pass
     records, forged = _verify(bytes(bufs[res_r]).split(b"\n"))
     out = {"records": records, "forged": forged, "timed_out": not finished, "status": status,
            "console": bytes(bufs[out_r]).decode("utf-8", "replace")}

@@ -23,13 +23,18 @@ change, by construction:
   time or any limit before pytest finishes counts no test as passed. Only a runner that
   demonstrably could not start (no banner from the trusted parent) is an ``InfraError``.
 
-What remains: the code under test runs inside pytest's interpreter, so its claims about each
-test are claims of a process that runs agent code. The runner snapshots the identity of every
-function and class of pytest, pluggy, unittest and the runtime before agent code runs and
-marks the run ``tampering`` when one changed, a plugin or hook was registered or a
-trace/profile function installed; the grader also adds a canary test that must fail. Code that
-defeats those checks too (finding and patching the checker's own state through ``gc`` or
-``ctypes``, forging only the known test ids) is not excluded by this design.
+What remains: the code under test runs inside pytest's interpreter, so the records of each
+test are claims of a process that runs agent code. They are MAC'd with a key made after the
+fork and before any tree code runs, so raw bytes on the result pipe are rejected; before
+agent code runs the runner snapshots the identity of every function and class of pytest,
+pluggy, unittest and the runtime and reads the test files, and it marks the run
+``tampering`` when one of those objects changed, a plugin or hook implementation was added,
+a trace/profile function was installed, a test function is not the code compiled from its
+file, or the test module gained names or lost its imports; the grader also adds a canary
+test that must fail. Code that deliberately reaches the runner's own objects through the
+heap (``gc``, frames, ``ctypes``, ``/proc/self/mem``) and forges only the task's test ids
+through them, or that races the checks from a thread, is not excluded by this design: doing
+so means running a targeted attack on this runner from inside the code under test.
 
 Results are cached by (tree digest, selected tests, canary): the suite is a pure function of
 the files, and envs re-check the same states often (branching, the checker's replays).
@@ -47,7 +52,7 @@ import tempfile
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -192,7 +197,6 @@ class TestRun:
     duration: float
     aborted: str = ""
     tampering: str = ""
-    canary: bool = field(default=False, repr=False)
 
     @property
     def imports_ok(self) -> bool:
@@ -289,7 +293,7 @@ def _interpret(raw: RawRun, nonce: str, canary_id: str | None, duration: float) 
         passed = set()
     return TestRun(frozenset(passed), frozenset(failed), tuple(sorted(messages.items())), collection_error,
                    bool(payload.get("timed_out")), console, duration, aborted=aborted if not payload.get("timed_out") else "",
-                   tampering=tampered, canary=canary_id is not None)
+                   tampering=tampered)
 
 
 _CACHE: OrderedDict[tuple[str, tuple[str, ...], bool], TestRun] = OrderedDict()
