@@ -145,3 +145,20 @@ def test_one_shot_runs_reuse_containers_and_stay_independent(docker_client, sand
         assert sb._idle == [idle]  # the same container, wiped
     finally:
         sb.close()
+
+
+def test_one_shot_run_that_kills_its_own_wipe_does_not_leak_into_the_next(docker_client, sandbox_image, no_leaks):
+    sb = DockerSandbox(FAST, image=sandbox_image, client=docker_client, max_idle=1)
+    try:
+        attack = (
+            "import os, signal\nopen('left.txt', 'w').write('secret')\nopen('/tmp/left', 'w').write('secret')\n"
+            "os.kill(-1, signal.SIGKILL)  # the wrapper shell that would have wiped dies here"
+        )
+        sb.run_python(attack)
+        assert sb.run("ls -A /work /tmp").stdout == "/tmp:\n\n/work:\n"
+        assert "secret" not in sb.run("cat left.txt /tmp/left 2>&1").stdout
+        (idle,) = sb._idle
+        idle.write_files({"planted": "x"})
+        assert not idle.is_pristine()  # the host sees the file; the next borrower gets a wipe
+    finally:
+        sb.close()

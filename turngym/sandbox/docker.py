@@ -52,6 +52,8 @@ _GRACE_S = 3.0
 # Kill every process of uid 65534 but the caller, until none is left (a bomb may fork meanwhile).
 _REAP = "i=0; while kill -9 -1 2>/dev/null && [ $i -lt 50 ]; do i=$((i+1)); done"
 _ENOSPC_MARKERS = ("no space left on device", "[errno 28]")
+# Empty the workdir and /tmp (a program may have chmod-ed its dirs to 000).
+_WIPE = "chmod -R u+rwx /work 2>/dev/null; find /work /tmp -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + 2>/dev/null"
 
 
 def exec_argv(argv: Sequence[str], limits: Limits, *, stdin_file: str | None = None) -> list[str]:
@@ -74,14 +76,16 @@ def exec_argv(argv: Sequence[str], limits: Limits, *, stdin_file: str | None = N
     return cmd
 
 
-def _run_and_reap(argv: Sequence[str], limits: Limits, *, stdin: bool) -> list[str]:
+def _run_and_reap(argv: Sequence[str], limits: Limits, *, stdin: bool, wipe: bool = False) -> list[str]:
     """:func:`exec_argv` inside a shell that hands over stdin, then reaps leftovers.
 
     The staged stdin file is opened and deleted before the command starts, so the program
-    never sees it in its workdir.
+    never sees it in its workdir. With ``wipe`` (one-shot runs) the shell also empties
+    ``/work`` and ``/tmp`` afterwards, saving the separate wipe ``exec``; the host still checks
+    the result before the container is reused (:meth:`DockerSession.is_pristine`).
     """
     feed = f'exec 0<{_STDIN}; rm -f {_STDIN}; ' if stdin else "exec 0</dev/null; "
-    script = feed + '"$@"; rc=$?; ' + _REAP + "; exit $rc"
+    script = feed + '"$@"; rc=$?; ' + _REAP + ("; " + _WIPE if wipe else "") + "; exit $rc"
     return ["sh", "-c", script, "sh", *exec_argv(argv, limits)]
 
 
@@ -137,6 +141,8 @@ class DockerSession(Session):
         self.container: Any = None
         self.volume: Any = None
         self._pids_file: str | None = None
+        #: set while a one-shot run borrows this session: its wrapper wipes the files too
+        self._wipe_after_run = False
         self._start()
 
     # -- lifetime ------------------------------------------------------------------------
@@ -170,6 +176,7 @@ class DockerSession(Session):
             self._remove()
             raise SandboxError(f"docker: could not start a container from {sb.image!r}: {exc}") from exc
         self._pids_file = _cgroup_pids_file(self.container.id)
+        self.container.reload()  # its pid, for is_pristine
         mount = self.volume.attrs.get("Mountpoint") or ""
         self._host_dir = mount if mount and os.path.isdir(mount) else None
 
@@ -234,6 +241,7 @@ class DockerSession(Session):
         except Exception as exc:
             raise SandboxError(f"docker: could not restart a container to clear leftover processes: {exc}") from exc
         self._pids_file = _cgroup_pids_file(self.container.id)
+        self.container.reload()
 
     # -- files -----------------------------------------------------------------------------
     def _put(self, entries: Sequence[tuple[str, int, bytes]]) -> None:
@@ -290,11 +298,7 @@ class DockerSession(Session):
     def reset(self) -> None:
         """Kill every leftover process and empty ``/work`` and ``/tmp``."""
         self._check_open()
-        wipe = (
-            _REAP + "; chmod -R u+rwx /work 2>/dev/null; "
-            "find /work /tmp -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + 2>/dev/null; "
-            "[ -z \"$(ls -A /work)\" ]"
-        )
+        wipe = _REAP + "; " + _WIPE + '; [ -z "$(ls -A /work)" ]'
         try:
             code, out = self._exec(["sh", "-c", wipe])
         except Exception:  # noqa: BLE001 - e.g. the pid limit is full; restart and retry below
@@ -305,6 +309,31 @@ class DockerSession(Session):
             if code != 0:
                 raise SandboxError(f"docker: could not empty the working dir: {out.decode(errors='replace')[-500:]}")
         self.make_clean()
+
+    def _inodes_used(self, path: str) -> int | None:
+        try:
+            st = os.statvfs(path)
+        except OSError:
+            return None
+        return st.f_files - st.f_ffree
+
+    def is_pristine(self) -> bool:
+        """True when the host itself sees no process left and empty ``/work`` and ``/tmp``.
+
+        Read from the host (the pids cgroup, and inode counts of the two tmpfs through the
+        volume's mount and ``/proc/<pid>/root``), so nothing inside the container can fake it;
+        False whenever the engine is not local.
+        """
+        if self._closed or self._host_dir is None or self._pids_file is None:
+            return False
+        try:
+            pid = int(self.container.attrs["State"]["Pid"])
+        except (KeyError, TypeError, ValueError):
+            return False
+        if pid <= 0 or self.process_count() > _IDLE_PROCS:
+            return False
+        # an empty tmpfs holds one inode: its root directory
+        return self._inodes_used(self._host_dir) == 1 and self._inodes_used(f"/proc/{pid}/root/tmp") == 1
 
     def _disk_used(self) -> int | None:
         if self._host_dir is None:
@@ -324,7 +353,7 @@ class DockerSession(Session):
         try:
             exec_id = api.exec_create(
                 self.container.id,
-                _run_and_reap(argv, limits, stdin=bool(stdin)),
+                _run_and_reap(argv, limits, stdin=bool(stdin), wipe=self._wipe_after_run),
                 user=_USER,
                 workdir="/work",
                 environment={"HOME": "/work", "TMPDIR": "/tmp", "LANG": "C.UTF-8", "PATH": _PATH, **env},
@@ -448,8 +477,10 @@ class DockerSandbox(Sandbox):
         return self.open_session(lim)
 
     def _give_back(self, session: DockerSession) -> None:
+        session._wipe_after_run = False
         try:
-            session.reset()
+            if not session.is_pristine():  # the run's own wipe did not leave it verifiably empty
+                session.reset()
         except Exception:  # noqa: BLE001 - a session that cannot be wiped is never reused
             session.close()
             return
@@ -468,6 +499,7 @@ class DockerSandbox(Sandbox):
         limits: Limits | None = None,
     ) -> RunResult:
         s = self._borrow(limits)
+        s._wipe_after_run = True
         try:
             if files:
                 s.write_files(files)
@@ -485,6 +517,7 @@ class DockerSandbox(Sandbox):
         limits: Limits | None = None,
     ) -> RunResult:
         s = self._borrow(limits)
+        s._wipe_after_run = True
         try:
             if files:
                 s.write_files(files)
