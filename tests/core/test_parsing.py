@@ -1,8 +1,10 @@
 """The shared action parsers: what must parse, and what must not."""
 
+import time
+
 import pytest
 
-from turngym.core.parsing import ToolCall, parse_code_block, parse_tag, parse_tool_calls
+from turngym.core.parsing import MAX_JSON_DEPTH, ToolCall, parse_code_block, parse_tag, parse_tool_calls
 
 TAGS = ("calc", "answer")
 
@@ -99,3 +101,54 @@ def test_parse_code_block():
     assert not parse_code_block("```python\n   \n```").ok
     assert not parse_code_block("```python\nunterminated").ok
     assert not parse_code_block("no code").ok
+
+
+# -- hostile inputs: linear time, bounded depth, never an exception ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("parse", "text"),
+    [
+        (lambda t: parse_tag(t, TAGS), "<calc>" * 200_000),
+        (lambda t: parse_tag(t, TAGS), "<answer>" + "</answer    " * 100_000),
+        (parse_tool_calls, "<tool_call>" * 100_000),
+        (parse_tool_calls, "```" * 300_000),
+        (parse_tool_calls, '{"' + '\\"' * 500_000),
+        (parse_code_block, "```" * 300_000),
+        (parse_code_block, "```python\n" + "x" * 1_000_000),
+    ],
+    ids=["open-tags", "near-miss-closes", "tool-call-tags", "fences-json", "escaped-quotes", "fences-code", "unclosed-fence"],
+)
+def test_adversarial_megabyte_parses_in_linear_time(parse, text):
+    # The backtracking patterns took tens of seconds at a tenth of this size; linear scans take
+    # milliseconds. The bound only has to separate the two on a loaded machine.
+    t0 = time.perf_counter()
+    got = parse(text)
+    assert time.perf_counter() - t0 < 1.0
+    assert not got.ok
+
+
+def test_deep_json_is_an_error_not_a_recursion_error():
+    for text in ("[" * 100_000 + "]" * 100_000, '{"name": "f", "arguments": "' + "[" * 100_000 + '"}', "{" * 100_000):
+        got = parse_tool_calls(text)
+        assert not got.ok and "nested too deeply" in got.error
+    deep_ok = '{"name": "f", "arguments": {"x": ' + "[" * (MAX_JSON_DEPTH - 2) + "]" * (MAX_JSON_DEPTH - 2) + "}}"
+    assert parse_tool_calls(deep_ok).ok
+    too_deep = '{"name": "f", "arguments": {"x": ' + "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH + "}}"
+    assert "nested too deeply" in parse_tool_calls(too_deep).error
+    # brackets inside strings are not nesting
+    assert parse_tool_calls('{"name": "f", "arguments": {"s": "' + "[" * 1000 + '"}}').ok
+
+
+def test_integer_past_the_digit_limit_is_an_error_not_a_value_error():
+    got = parse_tool_calls('{"name": "f", "arguments": {"x": ' + "9" * 5000 + "}}")
+    assert not got.ok and "integer string conversion" in got.error
+    got = parse_tool_calls('{"name": "f", "arguments": "{\\"x\\": ' + "9" * 5000 + '}"}')
+    assert not got.ok and "arguments are not valid JSON" in got.error
+
+
+def test_too_many_calls_are_refused_before_they_are_built():
+    got = parse_tool_calls("[" + ",".join(['{"name": "a"}'] * 10_000) + "]", max_calls=16)
+    assert "too many tool calls" in got.error
+    got = parse_tool_calls('<tool_call>{"name": "a"}</tool_call>' * 100, max_calls=16)
+    assert "too many tool calls" in got.error

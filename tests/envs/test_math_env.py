@@ -1,5 +1,7 @@
 """Math env: calculator safety, answer checking, signals, tasks, loader, oracle vs random."""
 
+import threading
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -10,8 +12,9 @@ from turngym.agents import OracleAgent, RandomAgent
 from turngym.core.errors import ConfigError, TaskError
 from turngym.envs.math.calculator import CalcError, calculate, evaluate, format_number
 from turngym.envs.math.env import MathEnv
+from turngym.envs.math.latex_check import VerifyWorker, screen
 from turngym.envs.math.tasks import MathTask, generate_task, generate_tasks, load_gsm8k
-from turngym.envs.math.verifier import answers_match, to_number
+from turngym.envs.math.verifier import answers_match, check_answer, to_number
 from turngym.rollout import run_episodes, summarize
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "gsm8k_tiny.jsonl"
@@ -202,3 +205,119 @@ def test_oracle_recovers_after_random_turns():
             if term or trunc:
                 break
         assert info["outcome"]["success"] or trunc
+
+
+# -- hostile answers and expressions: bounded, and the agent's failure ----------------------------
+HOSTILE_ANSWERS = [
+    "10**10**10",
+    "10^10^10",
+    "$10^{10^{10}}$",
+    r"\boxed{2^{2^{40}}}",
+    "9^{9999999}",
+    "$(10^{10})!$",
+    r"$\binom{1000000}{500000}$",
+    r"$\prod_{k=1}^{10^7} k$",
+    r"$1.5\times 10^{99999999}$",
+    "$(10^{999})^{999}$",
+    "1e999999999",
+]
+
+
+@pytest.mark.parametrize("answer", HOSTILE_ANSWERS)
+def test_hostile_answers_score_zero_quickly(answer):
+    env = MathEnv()
+    env.reset(seed=0)
+    t0 = time.perf_counter()
+    obs, reward, terminated, _, info = env.step(f"<answer>{answer}</answer>")
+    assert time.perf_counter() - t0 < 2.0
+    assert terminated and reward == 0.0 and info["infra_error"] is None
+    assert not info["outcome"]["success"]
+
+
+def test_refused_answers_say_why():
+    env = MathEnv()
+    env.reset(seed=0)
+    obs, *_, info = env.step("<answer>10**10**10</answer>")
+    assert "not checked: power tower" in obs and "power tower" in info["outcome"]["reason"]
+
+
+@pytest.mark.parametrize("pred", ["17", "17.0", r"\frac{34}{2}", r"\boxed{17}", "$17$", r"$\dfrac{51}{3}$", "2^4+1", "17!/16!"])
+def test_gold_still_verifies_in_every_notation(pred):
+    assert check_answer(pred, "17").equal, check_answer(pred, "17")
+
+
+@pytest.mark.parametrize(
+    ("text", "refused"),
+    [
+        ("x^2 + 2x + 1", None),
+        (r"6.02 \times 10^{23}", None),
+        ("2^{999}", None),
+        (r"\binom{10}{3}", None),
+        ("10**10**10", "power tower"),
+        ("(2^{100})^{100}", "exponent too large"),
+        ("9^{99999}", "exponent too large"),
+        ("100000!", "factorial with a large operand"),
+        (r"\sum_{k=1}^{10^9} k", "power tower"),
+    ],
+)
+def test_screen(text, refused):
+    assert screen(text) == refused
+
+
+def test_math_verify_worker_is_killed_at_its_deadline_and_replaced():
+    worker = VerifyWorker()
+    try:
+        assert worker.check("\\frac{34}{2}", "17") is True  # started and warm
+        pid = worker._proc.pid
+        t0 = time.perf_counter()
+        # The screen would refuse this; straight to the worker, it builds a 10-billion-digit number.
+        assert worker.check("10**10**10", "17", timeout_s=0.5) is None
+        assert time.perf_counter() - t0 < 2.0
+        assert worker._proc is None  # killed, not left computing
+        assert worker.check("\\frac{34}{2}", "17") is True  # a fresh one answers
+        assert worker._proc.pid != pid
+    finally:
+        worker.close()
+
+
+def test_a_slow_answer_check_does_not_hold_the_gil():
+    worker = VerifyWorker()
+    gaps: list[float] = []
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.is_set():
+            t = time.perf_counter()
+            time.sleep(0.01)
+            gaps.append(time.perf_counter() - t)
+
+    try:
+        worker.check("1/2", "0.5")
+        thread = threading.Thread(target=tick)
+        thread.start()
+        worker.check("10**10**10", "17", timeout_s=1.0)
+        stop.set()
+        thread.join()
+        assert max(gaps) < 0.5
+    finally:
+        stop.set()
+        worker.close()
+
+
+@pytest.mark.parametrize("expr", ["(10**400)**0.5", "sqrt(10**400 + 1)", "1.5**1000000.5", "1e308 * 10.0**10 ** 0.5"])
+def test_calculator_float_overflow_is_a_calc_error(expr):
+    value, error = calculate(expr)
+    assert value is None and error
+
+
+def test_huge_rationals_format_without_float_overflow():
+    assert format_number(Fraction(10**400, 3)) == "3.333333333E+399"
+    assert format_number(Fraction(1, 10**400)) == "1E-400"
+
+
+def test_to_number_is_bounded():
+    t0 = time.perf_counter()
+    assert to_number("1e999999999") is None  # not built: ten billion digits
+    assert to_number("1" + " " * 200_000 + "x") == 1  # one number in text; no backtracking over the run
+    assert time.perf_counter() - t0 < 1.0
+    assert to_number("1e400") == 10**400 and to_number("2.5e-3") == Fraction(1, 400)

@@ -270,3 +270,18 @@ def test_env_tools_are_openai_format():
     env.reset(seed=0)
     assert [tl["function"]["name"] for tl in env.tools] == [tl["function"]["name"] for tl in STORE_TOOLS]
     assert all(tl["type"] == "function" and tl["function"]["parameters"]["type"] == "object" for tl in env.tools)
+
+
+def test_hostile_json_is_an_invalid_action_with_a_reason():
+    env = make()
+    env.reset(seed=0)
+    key = env._state_key()
+    for action, reason in [
+        ('{"name": "get_order", "arguments": {"order_id": ' + "[" * 100_000 + "]" * 100_000 + "}}", "nested too deeply"),
+        ('{"name": "get_order", "arguments": "' + "[" * 100_000 + '"}', "nested too deeply"),
+        ('{"name": "get_order", "arguments": {"order_id": ' + "9" * 5000 + "}}", "integer string conversion"),
+        ('{"name": "get_order", "arguments": {"order_id": ' + "9" * 300 + "}}", "fit in 64 bits"),
+    ]:
+        *_, info = env.step(action)
+        assert info["action_valid"] is False and reason in info["invalid_reason"], info["invalid_reason"]
+        assert env._state_key() == key

@@ -17,7 +17,10 @@ from typing import Any
 
 from turngym.envs.tools.state import FlatState, flatten
 
-__all__ = ["Backend", "CallResult", "format_result"]
+__all__ = ["Backend", "CallResult", "format_result", "UNPRINTABLE"]
+
+#: What a call's content starts with when its return value cannot be rendered as text.
+UNPRINTABLE = "Error during execution: the result cannot be printed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +55,7 @@ def format_result(result: Any) -> str:
     try:
         return str(result)
     except (ValueError, RecursionError) as exc:  # an int past Python's digit limit, a self-nesting value
-        return f"Error during execution: the result cannot be printed ({str(exc).split(';')[0]})"
+        return f"{UNPRINTABLE} ({str(exc).split(';')[0]})"
 
 
 class Backend(ABC):

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym.core.errors import TaskError, TurngymError
-from turngym.envs.tools.backend import Backend, CallResult, format_result
+from turngym.envs.tools.backend import UNPRINTABLE, Backend, CallResult, format_result
 from turngym.envs.tools.schema import Tool, bfcl_doc_to_tool
 from turngym.envs.tools.tasks import ToolsTask
 
@@ -293,7 +293,8 @@ class BfclBackend(Backend):
             result = method(**copy.deepcopy(dict(arguments)))
         except Exception as exc:  # the backend's own failure on the agent's call: part of the episode
             return CallResult(f"Error during execution: {exc}", error=True)
-        return CallResult(format_result(result), error=isinstance(result, dict) and "error" in result)
+        content = format_result(result)
+        return CallResult(content, error=(isinstance(result, dict) and "error" in result) or content.startswith(UNPRINTABLE))
 
     def state_roots(self) -> Mapping[str, Any]:
         return self.instances
