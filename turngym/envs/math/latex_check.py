@@ -28,6 +28,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from turngym.core.errors import InfraError
+
 __all__ = ["screen", "Verdict", "VerifyWorker", "check_latex", "CHECK_TIMEOUT_S", "MAX_EXPONENT", "MAX_OPERAND"]
 
 #: Wall-clock bound on one math-verify check, worker start-up excluded (start-up has its own).
@@ -38,7 +40,7 @@ STARTUP_TIMEOUT_S = 60.0
 MAX_EXPONENT = 1000
 #: Largest literal allowed in an answer that has a factorial, binomial, sum, product or limit.
 MAX_OPERAND = 1000
-#: Address-space cap of the worker: a check that tries to build a giant number fails fast.
+#: Address space a check may add to the worker: one that tries to build a giant number fails fast.
 WORKER_MEMORY_BYTES = 2 << 30
 #: How many checks may run at once (one worker each); more wait for a free worker.
 MAX_WORKERS = 4
@@ -176,8 +178,10 @@ class VerifyWorker:
         self._buf = b""
 
     def _start(self) -> None:
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "turngym.envs.math.latex_check"],
+            env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -186,7 +190,9 @@ class VerifyWorker:
         self._buf = b""
         if self._read_line(time.monotonic() + STARTUP_TIMEOUT_S) != {"ready": True}:
             self.close()
-            raise RuntimeError("the math-verify worker did not start (is math-verify installed?)")
+            raise InfraError(
+                "the math-verify worker did not start: check that `python -c 'import math_verify'` works"
+            )
 
     def _read_line(self, deadline: float) -> dict | None:
         """The next JSON line from the worker, or None if the deadline passes or it dies."""
@@ -209,7 +215,8 @@ class VerifyWorker:
     def check(self, pred: str, gold: str, timeout_s: float = CHECK_TIMEOUT_S) -> bool | None:
         """math-verify's verdict on ``pred`` vs ``gold``; None if it timed out or the worker died.
 
-        Raises RuntimeError only if the worker cannot start at all (an installation fault).
+        Raises :class:`InfraError` only if the worker cannot start at all (an installation
+        fault, not the agent's doing).
         """
         if self._proc is None or self._proc.poll() is not None:
             self._start()
@@ -290,10 +297,18 @@ def check_latex(pred: str, gold: str) -> Verdict:
 
 def _serve() -> None:
     """The worker loop: one JSON request per line on stdin, one verdict per line on stdout."""
+    import logging
     import resource
 
-    resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
-    import logging
+    # The cap is on top of what the interpreter already maps (numpy's thread pools reserve
+    # address space by core count), so it bounds what a check allocates, on any machine.
+    try:
+        with open("/proc/self/statm") as fh:
+            mapped = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        limit = mapped + WORKER_MEMORY_BYTES
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    except (OSError, ValueError):
+        pass  # no /proc (not Linux): the hard deadline still bounds the check
 
     logging.disable(logging.WARNING)  # math-verify warns on every parse failure
     from math_verify import parse, verify
