@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -227,6 +228,27 @@ def _check_test_ids(tests: Sequence[str]) -> None:
             raise ConfigError(f"test id {t!r} must be a path inside the repository (e.g. 'tests/test_x.py::test_y')")
 
 
+#: Object addresses in reprs ("<Cache object at 0x7f...>") differ between processes.
+_ADDRESS = re.compile(r" at 0x[0-9a-f]+")
+#: pytest's closing line ("1 failed, 2 passed in 0.61s"): its wall time varies from run to run.
+_SUMMARY_TIME = re.compile(r"^(=* ?\d+ [a-z].*?) in \d+(?:\.\d+)?s(?: \([0-9:.]+\))?( =*)?$", re.MULTILINE)
+
+
+def _stable(console: str) -> str:
+    """Console text without what varies between runs of the same tree: pytest's run time on
+    its summary lines and object addresses, so that the same seed and actions give the same
+    episode in any process.
+
+    >>> _stable("F.\\n1 failed, 1 passed in 0.61s\\n")
+    'F.\\n1 failed, 1 passed\\n'
+    >>> _stable("==== 1 error in 12.01s (0:00:12) ====")
+    '==== 1 error ===='
+    >>> _stable("assert <lrucache.LRUCache object at 0x7f65fbc8e0d0> is None")
+    'assert <lrucache.LRUCache object> is None'
+    """
+    return _ADDRESS.sub("", _SUMMARY_TIME.sub(lambda m: m.group(1) + (m.group(2) or ""), console))
+
+
 def _interpret(raw: RawRun, nonce: str, canary_id: str | None, duration: float) -> TestRun:
     """Verdicts from the trusted parent's nonce line; everything else is console text."""
     line = next((ln for ln in reversed(raw.stdout.splitlines()) if ln.startswith(nonce + " ")), None)
@@ -246,7 +268,7 @@ def _interpret(raw: RawRun, nonce: str, canary_id: str | None, duration: float) 
     except ValueError:  # cut short: the parent was killed while writing it
         return TestRun(frozenset(), frozenset(), (), False, False, "", duration,
                        aborted="the grader's report was cut short (the code under test killed it or exhausted a limit)")
-    console = str(payload.get("console", ""))[-4000:]
+    console = _stable(str(payload.get("console", ""))[-4000:])
     phases: dict[str, dict[str, str]] = {}
     messages: dict[str, str] = {}
     collect_failed, done, tampered, crash = False, None, "", ""
@@ -258,7 +280,7 @@ def _interpret(raw: RawRun, nonce: str, canary_id: str | None, duration: float) 
             nodeid, when, outcome = str(rec.get("nodeid")), str(rec.get("when")), str(rec.get("outcome"))
             phases.setdefault(nodeid, {})[when] = outcome
             if outcome == "failed" and nodeid not in messages:
-                messages[nodeid] = "\n".join(str(rec.get("msg", "")).strip().splitlines()[:20])
+                messages[nodeid] = _stable("\n".join(str(rec.get("msg", "")).strip().splitlines()[:20]))
         elif kind == "collect":
             collect_failed = True
         elif kind == "done":

@@ -84,7 +84,7 @@ class LRUCache:
     def put(self, key: Hashable, value: Any) -> None:
         if key in self._data:
             self._data.move_to_end(key)
-        self._data[key] = (value, self._clock())
+        self._data[key] = (value, self._clock() if self.ttl is not None else 0.0)
         while len(self._data) > self.capacity:
             self._data.popitem(last=False)
             self.stats.evictions += 1
