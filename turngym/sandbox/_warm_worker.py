@@ -133,35 +133,67 @@ def _clean_ipc():
 
 
 def _wipe_tmp():
-    """Empty /tmp and /dev/shm (all made by runs of this uid); True if both are empty."""
+    """Empty /tmp and /dev/shm (all made by runs of this uid); True if both are empty.
+
+    Mount points stay, with the dirs leading to them: they are host dirs the sandbox binds in
+    read-only (an interpreter or venv under the host's /tmp), not anything a run made; the
+    walk does not enter them. The walk is iterative: a run may nest dirs thousands deep.
+    """
     ok = True
     for top in ("/tmp", "/dev/shm"):
-        try:
-            for root, dirs, _files in os.walk(top):
-                for d in dirs:
-                    path = os.path.join(root, d)
-                    if not os.path.islink(path):
-                        try:
-                            os.chmod(path, 0o700)  # a run may have locked a directory
-                        except OSError:
-                            pass
-            for root, dirs, files in os.walk(top, topdown=False):
-                for name in files:
-                    try:
-                        os.unlink(os.path.join(root, name))
-                    except OSError:
-                        pass
-                for name in dirs:
-                    path = os.path.join(root, name)
-                    try:
-                        os.unlink(path) if os.path.islink(path) else os.rmdir(path)
-                    except OSError:
-                        pass
-            ok = ok and not os.listdir(top)
-        except OSError:
-            if os.path.isdir(top):
+        if not os.path.isdir(top):
+            continue
+        order, stack = [], [top]
+        while stack:
+            d = stack.pop()
+            order.append(d)
+            try:
+                with os.scandir(d) as it:
+                    entries = list(it)
+            except OSError:
                 ok = False
+                continue
+            for e in entries:
+                if e.is_dir(follow_symlinks=False):
+                    if os.path.ismount(e.path):
+                        continue
+                    try:
+                        os.chmod(e.path, 0o700)  # a run may have locked a directory
+                    except OSError:
+                        pass
+                    stack.append(e.path)
+                else:
+                    try:
+                        os.unlink(e.path)
+                    except OSError:
+                        ok = False
+        for d in reversed(order[1:]):
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+        ok = ok and _only_mount_points(top)
     return ok
+
+
+def _only_mount_points(top):
+    """True if all that is left under ``top`` is mount points and the dirs leading to them."""
+    stack = [top]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                entries = list(it)
+        except OSError:
+            return False
+        if not entries and d != top:
+            return False
+        for e in entries:
+            if not e.is_dir(follow_symlinks=False):
+                return False
+            if not os.path.ismount(e.path):
+                stack.append(e.path)
+    return True
 
 
 def _run(req):

@@ -416,8 +416,8 @@ def _kill_uid(uid: int) -> None:
 class _LocalSandbox(Sandbox):
     """Shared machinery of the host-directory backends."""
 
-    #: Where the program sees its workdir (None = at its host path).
-    inner_workdir: ClassVar[str | None] = None
+    #: Where the program sees its workdir (None = at its host path); may differ per instance.
+    inner_workdir: str | None = None
     #: Kill leftovers by uid after each run (when no PID namespace does it for us).
     reap_by_uid: ClassVar[bool] = False
     #: Runs can join a cgroup in their launcher (before anything of the program starts).
@@ -501,7 +501,8 @@ class BubblewrapSandbox(_LocalSandbox):
 
     Each run gets: no network (a private net namespace with only loopback), a read-only view
     of ``/usr``, ``/etc`` and the Python install and nothing else of the host, a private
-    ``/tmp`` (tmpfs), the session's workdir at ``/work``, a new PID namespace (everything dies
+    ``/tmp`` (tmpfs), the session's workdir at ``/work`` (elsewhere when the host's interpreter
+    or a bound dir lives under ``/work``; :attr:`LocalSession.workdir` says where), a new PID namespace (everything dies
     when the run ends, daemons included), all capabilities dropped, ``no_new_privs``, and
     ``--die-with-parent``. As root, the program runs as the session's own uid (via
     ``setpriv``) so ``RLIMIT_NPROC`` holds; otherwise bubblewrap uses a user namespace.
@@ -560,10 +561,15 @@ class BubblewrapSandbox(_LocalSandbox):
         # No --new-session: the launcher already starts in a new session without a controlling
         # terminal (start_new_session), which is what that flag guards against (TIOCSTI), and
         # it costs ~3 ms per run.
-        args = [self._bwrap or "bwrap", "--die-with-parent", "--unshare-pid", "--unshare-net",
+        head = [self._bwrap or "bwrap", "--die-with-parent", "--unshare-pid", "--unshare-net",
                 "--unshare-ipc", "--unshare-uts", "--hostname", "sandbox", "--unshare-cgroup-try"]
         if not self._as_root:
-            args.append("--unshare-user")
+            head.append("--unshare-user")
+        head += ["--proc", "/proc", "--dev", "/dev"]
+        # The host's directories are mounted after the run's own /tmp and /dev/shm (see _argv):
+        # an interpreter or venv under the host's /tmp then shows through the private tmpfs
+        # instead of being hidden by it (bwrap makes the mount points inside that tmpfs).
+        args: list[str] = []
         bound: list[str] = []
         for d in ("/usr", "/etc"):
             args += ["--ro-bind", d, d]
@@ -576,33 +582,40 @@ class BubblewrapSandbox(_LocalSandbox):
                 bound.append(d)
         made: set[str] = set()
         for d in sorted({*self.python.host_dirs(), *(os.path.realpath(b) for b in ro_binds)}):
-            if any(d == b or d.startswith(b + "/") for b in bound) or not os.path.exists(d):
-                continue
+            if d == "/" or any(d == b or d.startswith(b + "/") for b in bound) or not os.path.exists(d):
+                continue  # "/": an interpreter at /x/python, never a reason to show the whole host
+            if d in _OWN_MOUNTS:
+                raise ConfigError(f"bubblewrap: cannot show the host's {d} (the sandbox mounts its own there); "
+                                  "move the interpreter/venv or the ro_binds entry into a subdirectory")
             parts = d.strip("/").split("/")
             for i in range(1, len(parts)):
                 parent = "/" + "/".join(parts[:i])
-                if parent not in made and not any(parent == b or parent.startswith(b + "/") for b in bound):
+                if parent not in made and parent not in _OWN_MOUNTS and not any(parent == b or parent.startswith(b + "/") for b in bound):
                     args += ["--perms", "0755", "--dir", parent]
                     made.add(parent)
             args += ["--ro-bind", d, d]
             bound.append(d)
         search = [*bound, *self.python.path, *(os.path.realpath(b) for b in ro_binds), *(p for p in sys.path if p)]
-        for h in _hidden(self.hidden_paths, bound, search):
+        hidden = _hidden(self.hidden_paths, bound, search)
+        for h in hidden:
             # An empty read-only tmpfs over a directory, /dev/null over a file.
             args += ["--tmpfs", h, "--remount-ro", h] if os.path.isdir(h) else ["--ro-bind", "/dev/null", h]
-        args += ["--proc", "/proc", "--dev", "/dev", "--cap-drop", "ALL"]
+        args += ["--cap-drop", "ALL"]
         if self._as_root:
             # setpriv needs CAP_SETPCAP to empty the bounding set, SETUID/SETGID to drop to the
             # session uid; after that the program holds no capability in any set.
             args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
-        return args
+        self.inner_workdir = _pick_workdir([*bound, *hidden])
+        self._mounts = args
+        return head
 
     def _argv(self, session: LocalSession, argv: Sequence[str], limits: Limits) -> list[str]:
         size = str(limits.tmp_mb << 20)
+        work = self.inner_workdir or "/work"
         # /dev/shm: POSIX semaphores and shared memory (multiprocessing's locks live there).
         full = [*self._prefix, "--perms", "1777", "--size", size, "--tmpfs", "/tmp",
                 "--perms", "1777", "--size", size, "--tmpfs", "/dev/shm",
-                "--bind", session.host_dir, "/work", "--chdir", "/work"]
+                *self._mounts, "--bind", session.host_dir, work, "--chdir", work]
         if session.uid is not None:
             u = str(session.uid)
             full += [self._setpriv or "setpriv", f"--reuid={u}", f"--regid={u}", "--clear-groups",
@@ -653,7 +666,7 @@ class BubblewrapSandbox(_LocalSandbox):
                 status_pipe=status_pipe,
                 pass_fds=fds,
                 cwd=session.host_dir,
-                env={**_base_env("/work"), **env},
+                env={**_base_env(session.workdir), **env},
                 stdin=stdin,
                 limits=limits,
                 preexec=None if self._prlimit else rlimit_setter(limits),
@@ -673,7 +686,7 @@ class BubblewrapSandbox(_LocalSandbox):
 
     def _probe(self) -> None:
         """Run ``true`` once per configuration: fail at construction, not mid-episode."""
-        key = tuple(self._prefix)
+        key = (*self._prefix, *self._mounts)
         if key not in self._probed:
             try:
                 with self.open_session(Limits(wall_s=10)) as s:
@@ -707,6 +720,26 @@ def _package_dirs(name: str) -> list[str]:
     if spec.submodule_search_locations:
         return [os.path.realpath(p) for p in spec.submodule_search_locations]
     return [os.path.realpath(spec.origin)] if spec.origin and os.path.isabs(spec.origin) else []
+
+
+#: Where every bubblewrap run gets its own, empty mounts.
+_OWN_MOUNTS = ("/tmp", "/dev/shm", "/proc", "/dev")
+#: Where the session's workdir goes in the sandbox: the first that shadows nothing bound in.
+_WORKDIR_CHOICES = ("/work", "/workdir", "/sandbox/work", "/.turngym-sandbox/work")
+
+
+def _pick_workdir(mounted: Sequence[str]) -> str:
+    """``/work`` unless a host dir shown in the sandbox is at, above or under it (a checkout or
+    venv under ``/work``, common in containers and CI): binding the workdir there would hide
+    that dir, or make bwrap create mount points inside the session's own files."""
+    def clashes(w: str, d: str) -> bool:
+        return w == d or w.startswith(d.rstrip("/") + "/") or d.startswith(w + "/")
+
+    for w in _WORKDIR_CHOICES:
+        if not any(clashes(w, d) for d in (*mounted, *_OWN_MOUNTS)):
+            return w
+    raise ConfigError(f"bubblewrap: every workdir location {_WORKDIR_CHOICES} clashes with a bound host dir; "
+                      "drop or move the ro_binds entry that covers them")
 
 
 def _hidden(entries: Sequence[str], bound: Sequence[str], search: Sequence[str] = ()) -> list[str]:

@@ -3,7 +3,7 @@
 Starting a bubblewrap sandbox and a fresh interpreter costs ~15 ms on a quiet machine and
 much more on a busy one; most of it is namespace setup and interpreter start, paid again on
 every run. A :class:`WarmPython` starts one interpreter per session inside the session's
-sandbox (same namespaces, uid, limits and ``/work``) and runs each source in a forked child:
+sandbox (same namespaces, uid, limits and workdir) and runs each source in a forked child:
 its own process group, per-run rlimits, a fresh ``__main__`` with the modules of a fresh
 interpreter, output capped, the wall deadline enforced, and afterwards every process the run
 left behind killed (``kill(-1)`` from the worker's uid, inside the PID namespace).
@@ -106,7 +106,7 @@ class WarmPython:
             proc = subprocess.Popen(
                 argv,
                 cwd=self.session.host_dir,
-                env={**_base_env("/work"), **sb.python.env()},
+                env={**_base_env(self.session.workdir), **sb.python.env()},
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
@@ -183,8 +183,9 @@ class WarmPython:
         limits: Limits | None = None,
         env: Mapping[str, str] | None = None,
     ) -> RunResult:
-        """Run Python ``source`` in ``/work``; same result as :meth:`Session.run_python`."""
-        self.session._check_open()
+        """Run Python ``source`` in the session's workdir; same result as :meth:`Session.run_python`."""
+        session = self.session
+        session._check_open()
         top = self.session.limits
         lim = limits or top
         lim = lim.replace(**{f: min(getattr(lim, f), getattr(top, f)) for f in ("memory_mb", "file_size_mb", "open_files")})
@@ -193,10 +194,9 @@ class WarmPython:
             "source": source,
             "args": list(args),
             "stdin": base64.b64encode(data).decode(),
-            "env": {**_base_env("/work"), **self.session.sandbox.python.env(), **(env or {})},
+            "env": {**_base_env(session.workdir), **session.sandbox.python.env(), **(env or {})},
             "limits": dataclasses.asdict(lim),
         }
-        session = self.session
         session.prepare(lim)
         with self._lock:
             if self._proc is not None and self._generation != session.generation:
