@@ -189,14 +189,23 @@ class DockerSession(Session):
     def workdir(self) -> str:
         return "/work"
 
-    def _remove(self) -> None:
+    def _remove(self, attempts: int = 20) -> None:
+        """Remove the container, then its volume, retrying while the engine is busy.
+
+        A container full of a fork bomb can take the engine a few seconds to tear down, and its
+        volume cannot go before it does: one silent try would leak both.
+        """
         for obj in (self.container, self.volume):
             if obj is None:
                 continue
-            try:
-                obj.remove(force=True)
-            except Exception:  # noqa: BLE001 - already gone is fine; nothing else to do on close
-                pass
+            for i in range(attempts):
+                try:
+                    obj.remove(force=True)
+                    break
+                except Exception as exc:  # noqa: BLE001 - the SDK raises several kinds
+                    if type(exc).__name__ == "NotFound":
+                        break  # already gone
+                    time.sleep(min(0.05 * 2**i, 1.0))
 
     def close(self) -> None:
         if self._closed:
