@@ -17,10 +17,12 @@ with a reason, never a ``RecursionError`` in the decoder or in the code that wal
 from __future__ import annotations
 
 import json
+import operator
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import accumulate
 from typing import Any, Generic, Literal, TypeVar
 
 __all__ = [
@@ -145,6 +147,9 @@ _FENCE_MARK = "```"
 _BRACKET_OR_QUOTE = re.compile(r'[\[\]{}"]')
 #: The rest of a JSON string after its opening quote: plain runs and backslash escapes, then ".
 _STRING_REST = re.compile(r'[^"\\]*+(?:\\.[^"\\]*+)*+"', re.DOTALL)
+_JSON_STRING = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_BRACKET_STEP = str.maketrans({"[": "\x02", "{": "\x02", "]": "\x00", "}": "\x00"})
 
 
 def _tool_call_blocks(text: str) -> list[str]:
@@ -232,15 +237,25 @@ def _scan_json(text: str, start: int, *, stop_at_close: bool) -> tuple[int, bool
 
 
 def _too_deep(blob: str) -> bool:
-    """True if ``blob`` nests brackets deeper than :data:`MAX_JSON_DEPTH` (strings respected)."""
+    """True if ``blob`` nests brackets deeper than :data:`MAX_JSON_DEPTH` (strings respected).
+
+    Every step runs in C: complete strings are cut out, the text is cut at an unclosed one
+    (the decoder stops there too), and the deepest prefix of the brackets left is a running sum.
+    """
     if blob.count("[") + blob.count("{") <= MAX_JSON_DEPTH:
         return False
-    return _scan_json(blob, 0, stop_at_close=False)[1]
+    text = _JSON_STRING.sub("", blob)
+    quote = text.find('"')
+    if quote >= 0:
+        text = text[:quote]
+    brackets = _NOT_BRACKET.sub("", text).translate(_BRACKET_STEP).encode("latin-1")
+    # an opening bracket counts 2, a closing one 0: depth after k brackets is (running sum - k)
+    return max(map(operator.sub, accumulate(brackets), range(1, len(brackets) + 1)), default=0) > MAX_JSON_DEPTH
 
 
-def _loads(blob: str) -> tuple[Any, str | None]:
+def _loads(blob: str, *, depth_checked: bool = False) -> tuple[Any, str | None]:
     """``json.loads`` bounded in depth, with every failure as a message instead of an exception."""
-    if _too_deep(blob):
+    if not depth_checked and _too_deep(blob):
         return None, f"JSON nested too deeply (more than {MAX_JSON_DEPTH} levels)"
     try:
         return json.loads(blob), None
@@ -274,8 +289,8 @@ def _call_from_obj(obj: Any) -> ToolCall | str:
     return ToolCall(name, args)
 
 
-def _decode_calls(blob: str, max_calls: int) -> list[ToolCall] | str:
-    obj, error = _loads(blob)
+def _decode_calls(blob: str, max_calls: int, *, depth_checked: bool = False) -> list[ToolCall] | str:
+    obj, error = _loads(blob, depth_checked=depth_checked)
     if error is not None:
         return f"tool call is {error}"
     objs = obj if isinstance(obj, list) else [obj]
@@ -337,7 +352,8 @@ def parse_tool_calls(text: str, *, max_calls: int = 16) -> Parsed[tuple[ToolCall
             return Parsed(error=f"tool call is JSON nested too deeply (more than {MAX_JSON_DEPTH} levels)")
         if blob is None:
             return Parsed(error='no tool call found: write {"name": "...", "arguments": {...}}')
-        got = _decode_calls(blob, max_calls)
+        # a span from _first_json_value was walked bracket by bracket already
+        got = _decode_calls(blob, max_calls, depth_checked=not fenced)
         if isinstance(got, str):
             return Parsed(error=got)
         calls = got

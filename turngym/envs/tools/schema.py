@@ -181,25 +181,39 @@ def check_structure(arguments: Mapping[str, Any], parameters: Mapping[str, Any])
 def oversized_integer(arguments: Mapping[str, Any]) -> str | None:
     """Why an integer in ``arguments`` (at any depth) is refused, or None.
 
-    Walks with an explicit stack: the arguments' nesting is bounded by the parser, but a walk
-    that cannot recurse needs no such argument.
+    Walks with an explicit stack (the parser bounds the nesting, but a walk that cannot recurse
+    needs no such argument) over the values only; the path is spelled out once one is found.
 
     >>> oversized_integer({"a": [1, {"b": 2**70}]})
     'arguments.a[1].b is too large (integers must fit in 64 bits)'
     >>> oversized_integer({"a": 2**62, "b": 1e300}) is None
     True
     """
-    stack: list[tuple[Any, str]] = [(dict(arguments), "arguments")]
+    stack: list[Any] = [arguments]
+    while stack:
+        value = stack.pop()
+        if type(value) is int:
+            if value.bit_length() > MAX_INT_BITS:
+                return f"{_path_to(arguments, value)} is too large (integers must fit in 64 bits)"
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+    return None
+
+
+def _path_to(arguments: Mapping[str, Any], target: int) -> str:
+    """Where ``target`` (an object in ``arguments``) sits, as ``arguments.a[1].b``."""
+    stack: list[tuple[Any, str]] = [(arguments, "arguments")]
     while stack:
         value, where = stack.pop()
-        if isinstance(value, int) and not isinstance(value, bool):
-            if value.bit_length() > MAX_INT_BITS:
-                return f"{where} is too large (integers must fit in 64 bits)"
-        elif isinstance(value, dict):
+        if value is target:
+            return where
+        if isinstance(value, dict):
             stack.extend((v, f"{where}.{k}") for k, v in reversed(value.items()))
         elif isinstance(value, (list, tuple)):
             stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(value))))
-    return None
+    return "an argument"
 
 
 def _names(value: Mapping[str, Any], schema: Mapping[str, Any], where: str) -> str | None:
