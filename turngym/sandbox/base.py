@@ -14,7 +14,8 @@ import os
 import sys
 import sysconfig
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import ClassVar
@@ -273,6 +274,16 @@ class Sandbox(ABC):
     def open_session(self, limits: Limits | None = None) -> Session:
         """A fresh, empty working dir with ``limits`` (default: the sandbox's)."""
 
+    @contextmanager
+    def _one_shot_session(self, limits: Limits | None) -> Iterator[Session]:
+        """The session one :meth:`run`/:meth:`run_python` call uses, released when the call ends.
+
+        A backend whose sessions are costly to open (a container) overrides this to lend a
+        wiped, reused one instead; the run methods themselves stay the same for every backend.
+        """
+        with self.open_session(limits) as s:
+            yield s
+
     def run(
         self,
         command: str | Sequence[str],
@@ -282,7 +293,7 @@ class Sandbox(ABC):
         limits: Limits | None = None,
     ) -> RunResult:
         """Run one command in a fresh working dir holding ``files``, then delete it."""
-        with self.open_session(limits) as s:
+        with self._one_shot_session(limits) as s:
             if files:
                 s.write_files(files)
             return s.run(command, stdin=stdin)
@@ -297,7 +308,7 @@ class Sandbox(ABC):
         limits: Limits | None = None,
     ) -> RunResult:
         """Run Python source in a fresh working dir holding ``files``, then delete it."""
-        with self.open_session(limits) as s:
+        with self._one_shot_session(limits) as s:
             if files:
                 s.write_files(files)
             return s.run_python(source, args=args, stdin=stdin)

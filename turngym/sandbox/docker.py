@@ -30,7 +30,8 @@ import shlex
 import tarfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from turngym.sandbox._proc import classify_failure
@@ -499,38 +500,13 @@ class DockerSandbox(Sandbox):
                 return
         session.close()
 
-    def run(
-        self,
-        command: str | Sequence[str],
-        *,
-        files: Files | None = None,
-        stdin: str | bytes | None = None,
-        limits: Limits | None = None,
-    ) -> RunResult:
+    @contextmanager
+    def _one_shot_session(self, limits: Limits | None) -> Iterator[DockerSession]:
+        """A pooled container for one run: its own wrapper wipes it, then it goes back to the pool."""
         s = self._borrow(limits)
         s._wipe_after_run = True
         try:
-            if files:
-                s.write_files(files)
-            return s.run(command, stdin=stdin)
-        finally:
-            self._give_back(s)
-
-    def run_python(
-        self,
-        source: str,
-        *,
-        files: Files | None = None,
-        args: Sequence[str] = (),
-        stdin: str | bytes | None = None,
-        limits: Limits | None = None,
-    ) -> RunResult:
-        s = self._borrow(limits)
-        s._wipe_after_run = True
-        try:
-            if files:
-                s.write_files(files)
-            return s.run_python(source, args=args, stdin=stdin)
+            yield s
         finally:
             self._give_back(s)
 
