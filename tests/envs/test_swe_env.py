@@ -309,3 +309,18 @@ def test_agent_code_runs_sandboxed(tasks, tmp_path):
     obs, *_ = env.step(call("run_tests", tests=["tests/test_evil.py"]))
     assert "1 failed" in obs
     assert not marker.exists()
+
+
+def test_search_with_a_catastrophic_regex_is_a_failed_call_within_its_deadline():
+    import time
+
+    from turngym.envs.swe.tools import SEARCH_REGEX_S, search
+
+    tree = Tree({"a.py": "a" * 5000 + "b\n", "b.py": "x = 1\n"})
+    start = time.perf_counter()
+    res = search(tree, {"pattern": "(a|aa)+$", "regex": True})  # exponential for a backtracking engine
+    assert time.perf_counter() - start < SEARCH_REGEX_S + 2.0
+    assert not res.ok and "simpler pattern" in res.output
+    ok = search(tree, {"pattern": r"x\s*=", "regex": True})  # ordinary patterns still work
+    assert ok.ok and "b.py:1: x = 1" in ok.output
+    assert not search(tree, {"pattern": "(", "regex": True}).ok

@@ -75,7 +75,7 @@ def _huge(kind: int, tok: str, size: int) -> str:
 
 
 #: Code-v0's own ``<run>`` scan is still quadratic (test_code_run_tag_parse_is_linear): not repeated here yet.
-HUGE_TOKENS = ("<calc>", "<answer>", "<tool_call>", "<action>", "<search>", "```", "search[", "click[", "{", "[", '\\"', "</calc ")
+HUGE_TOKENS = ("<calc>", "<run>", "<answer>", "<tool_call>", "<action>", "<search>", "```", "search[", "click[", "{", "[", '\\"', "</calc ")
 huge_text = st.builds(
     _huge, st.integers(0, 6), st.sampled_from(HUGE_TOKENS), st.sampled_from([1_000, 50_000, 300_000, 1_000_000])
 )
@@ -361,18 +361,14 @@ def _runs_within(code: str, seconds: float) -> bool:
     return True
 
 
-@pytest.mark.xfail(strict=True, reason="Code-v0's own <run> pattern backtracks (turngym/envs/code/parsing.py, "
-                   "not the shared parsers); when it is fixed this XPASSes: drop the marker, add <run> to HUGE_TOKENS")
 def test_code_run_tag_parse_is_linear():
     assert _runs_within("from turngym.envs.code.parsing import parse_code_action; parse_code_action('<run>' * 40000)", 3.0)
 
 
-@pytest.mark.xfail(strict=True, reason="SWE-v0's search tool runs the agent's regex with Python's backtracking "
-                   "engine (turngym/envs/swe/tools.py); when it is bounded this XPASSes: drop the marker")
 def test_swe_search_with_a_catastrophic_regex_is_bounded():
     code = (
         "import json, turngym\n"
         "env = turngym.make('turngym/SWE-v0'); env.reset(seed=0)\n"
         "env.step(json.dumps({'name': 'search', 'arguments': {'pattern': '(.*.*)*#', 'regex': True}}))\n"
     )
-    assert _runs_within(code, 5.0)
+    assert _runs_within(code, 30.0)  # a backtracking engine ran past 60 s

@@ -19,8 +19,7 @@ __all__ = ["CodeAction", "parse_code_action", "ActionKind"]
 
 ActionKind = Literal["test", "run", "submit"]
 
-_RUN = re.compile(r"<run>(.*?)</run\s*>", re.DOTALL)
-_RUN_OPEN = re.compile(r"<run>")
+_RUN_CLOSE_TAIL = re.compile(r"\s*>")
 _SUBMIT = re.compile(r"<submit\s*/?>")
 MAX_CODE_CHARS = 50_000
 
@@ -45,15 +44,15 @@ def parse_code_action(text: str) -> Parsed[CodeAction]:
     """
     if not isinstance(text, str):
         return Parsed(error=f"action must be a string, got {type(text).__name__}")
-    run = _RUN.search(text)
-    if run is not None:
-        body = run.group(1)
+    opened = text.find("<run>")
+    body = _run_body(text, opened) if opened >= 0 else None
+    if body is not None:
         block = parse_code_block(body)
         code = block.value if block.ok else body.strip()
         if not code or not code.strip():
             return Parsed(error="empty <run></run>: put the code to run between the tags")
         return _sized(CodeAction("run", code))
-    if _RUN_OPEN.search(text):
+    if opened >= 0:
         return Parsed(error="unclosed <run> tag: write <run>code</run>")
     block = parse_code_block(text)
     if _SUBMIT.search(text):
@@ -61,6 +60,27 @@ def parse_code_action(text: str) -> Parsed[CodeAction]:
     if block.ok:
         return _sized(CodeAction("test", block.value))
     return Parsed(error=f"{block.error}; write the solution in a ```python block, <run>code</run> to run a snippet, or <submit/> to finish")
+
+
+def _run_body(text: str, opened: int) -> str | None:
+    """The text between the first ``<run>`` and the first ``</run>`` after it (``</run >`` too).
+
+    Forward scans only: the first opening tag that has a closing one after it is always the
+    first opening tag, so a lazy regex retried from every ``<run>`` (quadratic in repeated
+    tags) is not needed.
+
+    >>> _run_body("a <run>x</run  > <run>y</run>", 2)
+    'x'
+    >>> _run_body("<run>x</run <run>", 0) is None
+    True
+    """
+    pos = opened + len("<run>")
+    while (close := text.find("</run", pos)) >= 0:
+        tail = _RUN_CLOSE_TAIL.match(text, close + len("</run"))
+        if tail is not None:
+            return text[opened + len("<run>") : close]
+        pos = close + len("</run")
+    return None
 
 
 def _sized(action: CodeAction) -> Parsed[CodeAction]:

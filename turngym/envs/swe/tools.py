@@ -8,10 +8,12 @@ agent's own tree as it stands, for the agent's eyes; the hidden evaluation is ``
 from __future__ import annotations
 
 import posixpath
-import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import regex
 
 from turngym.core.parsing import function_tool
 from turngym.envs.swe.repos import Tree
@@ -22,6 +24,11 @@ __all__ = ["TOOLS", "ToolResult", "TOOL_FUNCS", "validate_args", "MAX_OBS_CHARS"
 MAX_OBS_CHARS = 6000
 MAX_VIEW_LINES = 200
 MAX_SEARCH_HITS = 50
+#: Wall-clock budget of one regex search over the whole tree. The agent writes the pattern, and
+#: a backtracking engine can take exponential time on one line (``(a+)+$``): the `regex`
+#: package stops a match at a deadline and releases the GIL while it runs, so a hostile pattern
+#: costs the episode at most this much and never freezes the process it steps in.
+SEARCH_REGEX_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -146,19 +153,29 @@ def search(tree: Tree, args: Mapping[str, Any]) -> ToolResult:
         return ToolResult("error: path escapes the repository", ok=False)
     if args.get("regex"):
         try:
-            rx = re.compile(pattern)
-        except re.error as exc:
+            rx = regex.compile(pattern)
+        except (regex.error, OverflowError, RecursionError) as exc:
             return ToolResult(f"error: bad regex: {exc}", ok=False)
-        match: Callable[[str], bool] = lambda line: rx.search(line) is not None  # noqa: E731
+        deadline = time.monotonic() + SEARCH_REGEX_S
+
+        def match(line: str) -> bool:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            return rx.search(line, timeout=left, concurrent=True) is not None
     else:
-        match = lambda line: pattern in line  # noqa: E731
+        match: Callable[[str], bool] = lambda line: pattern in line  # type: ignore[no-redef]  # noqa: E731
     hits = []
-    for f in tree:
-        if where != "." and not (f == where or f.startswith(where + "/")):
-            continue
-        for i, line in enumerate(tree[f].splitlines(), 1):
-            if match(line):
-                hits.append(f"{f}:{i}: {line.strip()}")
+    try:
+        for f in tree:
+            if where != "." and not (f == where or f.startswith(where + "/")):
+                continue
+            for i, line in enumerate(tree[f].splitlines(), 1):
+                if match(line):
+                    hits.append(f"{f}:{i}: {line.strip()}")
+    except TimeoutError:
+        return ToolResult(f"error: the regex search took more than {SEARCH_REGEX_S:g} s; use a simpler pattern "
+                          "(no nested quantifiers such as (a+)+) or a plain-text search", ok=False)
     if not hits:
         return ToolResult(f"no matches for {pattern!r}")
     more = f"\n[{len(hits) - MAX_SEARCH_HITS} more matches not shown]" if len(hits) > MAX_SEARCH_HITS else ""
