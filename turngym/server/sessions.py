@@ -43,7 +43,7 @@ from turngym.core.registry import env_info
 from turngym.server.errors import RequestTimeout, ServerBusy, WorkerLost
 from turngym.server.policy import KwargPolicy
 from turngym.server.protocol import reward_spec_from_wire, spec_to_wire
-from turngym.server.workers import CallDeadline, EnvHost, ProcessPool, RegistryFactory, run_op
+from turngym.server.workers import CallCost, CallDeadline, EnvHost, ProcessPool, RegistryFactory, run_op
 
 __all__ = ["ServerConfig", "Session", "SessionManager"]
 
@@ -186,7 +186,7 @@ class SessionManager:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._procs: ProcessPool | None = None
         self._reaper: asyncio.Task[None] | None = None
-        self._cost: dict[str, _CallCost] = {}
+        self._cost: dict[str, CallCost] = {}
         self.stats = {"opened": 0, "closed": 0, "refused": 0, "timeouts": 0, "idle_closed": 0,
                       "worker_kills": 0, "lost_to_worker": 0, "refused_kwargs": 0}
 
@@ -393,7 +393,7 @@ class SessionManager:
         if self.config.executor == "inline":
             return fn()
         if self.config.executor == "auto":
-            cost = self._cost.setdefault(session.env_id, _CallCost(self.config.inline_below_ms / 1e3))
+            cost = self._cost.setdefault(session.env_id, CallCost(self.config.inline_below_ms / 1e3, warmup=_AUTO_WARMUP))
             if cost.inline:
                 t0 = time.perf_counter()
                 try:
@@ -441,27 +441,11 @@ class SessionManager:
         return tuple(self.factories)
 
 
-class _CallCost:
-    """Moving average of one env id's call durations, deciding ``auto``'s executor."""
-
-    WARMUP = 32
-    ALPHA = 0.05
-
-    def __init__(self, inline_below_s: float) -> None:
-        self.threshold = inline_below_s
-        self.mean = 0.0
-        self.n = 0
-        self.inline = False
-
-    def add(self, seconds: float) -> None:
-        self.n += 1
-        self.mean = seconds if self.n == 1 else self.mean + self.ALPHA * (seconds - self.mean)
-        if self.n >= self.WARMUP:
-            # hysteresis: leave the loop fast when slow, return only when clearly fast
-            self.inline = self.mean < (self.threshold if self.inline else self.threshold / 2)
+#: Calls the server times before ``auto`` trusts an env's average.
+_AUTO_WARMUP = 32
 
 
-def _timed(cost: _CallCost, fn: Callable[[], Any]) -> Any:
+def _timed(cost: CallCost, fn: Callable[[], Any]) -> Any:
     t0 = time.perf_counter()
     try:
         return fn()

@@ -41,7 +41,7 @@ from turngym.core.errors import ConfigError, SnapshotError, TurngymError
 from turngym.server.errors import WorkerLost
 from turngym.server.protocol import rng_from_wire, rng_to_wire, spec_to_wire, task_to_wire
 
-__all__ = ["EnvHost", "ProcessPool", "RegistryFactory", "CallDeadline", "RemoteCallError", "run_op"]
+__all__ = ["CallCost", "EnvHost", "ProcessPool", "RegistryFactory", "CallDeadline", "RemoteCallError", "run_op"]
 
 log = logging.getLogger("turngym.server")
 
@@ -167,14 +167,20 @@ def _rebuild(failure: tuple[str, str, bool]) -> BaseException:
 
 
 # ----------------------------------------------------------------------------- the worker
-class _Cost:
-    """Moving average of one env id's call durations inside a worker: cheap envs skip the thread hop."""
+class CallCost:
+    """Moving average of one env id's call durations, deciding whether its calls run inline.
 
-    WARMUP = 16
+    Both the server's ``auto`` executor and a worker process use it: a call that costs less
+    than a thread hop is cheaper run where it arrives, a slow one must not block that place.
+    Hysteresis (leave inline when the average reaches the threshold, return only below half
+    of it) keeps an env whose cost hovers near the threshold from flapping.
+    """
+
     ALPHA = 0.05
-    INLINE_BELOW_S = 0.001
 
-    def __init__(self) -> None:
+    def __init__(self, inline_below_s: float, *, warmup: int) -> None:
+        self.threshold = inline_below_s
+        self.warmup = warmup
         self.mean = 0.0
         self.n = 0
         self.inline = False
@@ -182,8 +188,14 @@ class _Cost:
     def add(self, seconds: float) -> None:
         self.n += 1
         self.mean = seconds if self.n == 1 else self.mean + self.ALPHA * (seconds - self.mean)
-        if self.n >= self.WARMUP:  # hysteresis: leave the reader thread fast when slow, return only when clearly fast
-            self.inline = self.mean < (self.INLINE_BELOW_S if self.inline else self.INLINE_BELOW_S / 2)
+        if self.n >= self.warmup:
+            self.inline = self.mean < (self.threshold if self.inline else self.threshold / 2)
+
+
+#: A worker's calls run on its reader thread while they average under this many seconds.
+_WORKER_INLINE_BELOW_S = 0.001
+#: Calls a worker times before it trusts the average.
+_WORKER_WARMUP = 16
 
 
 def _worker_main(conn: Any, factories: Mapping[str, Callable[..., Any]], threads: int) -> None:
@@ -197,7 +209,7 @@ def _worker_main(conn: Any, factories: Mapping[str, Callable[..., Any]], threads
     for secret in ("TURNGYM_TOKEN", "TURNGYM_SERVER_CONFIG"):  # envs (and what they start) need neither
         os.environ.pop(secret, None)
     hosts: dict[str, EnvHost] = {}
-    costs: dict[str, _Cost] = {}
+    costs: dict[str, CallCost] = {}
     replies: queue.SimpleQueue[Any] = queue.SimpleQueue()
     send_lock = threading.Lock()
 
@@ -243,7 +255,7 @@ def _worker_main(conn: Any, factories: Mapping[str, Callable[..., Any]], threads
                 if host is None:
                     raise KeyError(f"no env for session {sid} in this worker")
                 value = run_op(host, op, args)
-                costs.setdefault(host.env_id, _Cost()).add(time.perf_counter() - t0)
+                costs.setdefault(host.env_id, CallCost(_WORKER_INLINE_BELOW_S, warmup=_WORKER_WARMUP)).add(time.perf_counter() - t0)
         except BaseException as exc:  # every failure is a reply; the worker lives on
             return rid, False, _failure(exc)
         return rid, True, value
