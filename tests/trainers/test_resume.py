@@ -13,40 +13,19 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from tiny_run import metric_rows, tiny_config  # noqa: E402
+
 from turngym.core.errors import ConfigError, TurngymError  # noqa: E402
 from turngym.trainers import ArtifactError, TrainConfig, Trainer  # noqa: E402
 from turngym.trainers.atomic import MANIFEST_NAME, append_line, complete_lines, save_dir, verify_dir  # noqa: E402
 
-_TIMING = ("rollout_s", "step_s")
-
 
 def _cfg(**kw) -> TrainConfig:
-    base = dict(
-        env_kwargs={"min_steps": 1, "max_steps": 1, "max_turns": 2},
-        steps=2,
-        groups_per_step=2,
-        group_size=2,
-        max_new_tokens=6,
-        warmup_steps=2,
-        warmup_batch_size=4,
-        demo_episodes=6,
-        eval_episodes=2,
-        eval_every=1,
-        micro_batch_size=4,
-        task_pool=4,
-        lr=1e-3,
-    )
-    base.update(kw)
-    return TrainConfig(**base)
+    return tiny_config(**{"steps": 2, "eval_every": 1, "micro_batch_size": 4, **kw})
 
 
 class _Killed(BaseException):
     """A kill: BaseException, so no ``except Exception`` in the trainer can swallow it."""
-
-
-def _rows(out: Path) -> list[dict]:
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in _TIMING} for r in rows]
 
 
 def _final_weights(out: Path) -> dict:
@@ -113,7 +92,7 @@ def test_a_kill_at_every_boundary_resumes_to_the_uninterrupted_run(tmp_path: Pat
     assert set(killed) <= set(events)
     assert set(events) - set(killed) <= {e for e in events if e.startswith(("checkpoint committed@", "summary@"))}
     assert json.loads((out / "summary.json").read_text())["steps"] == 2 and (out / "learning_curve.png").exists()
-    assert _rows(out) == _rows(ref)  # the same rows, in order: none lost, none repeated
+    assert metric_rows(out) == metric_rows(ref)  # the same rows, in order: none lost, none repeated
     assert _same_weights(_final_weights(out), _final_weights(ref))
     # never warm-started twice: once the warm start is saved, no resumed attempt redoes it
     saved = next(i for i, ev in enumerate(seen) if "warm_start saved@0" in ev)
@@ -135,7 +114,7 @@ def test_a_kill_while_the_warm_start_is_saved_is_never_trusted(tmp_path: Path, s
     log: list[str] = []
     _run(out, resume=True, log=log)  # ... is not loaded (no misleading tokenizer error): redone from the start
     assert any("warm start" in m and "incomplete" in m for m in log), log
-    assert _rows(out) == _rows(straight[0])
+    assert metric_rows(out) == metric_rows(straight[0])
 
 
 def test_a_kill_during_the_warm_start_evaluation_does_not_warm_start_again(tmp_path: Path, straight: tuple[Path, list[str]]) -> None:
@@ -150,7 +129,7 @@ def test_a_kill_during_the_warm_start_evaluation_does_not_warm_start_again(tmp_p
     events: list[str] = []
     _run(out, resume=True, hook=events.append)
     assert "warm_start@0" not in events and events[0] == "eval@0"
-    assert _rows(out) == _rows(straight[0])
+    assert metric_rows(out) == metric_rows(straight[0])
     assert _same_weights(_final_weights(out), _final_weights(straight[0]))
 
 
@@ -168,7 +147,7 @@ def test_a_lora_run_killed_before_its_adapters_exist_resumes_exactly(tmp_path: P
     with pytest.raises(_Killed):
         _run(tmp_path / "killed", cfg, hook=hook)
     _run(tmp_path / "killed", resume=True)
-    assert _rows(tmp_path / "killed") == _rows(tmp_path / "straight")
+    assert metric_rows(tmp_path / "killed") == metric_rows(tmp_path / "straight")
     assert _same_weights(_final_weights(tmp_path / "killed"), _final_weights(tmp_path / "straight"))
 
 
@@ -236,7 +215,7 @@ def test_damage_falls_back_to_the_newest_valid_save_and_says_so(tmp_path: Path, 
     log: list[str] = []
     _run(out, resume=True, log=log)
     assert any(says in m for m in log if m.startswith("warning:")) or not says, log
-    assert _rows(out) == _rows(straight[0])
+    assert metric_rows(out) == metric_rows(straight[0])
     assert _same_weights(_final_weights(out), _final_weights(straight[0]))
 
 
@@ -287,7 +266,7 @@ def test_a_fresh_run_refuses_a_directory_with_results(tmp_path: Path, stopped: P
     (out / "notes.txt").write_text("mine")
     Trainer(_cfg(steps=1, eval_every=0), out, overwrite=True, progress=False, log=None).run()
     assert json.loads((out / "state.json").read_text())["phase"] == "finished"
-    assert [r["step"] for r in _rows(out) if r["phase"] == "rl"] == [1]  # the old run's rows are gone ...
+    assert [r["step"] for r in metric_rows(out) if r["phase"] == "rl"] == [1]  # the old run's rows are gone ...
     assert (out / "notes.txt").read_text() == "mine"  # ... files that are not the run's are kept
 
 

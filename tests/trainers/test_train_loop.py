@@ -11,6 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from tiny_run import metric_rows, tiny_config  # noqa: E402
+
 from turngym.core.errors import ConfigError  # noqa: E402
 from turngym.trainers import TrainConfig, Trainer  # noqa: E402
 from turngym.trainers.batch import collate, token_advantages  # noqa: E402
@@ -18,34 +20,13 @@ from turngym.trainers.losses import clipped_pg_loss, kl_penalty  # noqa: E402
 
 
 def _tiny(**kw) -> TrainConfig:
-    base = dict(
-        env_kwargs={"min_steps": 1, "max_steps": 1, "max_turns": 2},
-        steps=3,
-        groups_per_step=2,
-        group_size=2,
-        max_new_tokens=6,
-        warmup_steps=2,
-        warmup_batch_size=4,
-        demo_episodes=6,
-        eval_episodes=2,
-        micro_batch_size=3,
-        task_pool=4,
-        lr=1e-3,
-    )
-    base.update(kw)
-    return TrainConfig(**base)
+    return tiny_config(**{"steps": 3, "micro_batch_size": 3, **kw})
 
 
 def _weights(out: Path) -> dict:
     """The trainable weights of the run's last committed checkpoint."""
     state = json.loads((out / "state.json").read_text())
     return torch.load(out / state["checkpoint"] / "trainable.pt")
-
-
-def _rl_lines(out: Path) -> list[dict]:
-    drop = ("rollout_s", "step_s")
-    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in drop} for r in lines]
 
 
 def test_config_validation() -> None:
@@ -93,7 +74,7 @@ def test_training_changes_parameters_and_writes_artifacts(tmp_path: Path) -> Non
     start = AutoModelForCausalLM.from_pretrained(out / "warm_start").state_dict()
     changed = [k for k in start if not torch.equal(start[k], warm[k])]
     assert changed, "no parameter moved during RL"
-    lines = _rl_lines(out)
+    lines = metric_rows(out)
     rl = [r for r in lines if r["phase"] == "rl"]
     assert [r["step"] for r in rl] == [1, 2]
     assert all(np.isfinite(r["loss"]) for r in rl)
@@ -128,13 +109,13 @@ def test_resume_continues_exactly(tmp_path: Path) -> None:
     Trainer(TrainConfig(), killed, resume=True, progress=False, log=None).run()  # config comes from the run dir
     a, b = _weights(straight), _weights(killed)
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
-    assert _rl_lines(straight) == _rl_lines(killed)  # no lost or repeated iterations
+    assert metric_rows(straight) == metric_rows(killed)  # no lost or repeated iterations
 
 
 def test_grpo_and_gigpo_run_on_the_same_env_and_seed(tmp_path: Path) -> None:
     for algo in ("grpo", "tree", "igpo_turn_group", "papo"):
         Trainer(_tiny(steps=1, algo=algo, warmup_steps=0, eval_episodes=1), tmp_path / algo, progress=False, log=None).run()
-        rl = [r for r in _rl_lines(tmp_path / algo) if r["phase"] == "rl"]
+        rl = [r for r in metric_rows(tmp_path / algo) if r["phase"] == "rl"]
         assert len(rl) == 1 and np.isfinite(rl[0]["loss"])
 
 
@@ -148,7 +129,7 @@ def test_lora_and_kl_run_and_resume(tmp_path: Path) -> None:
     state = _weights(out)
     assert state and all("lora" in k for k in state)  # only the adapters are checkpointed
     Trainer(TrainConfig(), out, resume=True, progress=False, log=None).run()
-    rl = [r for r in _rl_lines(out) if r["phase"] == "rl"]
+    rl = [r for r in metric_rows(out) if r["phase"] == "rl"]
     assert [r["step"] for r in rl] == [1, 2]
     assert all(r["kl"] >= 0 for r in rl)
 
