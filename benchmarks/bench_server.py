@@ -193,6 +193,15 @@ def start_server(env_id: str, port: int, max_sessions: int, executor: str, worke
     raise SystemExit("the server did not come up within 60 s")
 
 
+def stop_server(proc: subprocess.Popen) -> None:
+    """Stop a server from :func:`start_server` and everything it started (its process group)."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 def _sampled_actions(env_id: str, n: int = 64) -> list[str]:
     """For families without a fixed action list: draws from the env's own action grammar."""
     import numpy as np
@@ -245,11 +254,7 @@ def bench_env(args: argparse.Namespace, env_id: str) -> dict:
                       f"{paced.steps_per_s:7.0f} steps/s  P50 {paced.step_p50_ms:6.1f} ms  "
                       f"P99 {paced.step_p99_ms:7.1f} ms", file=sys.stderr, flush=True)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_server(proc)
     good = [lv for lv in levels if lv.success >= 0.95]
     best = max(good, key=lambda lv: lv.sessions) if good else None
     cores = os.cpu_count() or 1
@@ -376,11 +381,7 @@ def _attack(args: argparse.Namespace) -> int:
         report["attacks"]["all_at_once_x4"] = asyncio.run(
             _health_during(url, http_url, [a for a in HOSTILE.values() for _ in range(2)], args.timeout))
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_server(proc)
     # the same, against a step that holds the GIL for 10 s (a test double served in this process)
     from turngym.server.testing import GilHoldingTestEnv, ServerThread
 
