@@ -56,3 +56,13 @@ def test_import_turngym_does_not_import_torch():
     code = "import sys, turngym; turngym.list_envs(); print('torch' in sys.modules, 'transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_spec_records_the_constructor_overrides_so_spec_make_rebuilds_the_same_env():
+    env = turngym.make("turngym/Math-v0", max_turns=4)
+    assert env.spec.kwargs["max_turns"] == 4
+    rebuilt = env.spec.make()
+    assert rebuilt.unwrapped.max_turns == 4
+    assert turngym.make("turngym/Math-v0").spec.kwargs["max_turns"] != 4  # the registry's default is untouched
+    env.close()
+    rebuilt.close()

@@ -12,6 +12,7 @@ checker); :func:`make` returns the turngym env itself, so ``snapshot()``/``resto
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib
 import re
@@ -115,7 +116,10 @@ def make(env_id: str, *, remote: str | None = None, **kwargs: Any) -> Any:
         return RemoteEnv(remote, env_id, **kwargs)
     cls = load_entry_point(info.entry_point)
     env = cls(**{"max_turns": info.max_turns, **info.kwargs, **kwargs})
-    env.spec = gym.spec(env_id)
+    # gymnasium's convention: the spec records how this env was built, so that
+    # ``env.spec.make()`` (and gymnasium's own tools) rebuild the same env, overrides included.
+    spec = gym.spec(env_id)
+    env.spec = dataclasses.replace(spec, kwargs={**spec.kwargs, **kwargs})
     return env
 
 
