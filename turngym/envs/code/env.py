@@ -40,7 +40,8 @@ def add(a, b):
     return a + b
 ```"""
 
-_SAMPLE_MUTATIONS = ((" + ", " - "), (" < ", " <= "), (" <= ", " < "), ("== ", "!= "), (" 1", " 2"), ("0", "1"), ("max(", "min("))
+#: What the random baseline's stub solutions return.
+_STUB_RETURNS = ("None", "0", "1", "-1", "True", "False", "''", "[]", "args[0] if args else None", "sorted(args[0]) if args else []")
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,20 +342,20 @@ class CodeEnv(TurngymEnv):
         return oracle.oracle_action(self)
 
     def sample_action(self, rng: np.random.Generator) -> str:
-        """A random action: a mutated or stubbed solution, a snippet, a submission."""
+        """A random action that knows only what the agent sees: stub solutions returning a
+        constant or an argument, a syntax error, a snippet, a submission.
+
+        It never reads ``task.gold``: a random baseline that submits (mutations of) the gold
+        solution is no floor, and baselines must score what an uninformed agent would.
+        """
         task: CodeTask = self.task  # type: ignore[assignment]
-        gold = task.gold if task else ""
+        name = task.entry_point if task else "f"
         u = rng.random()
-        if u < 0.35:
-            muts = [m for m in _SAMPLE_MUTATIONS if m[0] in gold] or [("return", "return None  #")]
-            a, b = muts[int(rng.integers(len(muts)))]
-            return f"```python\n{gold.replace(a, b, 1)}```"
         if u < 0.5:
-            return f"```python\ndef {task.entry_point}(*args):\n    return None\n```"
+            body = _STUB_RETURNS[int(rng.integers(len(_STUB_RETURNS)))]
+            return f"```python\ndef {name}(*args, **kwargs):\n    return {body}\n```"
         if u < 0.6:
-            return f"```python\ndef {task.entry_point}(:\n```"
-        if u < 0.75:
+            return f"```python\ndef {name}(:\n```"
+        if u < 0.8:
             return "<run>\n```python\nimport solution\nprint(sorted(n for n in dir(solution) if not n.startswith('_')))\n```\n</run>"
-        if u < 0.85:
-            return "<submit/>"
-        return f"```python\n{gold}```"
+        return "<submit/>"
