@@ -1,4 +1,4 @@
-"""The container backend against bubblewrap, in one run: exec latency and Code-v0 step time.
+"""The container backend against bubblewrap, in one run: exec latency, Code-v0 and SWE-v0 step time.
 
     python benchmarks/bench_docker.py            # table
     python benchmarks/bench_docker.py --json     # machine-readable
@@ -14,6 +14,8 @@ Needs a Docker engine and the sandbox image (``scripts/docker_engine.sh up`` the
   code-step        mean wall time of one Code-v0 ``step`` (random actions then the oracle's, one-shot
                    runs on both backends, so the sandbox is the only difference)
   code-step-warm   the same with bubblewrap's default warm worker (docker has none)
+  swe-grade        one SWE-v0 hidden-evaluation run (the task's suite plus the canary, cache cleared)
+  swe-step         mean wall time of one SWE-v0 ``step`` (random tool calls then the oracle's)
 
 Latency rows are measured round-robin over the backends (p50/p99 over ``n``);
 ``ratio_docker_over_bubblewrap`` is docker's p50 (or mean step) over bubblewrap's.
@@ -71,10 +73,48 @@ def _code_steps(sandbox: Sandbox, episodes: int, warm: bool) -> dict[str, float]
     return {"mean_ms": round(statistics.mean(durations) * 1e3, 1), "p50_ms": round(_pct(durations, 0.5) * 1e3, 1), "steps": len(durations)}
 
 
+def _swe(sandbox: Sandbox, episodes: int, grades: int) -> dict[str, dict[str, float]]:
+    """SWE-v0 with its grader in ``sandbox``: one grading run, and a step, wall time."""
+    from turngym.envs.swe import testing
+
+    testing.set_executor(testing.SandboxExecutor(sandbox))
+    env = turngym.make("turngym/SWE-v0")
+    steps: list[float] = []
+    grading: list[float] = []
+    try:
+        for seed in range(episodes):
+            env.reset(seed=seed)
+            rng = np.random.default_rng(seed)
+            for i in range(10):
+                action = env.sample_action(rng) if i < 2 else env.oracle_action()
+                t = time.perf_counter()
+                *_, term, trunc, _info = env.step(action)
+                steps.append(time.perf_counter() - t)
+                if term or trunc:
+                    break
+        tree = env.start_tree(env.tasks[0])
+        for _ in range(grades):
+            testing._CACHE.clear()
+            t = time.perf_counter()
+            testing.run_pytest(tree, canary=True)
+            grading.append(time.perf_counter() - t)
+    finally:
+        env.close()
+        testing.set_executor(None)
+    return {
+        "swe-grade": {"mean_ms": round(statistics.mean(grading) * 1e3, 1), "p50_ms": round(_pct(grading, 0.5) * 1e3, 1),
+                      "steps": len(grading)},
+        "swe-step": {"mean_ms": round(statistics.mean(steps) * 1e3, 1), "p50_ms": round(_pct(steps, 0.5) * 1e3, 1),
+                     "steps": len(steps)},
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=40, help="runs per latency row")
     ap.add_argument("--episodes", type=int, default=4, help="Code-v0 episodes per backend")
+    ap.add_argument("--swe-episodes", type=int, default=2, help="SWE-v0 episodes per backend")
+    ap.add_argument("--swe-grades", type=int, default=5, help="uncached SWE grading runs per backend")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args()
 
@@ -94,6 +134,8 @@ def main() -> None:
             "bubblewrap/code-step": _code_steps(bw, args.episodes, warm=False),
             "bubblewrap/code-step-warm": _code_steps(bw, args.episodes, warm=True),
         }
+        for name, sb in (("docker", dk), ("bubblewrap", bw)):
+            steps.update({f"{name}/{k}": v for k, v in _swe(sb, args.swe_episodes, args.swe_grades).items()})
     finally:
         for s in sessions.values():
             s.close()
@@ -103,6 +145,8 @@ def main() -> None:
              for k in ("session-python", "session-shell", "oneshot-python", "write-read")}
     ratio["code-step"] = round(steps["docker/code-step"]["mean_ms"] / steps["bubblewrap/code-step"]["mean_ms"], 1)
     ratio["code-step-vs-warm"] = round(steps["docker/code-step"]["mean_ms"] / steps["bubblewrap/code-step-warm"]["mean_ms"], 1)
+    for k in ("swe-grade", "swe-step"):
+        ratio[k] = round(steps[f"docker/{k}"]["mean_ms"] / steps[f"bubblewrap/{k}"]["mean_ms"], 1)
     report = {"n": args.n, "episodes": args.episodes, "cores": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2),
               "latency": lat, "code_step": steps, "ratio_docker_over_bubblewrap": ratio}
     if args.json:

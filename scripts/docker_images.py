@@ -9,7 +9,7 @@ mirror, no registry), or a public ``python:3.11-slim`` where a registry is reach
 
     python scripts/docker_images.py                      # sandbox, server, server-bwrap
     python scripts/docker_images.py sandbox --json       # build times as JSON
-    python scripts/docker_images.py --if-missing sandbox # skip images that already exist
+    python scripts/docker_images.py --if-missing sandbox # skip images already built from the same recipe
 
 Used by the container tests (``tests/docker``) and by hand.
 """
@@ -17,6 +17,7 @@ Used by the container tests (``tests/docker``) and by hand.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -35,6 +36,13 @@ IMAGES: dict[str, tuple[str, str]] = {
     "server": ("docker/server.Dockerfile", "turngym-server:0.1.0"),
     "server-bwrap": ("docker/server-bwrap.Dockerfile", "turngym-server-bwrap:0.1.0"),
 }
+#: Files each image is made from besides the checkout's code: a change to one rebuilds it under ``--if-missing``.
+RECIPES: dict[str, tuple[str, ...]] = {
+    "sandbox": ("docker/sandbox.Dockerfile", "docker/requirements-sandbox.txt"),
+    "server": ("docker/server.Dockerfile", "docker/requirements-server.txt"),
+    "server-bwrap": ("docker/server-bwrap.Dockerfile", "docker/server.Dockerfile", "docker/requirements-server.txt"),
+}
+_RECIPE_LABEL = "turngym.recipe"
 #: The platforms pip may pick wheels for (the images are Debian bookworm, glibc 2.36, x86_64).
 _PLATFORMS = ("manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_28_x86_64", "manylinux_2_5_x86_64", "linux_x86_64")
 
@@ -72,7 +80,7 @@ def wheelhouse(python_version: str = "3.11", *, debs: bool = False) -> Path:
     plat = [a for p in _PLATFORMS for a in ("--platform", p)]
     _run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "-d", str(wh), "--only-binary=:all:",
           "--python-version", python_version, "--implementation", "cp", "--abi", abi, "--abi", "abi3", "--abi", "none",
-          *plat, "-r", str(ROOT / "docker/requirements-server.txt")])
+          *plat, "-r", str(ROOT / "docker/requirements-server.txt"), "-r", str(ROOT / "docker/requirements-sandbox.txt")])
     for old in wh.glob("turngym-*.whl"):
         old.unlink()
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps", "--no-build-isolation",
@@ -92,10 +100,25 @@ def stage_context(dockerfile: str, wheels: Path) -> Path:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, ctx / name)
     (ctx / "docker").mkdir()
-    shutil.copy2(ROOT / "docker/requirements-server.txt", ctx / "docker/requirements-server.txt")
+    for req in ("requirements-server.txt", "requirements-sandbox.txt"):
+        shutil.copy2(ROOT / "docker" / req, ctx / "docker" / req)
     shutil.copy2(ROOT / dockerfile, ctx / dockerfile)
     shutil.copytree(wheels, ctx / "docker/wheelhouse")
     return ctx
+
+
+def sandbox_packages() -> str:
+    """The sandbox image's ``PACKAGES`` build argument: the pins of ``docker/requirements-sandbox.txt``."""
+    lines = (ROOT / "docker/requirements-sandbox.txt").read_text().splitlines()
+    return " ".join(ln.split("#", 1)[0].strip() for ln in lines if ln.split("#", 1)[0].strip())
+
+
+def recipe_digest(name: str) -> str:
+    """A digest of the files image ``name`` is built from (its label; a stale image is rebuilt)."""
+    h = hashlib.sha256()
+    for path in RECIPES[name]:
+        h.update(path.encode() + b"\0" + (ROOT / path).read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def build(name: str, *, base: str = BASE_IMAGE, client: Any = None, if_missing: bool = False) -> dict[str, Any]:
@@ -104,10 +127,12 @@ def build(name: str, *, base: str = BASE_IMAGE, client: Any = None, if_missing: 
 
     client = client or docker.from_env(timeout=600)
     dockerfile, tag = IMAGES[name]
+    digest = recipe_digest(name)
     if if_missing:
         try:
-            client.images.get(tag)
-            return {"image": name, "tag": tag, "built": False}
+            labels = client.images.get(tag).labels or {}
+            if labels.get(_RECIPE_LABEL) == digest:
+                return {"image": name, "tag": tag, "built": False}
         except docker.errors.ImageNotFound:
             pass
     t0 = time.monotonic()
@@ -117,9 +142,11 @@ def build(name: str, *, base: str = BASE_IMAGE, client: Any = None, if_missing: 
     try:
         t1 = time.monotonic()
         try:
-            args = {"BASE_IMAGE": base, "PIP_ARGS": "--no-index", "SERVER_IMAGE": IMAGES["server"][1]}
+            args = {"BASE_IMAGE": base, "PIP_ARGS": "--no-index", "SERVER_IMAGE": IMAGES["server"][1],
+                    "PACKAGES": sandbox_packages()}
             image, _logs = client.images.build(
                 path=str(ctx), dockerfile=dockerfile, tag=tag, network_mode="none", pull=False, rm=True, forcerm=True,
+                labels={_RECIPE_LABEL: digest},
                 buildargs={k: v for k, v in args.items() if f"ARG {k}" in (ROOT / dockerfile).read_text()},
             )
         except docker.errors.BuildError as exc:
@@ -137,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("images", nargs="*", metavar="IMAGE", help=f"some of {', '.join(IMAGES)} (default: all, in that order)")
     p.add_argument("--base", default=BASE_IMAGE, help="base image (default: %(default)s)")
-    p.add_argument("--if-missing", action="store_true", help="skip images that already exist")
+    p.add_argument("--if-missing", action="store_true", help="skip images that exist and were built from the same recipe")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     unknown = set(args.images) - set(IMAGES)

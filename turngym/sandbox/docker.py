@@ -20,11 +20,17 @@ lives into the next one, the same guarantee bubblewrap's per-run PID namespace g
 
 One-shot :meth:`DockerSandbox.run` / :meth:`~DockerSandbox.run_python` reuse wiped containers
 (starting one costs far more than an ``exec``).
+
+The sandbox's Python runtime is the image's ``python3``, and its site directories are the
+image's, not the host's: a trusted runner that starts Python with ``-I -S`` (the SWE grader)
+must find pytest where the image installed it. They are asked of the image once per image and
+process (:meth:`DockerSandbox.site_dirs`).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import shlex
 import tarfile
@@ -32,6 +38,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from turngym.sandbox._proc import classify_failure
@@ -55,6 +62,14 @@ _REAP = "i=0; while kill -9 -1 2>/dev/null && [ $i -lt 50 ]; do i=$((i+1)); done
 _ENOSPC_MARKERS = ("no space left on device", "[errno 28]")
 # Empty the workdir and /tmp (a program may have chmod-ed its dirs to 000).
 _WIPE = "chmod -R u+rwx /work 2>/dev/null; find /work /tmp -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + 2>/dev/null"
+# The image interpreter's own site dirs, as a runner started with -I -S sees sys.prefix.
+_SITE_PROBE = (
+    "import json, os, sysconfig; p = sysconfig.get_paths(); "
+    "print(json.dumps([d for d in dict.fromkeys((p['purelib'], p['platlib'])) if os.path.isdir(d)]))"
+)
+#: Site dirs of each image (by image id) this process has asked.
+_SITE_DIRS: dict[str, tuple[str, ...]] = {}
+_SITE_LOCK = threading.Lock()
 
 
 def exec_argv(argv: Sequence[str], limits: Limits, *, stdin_file: str | None = None) -> list[str]:
@@ -432,6 +447,10 @@ class DockerSession(Session):
 class DockerSandbox(Sandbox):
     """One container per session (image ``turngym-sandbox``, from ``docker/sandbox.Dockerfile``).
 
+    ``python`` is the image's interpreter for ``run_python`` and the SWE grader (default
+    ``python3`` on the image's ``PATH``); an image whose packages live elsewhere (an official
+    SWE-bench image's ``/opt/miniconda3/envs/testbed/bin/python``) names it here.
+
     Raises :class:`SandboxUnavailable` at construction when the SDK is missing, no engine
     answers, or the image is not built, each with the command that fixes it.
     """
@@ -447,8 +466,10 @@ class DockerSandbox(Sandbox):
         client: Any = None,
         timeout_s: float = 60.0,
         max_idle: int = 4,
+        python: str = "python3",
     ) -> None:
-        super().__init__(limits, python=PythonRuntime(executable="python3", flags=("-B",), path=()))
+        super().__init__(limits, python=PythonRuntime(executable=python, flags=("-B",), path=()))
+        self._site_known = False
         image = image or os.environ.get("TURNGYM_DOCKER_IMAGE") or DEFAULT_IMAGE
         try:
             import docker
@@ -463,19 +484,56 @@ class DockerSandbox(Sandbox):
                 "(scripts/docker_engine.sh up) or set DOCKER_HOST, or use make_sandbox('bubblewrap')."
             ) from None
         try:
-            self.client.images.get(image)
+            image_id = str(self.client.images.get(image).id)
         except Exception:
             raise SandboxUnavailable(
                 f"Docker image {image!r} is missing: build it with "
                 f"`docker build -t {image} -f docker/sandbox.Dockerfile .` (offline: see docker/README.md)"
             ) from None
         self.image = image
+        self.image_id = image_id
         self.max_idle = max_idle
         self._idle: list[DockerSession] = []
         self._lock = threading.Lock()
 
     def open_session(self, limits: Limits | None = None) -> DockerSession:
         return DockerSession(self, limits or self.limits)
+
+    # The runtime's site dirs come from the image, asked for on first use (a container run).
+    @property
+    def python(self) -> PythonRuntime:
+        if not self._site_known:
+            self._runtime = replace(self._runtime, path=self.site_dirs())
+            self._site_known = True
+        return self._runtime
+
+    @python.setter
+    def python(self, runtime: PythonRuntime) -> None:
+        self._runtime = runtime
+        self._site_known = bool(runtime.path)
+
+    def site_dirs(self) -> tuple[str, ...]:
+        """The image's site-packages as its ``python3 -I -S`` sees them (pytest for the SWE grader).
+
+        Asked once per image and process, in a pooled container (which then serves the next
+        one-shot run). A probe that fails is an infrastructure fault: raised, not cached.
+        """
+        with _SITE_LOCK:
+            known = _SITE_DIRS.get(self.image_id)
+        if known is not None:
+            return known
+        res = self.run([self._runtime.executable, "-I", "-S", "-c", _SITE_PROBE], limits=None)
+        try:
+            dirs = json.loads(res.stdout)
+            if res.exit_code != 0 or not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+                raise ValueError(res.stdout[-300:])
+        except ValueError:
+            raise SandboxError(
+                f"docker: cannot read the site dirs of {self.image!r}'s python3 (exit {res.exit_code}): "
+                f"{(res.stderr or res.stdout)[-500:]}"
+            ) from None
+        with _SITE_LOCK:
+            return _SITE_DIRS.setdefault(self.image_id, tuple(dirs))
 
     # One-shot runs borrow a wiped container instead of starting one each time.
     def _borrow(self, limits: Limits | None) -> DockerSession:

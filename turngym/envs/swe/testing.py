@@ -56,10 +56,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turngym.core.errors import ConfigError, InfraError
 from turngym.envs.swe.repos import Tree
+
+if TYPE_CHECKING:
+    from turngym.sandbox.base import Sandbox
 
 __all__ = ["TestRun", "RawRun", "run_pytest", "set_executor", "Executor", "SandboxExecutor", "subprocess_executor", "CANARY_NAME"]
 
@@ -125,12 +128,14 @@ def subprocess_executor(tree: Tree, config: Mapping[str, Any], stdin: bytes, tim
 class SandboxExecutor:
     """Run the grader in a :mod:`turngym.sandbox` session: no network, private workdir, limits.
 
-    Agent-written code runs inside the tests, so this is the default. The sandbox is created
-    on first use (``SandboxUnavailable`` there is an infrastructure fault); each run gets a
-    fresh working dir holding the tree.
+    Agent-written code runs inside the tests, so this is the default. ``backend`` is a
+    backend name, created on first use (``SandboxUnavailable`` there is an infrastructure
+    fault), or a sandbox instance (e.g. a ``DockerSandbox`` of a chosen image). Each run gets a
+    fresh working dir holding the tree; the runner is the sandbox's own interpreter with the
+    sandbox's site dirs (a container's, not the host's).
     """
 
-    def __init__(self, backend: str = "auto", memory_mb: int = 2048, processes: int = 64) -> None:
+    def __init__(self, backend: str | Sandbox = "auto", memory_mb: int = 2048, processes: int = 64) -> None:
         self.backend = backend
         self.memory_mb = memory_mb
         self.processes = processes
