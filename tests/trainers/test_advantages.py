@@ -412,3 +412,35 @@ def test_rollout_turn_tables_feed_every_estimator() -> None:
             ref_cols = {k: table[k].tolist() for k in ("episode", "group", "turn", "reward", "node", "parent")}
             ref_cols["state_key"] = table["prev_state_key"].tolist()
             np.testing.assert_allclose(adv, ref.REFERENCE[name](ref_cols), atol=1e-9)
+
+
+def test_string_ids_factorize_in_first_appearance_order_and_survive_hash_collisions():
+    from turngym.trainers.advantages.table import _factorize
+
+    ids = np.array(["ep-b", "ep-a", "ep-b", "ep-c", "ep-a"], dtype=object)
+    assert _factorize(ids, "episode").tolist() == [0, 1, 0, 2, 1]
+    assert _factorize(np.array(["x", "y", "x"]), "episode").tolist() == [0, 1, 0]  # numpy str dtype too
+
+    class Colliding(str):  # every id hashes alike: codes must still separate them
+        def __hash__(self) -> int:
+            return 7
+
+    collide = np.array([Colliding("a"), Colliding("b"), Colliding("a")], dtype=object)
+    assert _factorize(collide, "group").tolist() == [0, 1, 0]
+
+
+def test_gigpo_with_string_ids_equals_gigpo_with_int_ids():
+    rng = np.random.default_rng(3)
+    n = 400
+    episode = rng.integers(0, 40, n)
+    cols = {
+        "episode": np.sort(episode),
+        "group": np.sort(episode) // 8,
+        "turn": np.zeros(n, np.int64),
+        "reward": rng.random(n),
+        "state_key": rng.integers(0, 30, n),
+    }
+    cols["turn"] = np.concatenate([np.arange(c) for c in np.bincount(cols["episode"]) if c])
+    as_str = {k: (np.array([f"id-{v}" for v in cols[k].tolist()], dtype=object) if k in ("episode", "group", "state_key") else v)
+              for k, v in cols.items()}
+    np.testing.assert_allclose(compute_advantages("gigpo", as_str), compute_advantages("gigpo", cols))

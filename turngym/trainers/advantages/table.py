@@ -69,9 +69,8 @@ class TurnTableError(ConfigError):
 def _factorize(values: Any, column: str) -> np.ndarray:
     """Dense int64 codes for arbitrary hashable ids (equal ids ⇔ equal codes).
 
-    O(n) for non-negative ints of moderate range (a lookup table), a sort for other ints, a
-    dict for strings and other objects (about 1 s per million rows: pass int ids, e.g. 64-bit
-    state hashes, when speed matters).
+    O(n) for non-negative ints of moderate range (a lookup table), a sort for other ints, and
+    a sort of Python hashes, verified, for strings and other hashable objects.
     """
     arr = np.asarray(values)
     if arr.ndim != 1:
@@ -88,12 +87,38 @@ def _factorize(values: Any, column: str) -> np.ndarray:
             present[arr] = 1
             return (np.cumsum(present) - 1)[arr]
         return np.unique(arr, return_inverse=True)[1].astype(np.int64, copy=False)
-    seen: dict[Any, int] = {}
+    items = arr.tolist()
     try:
-        items = arr.tolist()
-        return np.fromiter((seen.setdefault(v, len(seen)) for v in items), np.int64, n)
+        return _factorize_by_hash(items, arr)
     except TypeError as exc:
         raise TurnTableError(f"column {column!r} holds unhashable ids ({exc}); use ints or strings") from exc
+
+
+def _factorize_by_hash(items: list[Any], arr: np.ndarray) -> np.ndarray:
+    """Codes in order of first appearance for hashable ids (strings, uuids, tuples).
+
+    Trainers key episodes, groups and states by strings; a dict loop over a million of them
+    costs about a second. Here Python's own hash (C, cached on str objects) turns each id into
+    an int64, numpy sorts those, and every row is then checked to equal the first row of its
+    hash class, so a hash collision can never merge two ids (it falls back to the dict).
+    """
+    n = len(items)
+    h = np.fromiter(map(hash, items), np.int64, n)
+    order = np.argsort(h)
+    new = np.empty(n, bool)
+    new[0] = True
+    sorted_h = h[order]
+    np.not_equal(sorted_h[1:], sorted_h[:-1], out=new[1:])
+    first = np.minimum.reduceat(order, np.flatnonzero(new))  # first row of each hash class
+    inverse = np.empty(n, np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    obj = arr if arr.dtype == object else np.array(items, dtype=object)
+    if not bool(np.all(obj == obj[first[inverse]])):  # a collision (or ids unequal to themselves)
+        seen: dict[Any, int] = {}
+        return np.fromiter((seen.setdefault(v, len(seen)) for v in items), np.int64, n)
+    rank = np.empty(first.size, np.int64)
+    rank[np.argsort(first)] = np.arange(first.size)
+    return rank[inverse]
 
 
 def _floats(values: Any, column: str) -> np.ndarray:
