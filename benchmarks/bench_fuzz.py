@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 import turngym  # noqa: E402
+from turngym.core.checker import step_problems  # noqa: E402
 
 #: Envs whose steps run code in a sandbox: slower per step, so a longer default and bound.
 SLOW_ENVS = ("turngym/Code-v0", "turngym/SWE-v0")
@@ -167,20 +168,7 @@ def hostile_action(env: Any, rng: random.Random, max_bytes: int) -> str:
     return huge_inputs(rng, max_bytes)
 
 
-def check_step(env: Any, result: tuple) -> list[str]:
-    """The contract every step must keep whatever the action: problems found, if any."""
-    obs, reward, terminated, truncated, info = result
-    problems = []
-    if not isinstance(obs, str):
-        problems.append(f"obs is {type(obs).__name__}")
-    if not isinstance(reward, float) or not math.isfinite(reward):
-        problems.append(f"reward {reward!r}")
-    if info.get("infra_error"):
-        problems.append(f"infra_error from an agent action: {info['infra_error']}")
-    if not info.get("action_valid", True) and not info.get("invalid_reason"):
-        problems.append("invalid action without a reason")
-    problems += [f"signal {v}" for v in env.reward_spec.violations(info.get("signals", {}))]
-    return problems
+check_step = step_problems  # the env contract for one step (turngym.core.checker)
 
 
 def fuzz_env(env_id: str, seconds: float, *, seed: int = 0, max_bytes: int = 1_000_000, step_bound: float = 2.0) -> dict[str, Any]:

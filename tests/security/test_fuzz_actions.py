@@ -15,7 +15,6 @@ actions / exceptions / max step time per env.
 from __future__ import annotations
 
 import json
-import math
 import re
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import turngym
+from turngym.core.checker import step_problems
 from turngym.core.parsing import MAX_JSON_DEPTH, parse_code_block, parse_tag, parse_tool_calls
 from turngym.envs.household.parsing import normalize, split_command
 from turngym.envs.math.calculator import calculate
@@ -152,17 +152,7 @@ def _action(env, plan) -> str:  # noqa: ANN001
 
 
 def _step_problems(env, result, dt: float, bound: float) -> list[str]:  # noqa: ANN001
-    obs, reward, terminated, truncated, info = result
-    problems = []
-    if not isinstance(obs, str):
-        problems.append(f"obs is {type(obs).__name__}")
-    if not isinstance(reward, float) or not math.isfinite(reward):
-        problems.append(f"reward {reward!r}")
-    if info.get("infra_error"):
-        problems.append(f"an agent's action caused an infra_error: {info['infra_error']}")
-    if not info["action_valid"] and not info.get("invalid_reason"):
-        problems.append("invalid action without a reason")
-    problems += env.reward_spec.violations(info["signals"])
+    problems = step_problems(env, result)
     if dt > bound:
         problems.append(f"step took {dt:.2f} s (bound {bound} s)")
     return problems

@@ -20,7 +20,28 @@ import numpy as np
 from turngym.core.env import INFO_KEYS, TurngymEnv
 from turngym.core.errors import EnvCheckError
 
-__all__ = ["check_env", "garbage_actions"]
+__all__ = ["check_env", "garbage_actions", "step_problems"]
+
+
+def step_problems(env: Any, result: tuple[Any, ...]) -> list[str]:
+    """What one ``step`` result breaks of the contract, whatever the action was (empty if nothing).
+
+    The obs is text, the reward a finite float, an agent's action never an ``infra_error``, an
+    invalid action says why, every declared signal is present and in range. Fuzzers call it on
+    every step.
+    """
+    obs, reward, _terminated, _truncated, info = result
+    problems = []
+    if not isinstance(obs, str):
+        problems.append(f"obs is {type(obs).__name__}")
+    if not isinstance(reward, float) or not math.isfinite(reward):
+        problems.append(f"reward {reward!r}")
+    if info.get("infra_error"):
+        problems.append(f"an agent's action caused an infra_error: {info['infra_error']}")
+    if not info.get("action_valid", True) and not info.get("invalid_reason"):
+        problems.append("invalid action without a reason")
+    problems += [f"signal {v}" for v in env.reward_spec.violations(info.get("signals", {}))]
+    return problems
 
 
 def garbage_actions(rng: np.random.Generator, n: int) -> list[str]:
