@@ -62,10 +62,11 @@ _REAP = "i=0; while kill -9 -1 2>/dev/null && [ $i -lt 50 ]; do i=$((i+1)); done
 _ENOSPC_MARKERS = ("no space left on device", "[errno 28]")
 # Empty the workdir and /tmp (a program may have chmod-ed its dirs to 000).
 _WIPE = "chmod -R u+rwx /work 2>/dev/null; find /work /tmp -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + 2>/dev/null"
-# The image interpreter's own site dirs, as a runner started with -I -S sees sys.prefix.
+# The site dirs the image's interpreter puts on sys.path when it starts normally (-I: no user
+# site, no cwd). Not sysconfig's purelib: Debian's python3 names /usr/local/... there even in a venv.
 _SITE_PROBE = (
-    "import json, os, sysconfig; p = sysconfig.get_paths(); "
-    "print(json.dumps([d for d in dict.fromkeys((p['purelib'], p['platlib'])) if os.path.isdir(d)]))"
+    "import json, os, sys; print(json.dumps([p for p in sys.path "
+    "if p.rstrip('/').endswith(('site-packages', 'dist-packages')) and os.path.isdir(p)]))"
 )
 #: Site dirs of each image (by image id) this process has asked.
 _SITE_DIRS: dict[str, tuple[str, ...]] = {}
@@ -513,7 +514,7 @@ class DockerSandbox(Sandbox):
         self._site_known = bool(runtime.path)
 
     def site_dirs(self) -> tuple[str, ...]:
-        """The image's site-packages as its ``python3 -I -S`` sees them (pytest for the SWE grader).
+        """The image interpreter's site-packages (where pytest is, for the SWE grader's ``-I -S`` runner).
 
         Asked once per image and process, in a pooled container (which then serves the next
         one-shot run). A probe that fails is an infrastructure fault: raised, not cached.
@@ -522,7 +523,7 @@ class DockerSandbox(Sandbox):
             known = _SITE_DIRS.get(self.image_id)
         if known is not None:
             return known
-        res = self.run([self._runtime.executable, "-I", "-S", "-c", _SITE_PROBE], limits=None)
+        res = self.run([self._runtime.executable, "-I", "-c", _SITE_PROBE], limits=None)
         try:
             dirs = json.loads(res.stdout)
             if res.exit_code != 0 or not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
