@@ -202,7 +202,10 @@ def test_disk_limit_stops_a_writer_while_it_writes(sb, warm):
         assert res.limit_hit == "disk" and not res.ok, res.summary()
         assert "wrote 768 MB" not in res.stdout
         assert time.monotonic() - t < 6.0  # stopped near 256 MB, not after writing 768 MB
-        assert s.disk_usage() < (LIM.disk_mb + 128) * MB
+        if sb.tmpfs_workdirs:  # the kernel refuses the write past the tmpfs size
+            assert s.disk_usage() < (LIM.disk_mb + 128) * MB
+        else:  # a poll: the writer overshoots by what it writes between polls (more on a busy machine)
+            assert s.disk_usage() < 640 * MB
 
 
 def test_disk_is_enforced_by_the_kernel_where_root_can_mount_a_tmpfs():
