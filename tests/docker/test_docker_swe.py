@@ -77,6 +77,15 @@ def test_the_image_has_pytest_and_the_runtime_names_the_images_site_dirs(docker_
     assert res.stdout.split()[1].startswith(site[0])
 
 
+def test_another_interpreter_of_the_image_gets_its_own_site_dirs(docker_client, sandbox_image):
+    sb = DockerSandbox(image=sandbox_image, client=docker_client, python="/usr/bin/python3")  # the base's, no venv
+    try:
+        assert not any(d.startswith("/opt/venv/") for d in sb.python.path), sb.python.path
+        assert sb.python.executable == "/usr/bin/python3"
+    finally:
+        sb.close()
+
+
 def test_the_dockerfile_installs_the_pinned_sandbox_requirements(images):
     dockerfile = (ROOT / "docker/sandbox.Dockerfile").read_text()
     default = re.search(r'^ARG PACKAGES="([^"]*)"', dockerfile, re.MULTILINE)

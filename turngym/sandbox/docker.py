@@ -68,8 +68,8 @@ _SITE_PROBE = (
     "import json, os, sys; print(json.dumps([p for p in sys.path "
     "if p.rstrip('/').endswith(('site-packages', 'dist-packages')) and os.path.isdir(p)]))"
 )
-#: Site dirs of each image (by image id) this process has asked.
-_SITE_DIRS: dict[str, tuple[str, ...]] = {}
+#: Site dirs of each (image id, interpreter) this process has asked.
+_SITE_DIRS: dict[tuple[str, str], tuple[str, ...]] = {}
 _SITE_LOCK = threading.Lock()
 
 
@@ -516,11 +516,12 @@ class DockerSandbox(Sandbox):
     def site_dirs(self) -> tuple[str, ...]:
         """The image interpreter's site-packages (where pytest is, for the SWE grader's ``-I -S`` runner).
 
-        Asked once per image and process, in a pooled container (which then serves the next
+        Asked once per image, interpreter and process, in a pooled container (which then serves the next
         one-shot run). A probe that fails is an infrastructure fault: raised, not cached.
         """
+        key = (self.image_id, self._runtime.executable)
         with _SITE_LOCK:
-            known = _SITE_DIRS.get(self.image_id)
+            known = _SITE_DIRS.get(key)
         if known is not None:
             return known
         res = self.run([self._runtime.executable, "-I", "-c", _SITE_PROBE], limits=None)
@@ -534,7 +535,7 @@ class DockerSandbox(Sandbox):
                 f"{(res.stderr or res.stdout)[-500:]}"
             ) from None
         with _SITE_LOCK:
-            return _SITE_DIRS.setdefault(self.image_id, tuple(dirs))
+            return _SITE_DIRS.setdefault(key, tuple(dirs))
 
     # One-shot runs borrow a wiped container instead of starting one each time.
     def _borrow(self, limits: Limits | None) -> DockerSession:
