@@ -279,3 +279,16 @@ def test_view_file_never_leaves_the_tree(env, task):
     for path in ("/etc/passwd", "../../../../etc/passwd", "lrucache/../../../etc/passwd", "/proc/self/environ"):
         obs, *_, info = env.step(json.dumps({"name": "view_file", "arguments": {"path": path}}))
         assert info["signals"]["tool_ok"] == 0.0 and "root:" not in obs
+
+
+def test_a_runner_without_pytest_is_infra_not_the_agents_failure(tmp_path):
+    """Nothing of the tree has run when pytest cannot be imported: that is the runner's fault."""
+    import subprocess
+    import sys
+
+    argv = testing.grader_argv(sys.executable, [], {"args": ["-q"], "deadline": 5})  # no site dirs: no pytest
+    proc = subprocess.run(argv, cwd=tmp_path, input=b"n0nce\n", capture_output=True, timeout=60)
+    raw = testing.RawRun(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+    assert "cannot import pytest" in raw.stderr
+    with pytest.raises(InfraError, match="did not start"):
+        testing._interpret(raw, "n0nce", None, 0.0)

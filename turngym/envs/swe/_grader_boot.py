@@ -482,10 +482,16 @@ def _verify(lines):
 
 
 def main():
-    os.write(1, BANNER)
     cfg = json.loads(sys.argv[1])
     nstd = _boot_paths(cfg["site"])
     _preimport()
+    if "pytest" not in sys.modules:
+        # Nothing of the tree has run yet: a runner without pytest is the infrastructure's
+        # fault, so no banner -- the host reports an infra error instead of a failed episode.
+        sys.stderr.write(f"the SWE grader cannot import pytest from its site dirs {cfg['site']!r}\n")
+        sys.stderr.flush()
+        os._exit(3)
+    os.write(1, BANNER)
     _no_dump()
     res_r, res_w = os.pipe()
     out_r, out_w = os.pipe()
