@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from turngym.core.errors import ConfigError
-from turngym.trainers.atomic import ArtifactError, write_json
+from turngym.trainers.atomic import ArtifactError, write_json, write_text
 from turngym.trainers.config import TrainConfig
 from turngym.trainers.rundir import ResumePoint, RunDir
 
@@ -564,6 +564,8 @@ class Trainer:
 
         self._event(f"eval@{cfg.steps}")
         after = self.evaluate()
+        # the final evaluation's episodes, for `turngym view OUT` (the file is written whole or not at all)
+        write_text(self.out / "episodes.jsonl", "".join(json.dumps(ep.to_dict(), ensure_ascii=False) + "\n" for ep in self.last_eval_episodes))
         rd.append_metric({"phase": "eval", "step": cfg.steps, "success": after, "label": "after RL"})
         self._event(f"eval logged@{cfg.steps}")
         rd.write_state(rd.commit("finished", cfg.steps, success_before=before, success_after=after, checkpoint=self._checkpoint)[0])
