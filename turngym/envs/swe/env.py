@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,8 @@ from turngym.core.errors import ConfigError, TaskError
 from turngym.core.parsing import parse_tool_calls
 from turngym.core.spec import RewardSpec, Signal
 from turngym.core.task import Task
-from turngym.envs.swe import oracle, swebench
+from turngym.envs.swe import oracle, swebench, testing
+from turngym.envs.swe import swebench as swebench_mod  # the constructor's `swebench` argument shadows the name
 from turngym.envs.swe.repos import Tree, load_repo
 from turngym.envs.swe.tasks import SWETask, buggy_tree, check_task, load_tasks
 from turngym.envs.swe.tools import TOOL_FUNCS, TOOLS, truncate, validate_args
@@ -136,12 +138,18 @@ class SWEEnv(TurngymEnv):
         swebench: str | Path | None = None,
         backend: str = "local",
         repo_dirs: Mapping[str, str | Path] | None = None,
+        image: str = swebench.DEFAULT_IMAGE,
+        python: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self._trees: dict[str, tuple[Tree, Tree]] = {}
+        #: task id -> (image, executor): where the tests of a ``backend='docker'`` instance run
+        self._executors: dict[str, tuple[str, testing.Executor]] = {}
         if swebench is not None:
-            loaded = self._load_swebench(swebench, backend, repo_dirs or {})
+            if python is None:
+                python = swebench_mod.SWEBENCH_PYTHON if image == swebench_mod.DEFAULT_IMAGE else "python3"
+            loaded = self._load_swebench(swebench, backend, repo_dirs or {}, image, python)
         elif isinstance(tasks, Sequence) and not isinstance(tasks, str):
             loaded = list(tasks)
         else:
@@ -163,22 +171,44 @@ class SWEEnv(TurngymEnv):
         if backend not in ("local", "docker"):
             raise ConfigError(f"backend must be 'local' or 'docker', got {backend!r}")
 
-    def _load_swebench(self, path: str | Path, backend: str, repo_dirs: Mapping[str, str | Path]) -> list[SWETask]:
+    def _load_swebench(self, path: str | Path, backend: str, repo_dirs: Mapping[str, str | Path],
+                       image: str, python: str) -> list[SWETask]:
+        """SWE-bench instances as tasks: trees from local clones, or from each instance's image
+        (``image`` is the name template, ``python`` the image's interpreter that has pytest)."""
         self._check_backend(backend)
         instances = swebench.load_swebench(path)
-        if backend == "docker":
-            for inst in instances:
-                swebench.check_docker(inst)  # raises a clear error where no engine/image exists
-            raise ConfigError("running SWE-bench instances inside Docker images is not supported yet; use backend='local'")
+        images = [swebench.check_docker(inst, image) for inst in instances] if backend == "docker" else []
         tasks = []
-        for inst in instances:
-            if inst.repo not in repo_dirs:
+        for i, inst in enumerate(instances):
+            if backend == "docker":
+                start, gold = swebench.materialize_from_image(inst, images[i])
+            elif inst.repo not in repo_dirs:
                 raise ConfigError(f"backend='local' needs a clone of {inst.repo}: pass repo_dirs={{'{inst.repo}': PATH}}")
-            start, gold = swebench.materialize(inst, repo_dirs[inst.repo])
+            else:
+                start, gold = swebench.materialize(inst, repo_dirs[inst.repo])
             task = swebench.to_task(inst, start, gold)
             self._trees[task.id] = (start, gold)
+            if backend == "docker":
+                executors = {img: ex for img, ex in self._executors.values()}  # one sandbox per image
+                executor = executors.get(images[i]) or swebench.docker_executor(images[i], python=python)
+                self._executors[task.id] = (images[i], executor)
             tasks.append(task)
         return tasks
+
+    @contextmanager
+    def _tests_run_where_the_task_says(self) -> Iterator[None]:
+        """A docker-backed instance's test runs go to its image; other tasks use the default."""
+        scoped = self._executors.get(self.task.id) if self.task is not None else None
+        with testing.use_executor(scoped[1], scope=f"docker:{scoped[0]}") if scoped else nullcontext():
+            yield
+
+    def close(self) -> None:
+        """Stop the containers of docker-backed instances (the default sandbox is shared, not ours)."""
+        for executor in {id(ex): ex for _, ex in self._executors.values()}.values():
+            close = getattr(executor, "close", None)
+            if close is not None:
+                close()
+        super().close()
 
     def start_tree(self, task: SWETask) -> Tree:
         """The repository as the episode starts (the bug in place, tests as they should be)."""
@@ -216,6 +246,10 @@ class SWEEnv(TurngymEnv):
         }
 
     def _step(self, action: str) -> Transition:
+        with self._tests_run_where_the_task_says():
+            return self._step_tools(action)
+
+    def _step_tools(self, action: str) -> Transition:
         task: SWETask = self.task  # type: ignore[assignment]
         state = self.state
         assert state is not None

@@ -7,9 +7,17 @@ tree additionally has ``patch`` applied.
 
 Two backends:
 
-* ``docker`` — SWE-bench's own way: the instance's evaluation image runs the tests. Needs a
-  Docker engine and the image; without them :func:`check_docker` raises a clear error naming
-  both and the alternative below.
+* ``docker`` — SWE-bench's own way: the instance's image holds the repository at
+  ``base_commit`` in ``/testbed`` and the environment its tests need. The tree is read out of
+  the image (``/testbed`` with its ``.git``, then ``git archive base_commit`` on the host, so
+  the start tree is exactly the commit), and every test run -- the hidden evaluation and the
+  agent's ``run_tests`` -- runs in a container of that image (:func:`docker_executor`) with
+  the same trusted runner as the other backends, started with the image's interpreter and
+  pytest. The tree is written to the sandbox's workdir and imported from there (pytest's
+  ``prepend`` import mode), which is what a pure-Python repository needs; a repository whose
+  package must be built in place (C extensions) is not covered. Needs a Docker engine and the
+  image; without them :func:`check_docker` raises a clear error naming both and the
+  alternative below.
 * ``local`` — for pure-Python repositories you have cloned: the tree comes from
   ``git archive`` of the local clone, and tests run like the shipped repos' (bubblewrap or a
   subprocess). ``repo_dirs`` maps ``owner/name`` to the clone.
@@ -17,22 +25,34 @@ Two backends:
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import subprocess
+import tarfile
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turngym.core.errors import ConfigError, InfraError, TaskError
 from turngym.core.task import read_jsonl
 from turngym.envs.swe.repos import Tree, load_tree
 from turngym.envs.swe.tasks import SWETask
 
-__all__ = ["SWEBenchInstance", "load_swebench", "materialize", "to_task", "check_docker", "DEFAULT_IMAGE"]
+if TYPE_CHECKING:
+    from turngym.envs.swe.testing import SandboxExecutor
 
+__all__ = ["SWEBenchInstance", "load_swebench", "materialize", "materialize_from_image", "to_task", "check_docker",
+           "docker_executor", "image_name", "DEFAULT_IMAGE", "SWEBENCH_PYTHON", "TESTBED"]
+
+#: The official SWE-bench evaluation images (``{instance_id}`` lower-cased, as the harness names them).
 DEFAULT_IMAGE = "swebench/sweb.eval.x86_64.{instance_id}:latest"
+#: The interpreter of the official images' ``testbed`` environment (it has the repository's pytest).
+SWEBENCH_PYTHON = "/opt/miniconda3/envs/testbed/bin/python"
+#: Where SWE-bench images hold the repository (a git checkout at ``base_commit``).
+TESTBED = "/testbed"
 _REQUIRED = ("instance_id", "repo", "base_commit", "patch", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS", "problem_statement")
 
 
@@ -140,9 +160,14 @@ def to_task(instance: SWEBenchInstance, start: Tree, gold: Tree) -> SWETask:
     )
 
 
+def image_name(instance: SWEBenchInstance, image_template: str = DEFAULT_IMAGE) -> str:
+    """The instance's image: ``image_template`` with ``{instance_id}`` (lower-cased, as Docker needs)."""
+    return image_template.format(instance_id=instance.instance_id.lower())
+
+
 def check_docker(instance: SWEBenchInstance, image_template: str = DEFAULT_IMAGE) -> str:
     """Return the instance's image name if a Docker engine answers and has it; else raise."""
-    image = image_template.format(instance_id=instance.instance_id.lower())
+    image = image_name(instance, image_template)
     try:
         import docker
     except ImportError:
@@ -161,3 +186,57 @@ def check_docker(instance: SWEBenchInstance, image_template: str = DEFAULT_IMAGE
     except Exception:
         raise InfraError(f"the Docker image {image} is not present: pull or build it (SWE-bench's harness builds it)") from None
     return image
+
+
+def _owned_by_me(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """tarfile's ``data`` filter (no absolute paths, no links out, no devices), files owned by
+    this process: git refuses a checkout owned by another uid (``safe.directory``)."""
+    member = tarfile.data_filter(member, dest)
+    return member.replace(uid=os.getuid(), gid=os.getgid(), uname="", gname="", deep=False)
+
+
+def materialize_from_image(instance: SWEBenchInstance, image: str, *, client: Any = None,
+                           testbed: str = TESTBED) -> tuple[Tree, Tree]:
+    """(start tree, gold tree) from the repository in the instance's image.
+
+    The image's ``testbed`` (a git checkout) is copied out of a container that is created but
+    never started, and :func:`materialize` takes ``base_commit`` from it: a checkout whose
+    history lacks the commit is a clear :class:`TaskError`, and files the image's set-up left in
+    the working tree (build outputs) are not part of the task.
+    """
+    if client is None:
+        import docker
+
+        client = docker.from_env()
+    try:
+        container = client.containers.create(image, command=["true"], network_disabled=True)
+    except Exception as exc:  # the SDK's errors: engine gone, image missing
+        raise InfraError(f"cannot create a container of {image}: {exc}") from exc
+    try:
+        try:
+            stream, _ = container.get_archive(testbed)
+            data = b"".join(stream)
+        except Exception as exc:
+            raise TaskError(f"{instance.instance_id}: the image {image} has no {testbed} ({exc})") from None
+    finally:
+        container.remove(force=True)
+    with tempfile.TemporaryDirectory(prefix="turngym-swebench-image-") as tmp:
+        try:
+            with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+                tar.extractall(tmp, filter=_owned_by_me)
+        except tarfile.TarError as exc:  # e.g. a link out of the checkout
+            raise TaskError(f"{instance.instance_id}: cannot copy {testbed} out of {image}: {exc}") from None
+        repo = Path(tmp) / Path(testbed).name
+        if not (repo / ".git").exists():
+            raise TaskError(f"{instance.instance_id}: {testbed} in {image} is not a git checkout")
+        return materialize(instance, repo)
+
+
+def docker_executor(image: str, *, python: str = "python3", client: Any = None) -> SandboxExecutor:
+    """The SWE grader's executor for ``image``: each test run in a fresh container of it (no
+    network, read-only root, limits), the runner started with the image's ``python`` and the
+    image's own site directories."""
+    from turngym.envs.swe.testing import SandboxExecutor
+    from turngym.sandbox.docker import DockerSandbox
+
+    return SandboxExecutor(DockerSandbox(image=image, python=python, client=client))

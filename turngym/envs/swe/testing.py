@@ -52,7 +52,9 @@ import sysconfig
 import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -64,7 +66,8 @@ from turngym.envs.swe.repos import Tree
 if TYPE_CHECKING:
     from turngym.sandbox.base import Sandbox
 
-__all__ = ["TestRun", "RawRun", "run_pytest", "set_executor", "Executor", "SandboxExecutor", "subprocess_executor", "CANARY_NAME"]
+__all__ = ["TestRun", "RawRun", "run_pytest", "set_executor", "use_executor", "Executor", "SandboxExecutor",
+           "subprocess_executor", "CANARY_NAME"]
 
 #: The basename of the canary module the grader adds next to the task's tests.
 CANARY_NAME = "test_zz_turngym_canary.py"
@@ -177,6 +180,28 @@ def set_executor(executor: Executor | None) -> None:
     global _executor
     _executor = executor or SandboxExecutor()
     _CACHE.clear()
+
+
+#: (scope, executor) routing this context's runs instead of the process-wide executor.
+_scoped: ContextVar[tuple[str, Executor] | None] = ContextVar("turngym_swe_executor", default=None)
+
+
+@contextmanager
+def use_executor(executor: Executor, scope: str) -> Iterator[None]:
+    """Route the test runs made inside the block (this thread or task only) through ``executor``.
+
+    For runs that must happen somewhere else than the process-wide executor says, e.g. an
+    SWE-bench instance whose tests run in its own image while other envs in the process use
+    the default sandbox. ``scope`` names where the runs happen (the image): results are cached
+    per scope, since the same tree can give other verdicts in another environment.
+    """
+    if not scope:
+        raise ConfigError("use_executor needs a non-empty scope (e.g. the image name)")
+    token = _scoped.set((scope, executor))
+    try:
+        yield
+    finally:
+        _scoped.reset(token)
 
 
 @dataclass(frozen=True)
@@ -323,7 +348,7 @@ def _interpret(raw: RawRun, nonce: str, canary_id: str | None, duration: float) 
                    tampering=tampered)
 
 
-_CACHE: OrderedDict[tuple[str, tuple[str, ...], bool], TestRun] = OrderedDict()
+_CACHE: OrderedDict[tuple[str, str, tuple[str, ...], bool], TestRun] = OrderedDict()
 _CACHE_SIZE = 4096
 
 
@@ -336,16 +361,16 @@ def _subset(full: TestRun, tests: Sequence[str]) -> TestRun | None:
                    False, False, full.output, 0.0)
 
 
-def _lookup(tree: Tree, tests: tuple[str, ...], canary: bool) -> TestRun | None:
+def _lookup(scope: str, tree: Tree, tests: tuple[str, ...], canary: bool) -> TestRun | None:
     # a canary run answers a canary-less question too (the canary never touches other tests)
-    for key in [(tree.digest, tests, True), *([(tree.digest, tests, False)] if not canary else [])]:
+    for key in [(scope, tree.digest, tests, True), *([(scope, tree.digest, tests, False)] if not canary else [])]:
         hit = _CACHE.get(key)
         if hit is not None:
             _CACHE.move_to_end(key)
             return hit
     if tests:
         for flag in (True, False) if not canary else (True,):
-            full = _CACHE.get((tree.digest, (), flag))
+            full = _CACHE.get((scope, tree.digest, (), flag))
             if full is not None and (sub := _subset(full, tests)) is not None:
                 return sub
     return None
@@ -365,7 +390,8 @@ def run_pytest(tree: Tree, tests: Sequence[str] | None = None, *, timeout: float
     """
     selected = tuple(tests or ())
     _check_test_ids(selected)
-    hit = _lookup(tree, selected, canary)
+    scope, executor = _scoped.get() or ("", _executor)
+    hit = _lookup(scope, tree, selected, canary)
     if hit is not None:
         return hit
     run_tree, canary_id, args_tests = tree, None, list(selected or ["tests"])
@@ -378,9 +404,9 @@ def run_pytest(tree: Tree, tests: Sequence[str] | None = None, *, timeout: float
     nonce = secrets.token_hex(16)
     config = {"args": _pytest_args(run_tree, args_tests), "deadline": timeout}
     t0 = time.perf_counter()
-    raw = _executor(run_tree, config, (nonce + "\n").encode(), timeout)
+    raw = executor(run_tree, config, (nonce + "\n").encode(), timeout)
     run = _interpret(raw, nonce, canary_id, time.perf_counter() - t0)
-    _CACHE[(tree.digest, selected, canary)] = run
+    _CACHE[(scope, tree.digest, selected, canary)] = run
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
     return run
