@@ -3,6 +3,7 @@
 # access and no service manager (CI, dev containers). Every step is idempotent.
 #
 #   scripts/docker_engine.sh up       # install (apt) if missing, start dockerd, load/build the base image
+#                                     # (apt: docker.io, debootstrap, docker-compose when no compose is there)
 #   scripts/docker_engine.sh stop     # stop the dockerd this script started (no-op otherwise)
 #   scripts/docker_engine.sh status   # is an engine answering, which base image is loaded
 #   scripts/docker_engine.sh base     # only the base image (load from cache, else debootstrap + cache)
@@ -45,6 +46,10 @@ install() {
   command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
   command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
   command -v docker >/dev/null 2>&1 || need+=(docker.io)
+  # compose (docker/compose.yaml): the plugin if the engine has it, else Debian's docker-compose (v1)
+  if ! { docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1; }; then
+    need+=(docker-compose)
+  fi
   if [ "${#need[@]}" -gt 0 ]; then
     log "installing ${need[*]} (apt)"
     as_root apt-get update -qq
