@@ -119,8 +119,16 @@ class TrainConfig:
     are too small to amortize thread synchronization, and on a busy machine extra OpenMP
     threads spin against other processes (10× slower measured on a loaded 2-core box)."""
 
+    report_to: tuple[str, ...] = ()
+    """Experiment trackers that mirror every ``metrics.jsonl`` row and sample episodes:
+    ``("tensorboard",)`` → ``OUT/tensorboard``, ``("wandb",)`` → ``OUT/wandb`` (honours
+    ``WANDB_MODE=offline``). Optional extras: ``pip install 'turngym[track]'``."""
+
     def __post_init__(self) -> None:
         from turngym.trainers.advantages import ESTIMATORS
+        from turngym.trainers.tracking import parse_backends
+
+        self.report_to = parse_backends(self.report_to)  # JSON gives a list, ``--set`` a comma string
 
         if self.algo not in ESTIMATORS:
             import difflib

@@ -38,6 +38,7 @@ from turngym.core.errors import ConfigError
 from turngym.trainers.atomic import ArtifactError, write_json, write_text
 from turngym.trainers.config import TrainConfig
 from turngym.trainers.rundir import ResumePoint, RunDir
+from turngym.trainers.tracking import NullTracker, Tracker, episode_rows, open_tracker, require_backends
 
 __all__ = ["Trainer", "TrainResult", "train"]
 
@@ -90,6 +91,9 @@ class Trainer:
         self.hook = hook
         self.last_eval_episodes: list[Any] = []
         """Episodes of the latest :meth:`evaluate` (tool calls, hops, … beyond its success rate)."""
+        self.tracker: Tracker = NullTracker()
+        """Mirrors every ``metrics.jsonl`` row (``config.report_to``); open only while :meth:`run` runs."""
+        self._last_rl_batch: tuple[list[Any], list[Any]] = ([], [])
         if resume and overwrite:
             raise ConfigError("resume continues the run in out, overwrite discards it: pass one of them")
         if resume:
@@ -243,7 +247,7 @@ class Trainer:
             bar.update(1)
             bar.set_postfix(nll=f"{np.mean(losses[-5:]):.3f}")
             if (step + 1) % 25 == 0 or step + 1 == len(batches):
-                self.rundir.append_metric({"phase": "warmup", "step": step + 1, "nll": float(np.mean(losses[-25:]))})
+                self._metric({"phase": "warmup", "step": step + 1, "nll": float(np.mean(losses[-25:]))})
         bar.close()
         self.model = self._merge_warmup(model)
 
@@ -304,6 +308,7 @@ class Trainer:
         for ep in episodes:
             per_episode.append(adv[row : row + len(ep.turns)])
             row += len(ep.turns)
+        self._last_rl_batch = (episodes, per_episode)
 
         samples = [render_episode(ep, self.renderer) for ep in episodes]
         tok_adv = [token_advantages(s, a) for s, a in zip(samples, per_episode)]
@@ -507,7 +512,20 @@ class Trainer:
         self._ref_model = copy.deepcopy(self.model).eval() if cfg.kl_coef > 0 and not cfg.use_lora else None
         return self._optimizer()
 
+    def _metric(self, record: dict[str, Any]) -> None:
+        """Append a row to ``metrics.jsonl`` (the record), then mirror it to the trackers."""
+        self.rundir.append_metric(record)
+        self.tracker.log_metrics(record)
+
     def run(self) -> TrainResult:
+        require_backends(self.config.report_to)  # a missing tracker package fails before anything is written
+        try:
+            return self._run()
+        finally:
+            self.tracker.close()
+            self.tracker = NullTracker()
+
+    def _run(self) -> TrainResult:
         cfg = self.config
         rd = self.rundir
         start_time = time.perf_counter()
@@ -516,6 +534,7 @@ class Trainer:
         phase = point.commit.phase if point else "started"
         if point is not None and phase == "finished":
             return self._already_finished(point, start_time)
+        self.tracker = open_tracker(cfg.report_to, self.out, fresh=point is None, config=cfg.to_dict())
 
         if phase == "started":
             self._setup()
@@ -533,7 +552,7 @@ class Trainer:
                 self.log(f"resuming {self.out}: the warm start is saved; evaluating it")
             self._event("eval@0")
             before = self.evaluate()
-            rd.append_metric({"phase": "eval", "step": 0, "success": before, "label": "warm start"})
+            self._metric({"phase": "eval", "step": 0, "success": before, "label": "warm start"})
             self._event("eval logged@0")
             self.log(f"success rate of the warm-started policy: {before:.1%} ({cfg.eval_episodes} episodes)")
             opt = self._rl_setup()
@@ -550,13 +569,15 @@ class Trainer:
         for step in range(first, cfg.steps):
             self._event(f"rl@{step + 1}")
             record = self._rl_step(step, opt)
-            rd.append_metric(record)
+            self._metric(record)
+            if step == first or (step + 1) % max(1, cfg.steps // 8) == 0 or step + 1 == cfg.steps:
+                self.tracker.log_episodes(step + 1, episode_rows(*self._last_rl_batch))
             self._event(f"rl logged@{step + 1}")
             bar.update(1)
             bar.set_postfix(success=f"{record['success']:.2f}", loss=f"{record['loss']:+.3f}")
             if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
                 self._event(f"eval@{step + 1}")
-                rd.append_metric({"phase": "eval", "step": step + 1, "success": self.evaluate()})
+                self._metric({"phase": "eval", "step": step + 1, "success": self.evaluate()})
                 self._event(f"eval logged@{step + 1}")
             if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
                 self._save_checkpoint(step + 1, opt, before)
@@ -566,7 +587,7 @@ class Trainer:
         after = self.evaluate()
         # the final evaluation's episodes, for `turngym view OUT` (the file is written whole or not at all)
         write_text(self.out / "episodes.jsonl", "".join(json.dumps(ep.to_dict(), ensure_ascii=False) + "\n" for ep in self.last_eval_episodes))
-        rd.append_metric({"phase": "eval", "step": cfg.steps, "success": after, "label": "after RL"})
+        self._metric({"phase": "eval", "step": cfg.steps, "success": after, "label": "after RL"})
         self._event(f"eval logged@{cfg.steps}")
         rd.write_state(rd.commit("finished", cfg.steps, success_before=before, success_after=after, checkpoint=self._checkpoint)[0])
         self._event(f"finished@{cfg.steps}")
