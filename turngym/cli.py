@@ -270,6 +270,19 @@ def _run_sandbox(args: argparse.Namespace) -> int:
     sys.stderr.write(res.stderr)
     print(f"[{sb.name}: exit={res.exit_code} limit={res.limit_hit} {1000 * res.duration_s:.1f} ms]", file=sys.stderr)
     return 0 if res.ok else 1
+# ---------------------------------------------------------------------------------- view
+def _setup_view(p: argparse.ArgumentParser) -> None:
+    from turngym.viewer.app import setup_parser
+
+    setup_parser(p)
+
+
+def _run_view(args: argparse.Namespace) -> int:
+    from turngym.viewer.app import run_command
+
+    return run_command(args)
+
+
 # ---------------------------------------------------------------------------------- train
 def _setup_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", dest="env_id", help="env id (default: turngym/Math-v0, 1-2 calculator steps)")
@@ -329,6 +342,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "serve": ("serve environments over WebSocket/HTTP (turngym and OpenEnv protocols)", _setup_serve, _run_serve),
     "sandbox": ("list sandbox backends, or run Python in one", _setup_sandbox, _run_sandbox),
     "train": ("train a policy with turn-level credit assignment (no arguments: the embedded default run)", _setup_train, _run_train),
+    "view": ("browse episodes, per-turn signals and credit, and learning curves in the browser", _setup_view, _run_view),
     "study": ("reproducible studies: `turngym study credit` tests the credit-assignment claims", _setup_study, _run_study),
 }
 
