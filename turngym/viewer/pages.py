@@ -171,7 +171,7 @@ def episodes_page(data: ViewerData, src: int, page: Page, params: dict[str, Any]
     for r in page.rows:
         url = links.episode(src, r, est)
         body.append(
-            f'<tr class="click" data-href="{e(url)}" data-row="{r}" data-return="{idx.ret[r]!r}">'
+            f'<tr class="click" data-href="{e(url)}" data-row="{r}" data-return="{float(idx.ret[r])!r}">'
             f'<td class="num"><a href="{e(url)}">{r}</a></td><td>{e(idx.env[r])}</td><td>{e(idx.task[r])}</td>'
             f'<td><a href="{e(links.group(src, idx.group[r], "grpo", "gigpo"))}">{e(idx.group[r])}</a></td>'
             f'<td>{_badge(bool(idx.success[r]))}</td><td class="num">{idx.ret[r]:.3f}</td><td class="num">{idx.turns[r]}</td>'
