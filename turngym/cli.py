@@ -145,7 +145,7 @@ def _setup_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, help="torch CPU threads for hf agents (1 is often faster on a busy machine)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.add_argument("--out", type=Path, help="write episodes.jsonl, summary.json and report.md here")
+    p.add_argument("--out", type=Path, help="write episodes.jsonl, summary.json, report.md and report.html here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -200,6 +200,10 @@ def _run_eval(args: argparse.Namespace) -> int:
         save_episodes(episodes, args.out / "episodes.jsonl")
         (args.out / "summary.json").write_text(json.dumps(summary.to_dict(), indent=2))
         (args.out / "report.md").write_text(_markdown(summary))
+        from turngym.rollout.report_html import render_html_report
+
+        ranges = {sig.name: (sig.low, sig.high) for sig in judge.reward_spec}
+        (args.out / "report.html").write_text(render_html_report(summary, episodes, signal_ranges=ranges), encoding="utf-8")
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2))
     else:
