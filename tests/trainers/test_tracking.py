@@ -143,3 +143,18 @@ def test_wandb_offline_run_holds_every_metric(tmp_path: Path, monkeypatch: pytes
     table = json.loads((run_dir / "files" / tables[0]["rl/sample_episodes/path"]).read_text())
     assert "advantage" in table["columns"] and "action" in table["columns"]
     assert len(table["data"]) == int(tables[0]["rl/sample_episodes/nrows"]) > 0
+
+
+def test_study_passes_report_to_to_every_training_run() -> None:
+    import argparse
+
+    from turngym.study.credit import StudyConfig, _train_config, config_from_args, plan_runs, setup_parser
+
+    parser = argparse.ArgumentParser()
+    setup_parser(parser)
+    args = parser.parse_args(["credit", "--quick", "--report-to", "tensorboard,wandb"])
+    cfg = config_from_args(args)
+    assert cfg.report_to == ("tensorboard", "wandb")
+    assert StudyConfig(**{**cfg.to_dict(), "out": cfg.out}).report_to == cfg.report_to  # study_config.json round trip
+    spec = plan_runs(cfg)[0]
+    assert _train_config(cfg, spec, 2).report_to == ("tensorboard", "wandb")

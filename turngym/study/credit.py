@@ -137,9 +137,14 @@ class StudyConfig:
     """Override every env's turn limit (quick mode: an untrained policy plays to the limit)."""
     max_new_tokens: int | None = None
     """Override the action token budget (quick mode)."""
+    report_to: tuple[str, ...] = ()
+    """Experiment trackers of every training run (``TrainConfig.report_to``); each run's under its own directory."""
 
     def __post_init__(self) -> None:
+        from turngym.trainers.tracking import parse_backends
+
         self.out = Path(self.out)
+        self.report_to = parse_backends(self.report_to)  # the CLI's comma string, or a saved list
         bad = [e for e in self.envs if e not in ENV_PRESETS]
         if bad:
             raise ConfigError(f"unknown env(s) {bad}; choose from {sorted(ENV_PRESETS)}")
@@ -166,6 +171,7 @@ class StudyConfig:
         d = asdict(self)
         d["out"] = str(self.out)
         d["envs"], d["algos"], d["claims"] = list(self.envs), list(self.algos), list(self.claims)
+        d["report_to"] = list(self.report_to)
         return d
 
 
@@ -223,6 +229,7 @@ def _train_config(cfg: StudyConfig, spec: RunSpec, steps: int) -> Any:
         groups_per_step=cfg.groups_per_step, group_size=cfg.group_size, warmup_steps=cfg.warmup_steps,
         demo_episodes=cfg.demo_episodes, task_pool=cfg.task_pool, eval_episodes=cfg.eval_episodes,
         max_new_tokens=getattr(cfg, "max_new_tokens", None) or preset.max_new_tokens, lr=cfg.lr, save_every=10**6,
+        report_to=cfg.report_to,
     )
     if spec.algo in ("gigpo",):
         params["algo_params"] = {"gamma": 0.95}
@@ -385,12 +392,13 @@ def setup_parser(parser: Any) -> None:
     c.add_argument("--out", default=None, help="output directory (default runs/study; --quick: runs/study-quick)")
     c.add_argument("--jobs", type=int, default=1, help="training runs in parallel (processes of 1 torch thread each)")
     c.add_argument("--quick", action="store_true", help="CI smoke test: every claim at a tiny scale (about 30 s)")
+    c.add_argument("--report-to", metavar="BACKENDS", help="mirror every training run's metrics to tensorboard and/or wandb, comma-separated")
     c.add_argument("--report-only", action="store_true", help="rewrite OUT/report.md, summary.json and the plots from OUT's metrics files; train nothing")
 
 
 def config_from_args(args: Any) -> StudyConfig:
     kw: dict[str, Any] = {"envs": args.envs, "algos": args.algos, "claims": args.claims, "seeds": args.seeds,
-                          "budget": args.budget, "jobs": args.jobs}
+                          "budget": args.budget, "jobs": args.jobs, "report_to": getattr(args, "report_to", None)}
     kw["out"] = Path(args.out or ("runs/study-quick" if args.quick else "runs/study"))
     kw = {k: v for k, v in kw.items() if v is not None}
     return StudyConfig.quick_config(**kw) if args.quick else StudyConfig(**kw)
