@@ -48,6 +48,18 @@ def test_missing_backend_names_the_pip_command(monkeypatch: pytest.MonkeyPatch, 
     assert not (tmp_path / "run").exists()  # refused before anything was written
 
 
+def test_wandb_without_login_or_offline_mode_is_refused_up_front(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    pytest.importorskip("wandb")
+    from turngym.trainers import Trainer
+
+    for var in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    with pytest.raises(ConfigError, match="WANDB_MODE=offline"):
+        Trainer(tiny_config(report_to=("wandb",)), tmp_path / "run", progress=False, log=None).run()
+    assert not (tmp_path / "run").exists()
+
+
 def test_tensorboard_events_hold_every_metric(tmp_path: Path) -> None:
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

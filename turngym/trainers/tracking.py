@@ -254,14 +254,35 @@ def parse_backends(value: str | Sequence[str] | None) -> tuple[str, ...]:
     return tuple(names)
 
 
+def _wandb_can_log() -> bool:
+    """Whether ``wandb.init`` will run without asking for a login: offline/disabled mode, an API
+    key in the environment, or a ``wandb login`` entry in ``~/.netrc`` for the W&B host."""
+    import netrc
+    import os
+    from urllib.parse import urlparse
+
+    if os.environ.get("WANDB_MODE", "").lower() in ("offline", "dryrun", "disabled") or os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    try:
+        return netrc.netrc(os.environ.get("NETRC")).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
 def require_backends(names: Sequence[str]) -> None:
-    """Fail with the install command when a requested backend's package is missing."""
+    """Fail before a run starts when a requested backend cannot log: its package is missing
+    (naming the install command), or W&B has no login (it would stop the run at a prompt or
+    fail minutes in, after the run directory was already written)."""
     import importlib.util
 
     for name in names:
         module, command = BACKENDS[name]
         if importlib.util.find_spec(module) is None:
             raise ConfigError(f"--report-to {name} needs the {module!r} package, which is not installed: {command}")
+        if name == "wandb" and not _wandb_can_log():
+            raise ConfigError("--report-to wandb needs a W&B login (`wandb login` or WANDB_API_KEY), "
+                              "or WANDB_MODE=offline to write the run under OUT/wandb and `wandb sync` it later")
 
 
 def open_tracker(names: Sequence[str], out: Path, *, fresh: bool, config: Mapping[str, Any] | None = None) -> Tracker:
