@@ -15,7 +15,16 @@ from typing import Any
 
 from turngym.viewer.data import ViewerData
 from turngym.viewer.index import SORT_KEYS
-from turngym.viewer.pages import Links, episode_page, episodes_page, group_page, layout, runs_page
+from turngym.viewer.pages import (
+    Links,
+    episode_page,
+    episodes_page,
+    group_page,
+    layout,
+    runs_page,
+    tokens_page,
+    tree_page,
+)
 
 __all__ = ["create_app", "run_command", "setup_parser", "write_static"]
 
@@ -36,14 +45,15 @@ def _int(value: str | None, default: int) -> int:
         return default
 
 
-def create_app(path: str | Path | ViewerData) -> Any:
-    """A Starlette app over ``path`` (see :class:`~turngym.viewer.data.ViewerData`)."""
+def create_app(path: str | Path | ViewerData, tokenizer: str | Path | None = None) -> Any:
+    """A Starlette app over ``path`` (see :class:`~turngym.viewer.data.ViewerData`); ``tokenizer``
+    decodes the Tokens page when PATH holds none."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import HTMLResponse
     from starlette.routing import Route
 
-    data = path if isinstance(path, ViewerData) else ViewerData(path)
+    data = path if isinstance(path, ViewerData) else ViewerData(path, tokenizer)
     links = Links()
     ests = _estimators()
 
@@ -93,10 +103,32 @@ def create_app(path: str | Path | ViewerData) -> Any:
             return missing(str(exc))
         return page(f"Group {g}", group_page(data, src, g, est_of(request, "a", "grpo"), est_of(request, "b", "gigpo"), ests, links), "Episodes")
 
+    async def tokens(request: Request) -> HTMLResponse:
+        qp = request.query_params
+        src, row = _int(qp.get("src"), 0), _int(qp.get("row"), -1)
+        try:
+            if not 0 <= row < len(data.index(src)):
+                raise IndexError(f"no episode row {row}")
+        except IndexError as exc:
+            return missing(str(exc))
+        return page(f"Tokens {row}", tokens_page(data, src, row, est_of(request), ests, links), "Episodes")
+
+    async def tree(request: Request) -> HTMLResponse:
+        qp = request.query_params
+        src, g = _int(qp.get("src"), 0), qp.get("g") or None
+        try:
+            if g is not None and g not in data.index(src).groups:
+                raise IndexError(f"no group {g!r}")
+            data.index(src)
+        except IndexError as exc:
+            return missing(str(exc))
+        return page(f"Tree {g or ''}", tree_page(data, src, g, est_of(request, "est", "tree"), links), "Tree")
+
     async def runs(request: Request) -> HTMLResponse:
         return page("Runs", runs_page(data, request.query_params.getlist("run") or None, links), "Runs")
 
-    return Starlette(routes=[Route("/", episodes), Route("/episode", episode), Route("/group", group), Route("/runs", runs)])
+    return Starlette(routes=[Route("/", episodes), Route("/episode", episode), Route("/group", group), Route("/runs", runs),
+                              Route("/tokens", tokens), Route("/tree", tree)])
 
 
 class _StaticLinks(Links):
@@ -159,6 +191,7 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8765, help="port (default: 8765)")
     p.add_argument("--static", type=Path, metavar="OUT.html", help="write one self-contained HTML file instead of serving")
     p.add_argument("--limit", type=int, default=50, help="episodes in the --static file (default: 50)")
+    p.add_argument("--tokenizer", help="tokenizer (directory or hub name) to decode the Tokens page when PATH holds none")
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -168,7 +201,7 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     import uvicorn
 
-    app = create_app(args.path)
+    app = create_app(args.path, getattr(args, "tokenizer", None))
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"turngym view: serving {args.path} at http://{host}:{args.port}/  (Ctrl-C to stop)", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

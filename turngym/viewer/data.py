@@ -76,8 +76,11 @@ def _walk(root: Path, name_ok: Any, depth: int = 0) -> list[Path]:
 class ViewerData:
     """The sources (episode files, lazily indexed) and runs under one PATH."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, tokenizer: str | Path | None = None) -> None:
         self.root = Path(path)
+        self.tokenizer_path = tokenizer
+        self._renderer: tuple[Any | None, str] | None = None
+        self._trees: dict[int, list[str]] = {}
         if not self.root.exists():
             raise ConfigError(f"{self.root} does not exist: pass a run directory, an `eval --out` directory or an episodes JSONL")
         if self.root.is_file():
@@ -122,6 +125,36 @@ class ViewerData:
             label = str(p.parent.relative_to(self.root)) if p.parent != self.root else (self.root.name or str(self.root))
             out.append(Run(label if label != "." else self.root.name, p, rows))
         return out
+
+    # ------------------------------------------------------------------ tokens and trees
+    def renderer(self) -> tuple[Any | None, str]:
+        """The run's chat renderer (tokenizer found under PATH, loaded once) and a note for the page."""
+        if self._renderer is None:
+            from turngym.viewer.tokens import find_tokenizer_dir
+
+            where = self.tokenizer_path or find_tokenizer_dir(self.root)
+            if where is None:
+                self._renderer = (None, "no tokenizer under this path (a `turngym train` run directory saves one; or pass --tokenizer): "
+                                        "showing token ids of each turn's generated tokens, not the rendered sample")
+            else:
+                try:
+                    from transformers import AutoTokenizer
+
+                    from turngym.agents.render import ChatRenderer
+
+                    self._renderer = (ChatRenderer(AutoTokenizer.from_pretrained(str(where))), f"tokenizer: {where}")
+                except Exception as exc:  # a broken or template-less tokenizer: ids, and why
+                    self._renderer = (None, f"could not load the tokenizer at {where} ({exc}): showing token ids only")
+        return self._renderer
+
+    def tree_groups(self, src: int) -> list[str]:
+        """Groups of source ``src`` whose episodes share a turn (tree rollouts), in file order."""
+        from turngym.viewer.tree import is_tree
+
+        if src not in self._trees:
+            idx = self.index(src)
+            self._trees[src] = [g for g, rows in idx.groups.items() if len(rows) > 1 and is_tree(idx.load_many(rows))]
+        return self._trees[src]
 
     # ------------------------------------------------------------------ signals
     def signal_ranges(self, env_id: str, episodes: list[Episode]) -> dict[str, SignalRange]:

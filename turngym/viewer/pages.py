@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 from turngym.viewer.data import Run, SignalRange, ViewerData
 from turngym.viewer.index import EpisodeIndex, Page
 
-__all__ = ["Links", "episode_page", "episodes_page", "group_page", "layout", "runs_page"]
+__all__ = ["Links", "episode_page", "episodes_page", "group_page", "layout", "runs_page", "tokens_page", "tree_page"]
 
 e = html.escape
 
@@ -74,13 +74,19 @@ class Links:
     def runs(self) -> str:
         return "/runs"
 
+    def tokens(self, src: int, row: int, est: str) -> str:
+        return f"/tokens?{urlencode({'src': src, 'row': row, 'est': est})}"
+
+    def tree(self, src: int, group: str | None = None, est: str = "tree") -> str:
+        return f"/tree?{urlencode({'src': src, 'g': group, 'est': est} if group is not None else {'src': src})}"
+
     static = False
 
 
 def layout(title: str, body: str, links: Links, active: str = "") -> str:
     nav = "".join(
         f'<a href="{e(url)}" class="{"on" if name == active else ""}">{name}</a>'
-        for name, url in (("Episodes", links.episodes()), ("Runs", links.runs()))
+        for name, url in (("Episodes", links.episodes()), *((("Tree", links.tree(0)),) if not links.static else ()), ("Runs", links.runs()))
     )
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content='width=device-width'>"
             f"<title>{e(title)} · turngym view</title><style>{CSS}</style></head><body>"
@@ -207,7 +213,7 @@ def episode_page(data: ViewerData, src: int, row: int, est: str, estimators: lis
     meta = "".join(f"<div><span>{k}</span>{v}</div>" for k, v in (
         ("env", e(ep.env_id)), ("task", e(ep.task_id)), ("group", f'<a id="group-link" href="{e(links.group(src, group, "grpo", est if est != "grpo" else "gigpo"))}">{e(group)}</a> ({len(credit.rows)} episodes)'),
         ("outcome", _badge(ep.success)), ("return", f'<span id="ep-return" data-value="{ep.total_reward!r}">{ep.total_reward:.3f}</span>'),
-        ("turns", str(len(ep.turns))), ("seed", e(str(ep.seed))), ("advantages", est_form or e(est))))
+        ("turns", str(len(ep.turns))), ("seed", e(str(ep.seed))), ("advantages", est_form or e(est)), *_more_views(src, row, group, est, ep, links)))
     infra = f'<p><span class="pill warn">infra error</span> {e(ep.infra_error)}</p>' if ep.infra_error else ""
     err = f'<p><span class="pill warn">no advantages</span> {e(credit.error)}</p>' if credit.error else ""
     sysp = f"<details><summary>system prompt</summary><pre>{e(ep.system_prompt)}</pre></details>" if ep.system_prompt else ""
@@ -237,6 +243,16 @@ def episode_page(data: ViewerData, src: int, row: int, est: str, estimators: lis
             f'<tbody>{"".join(rows)}</tbody></table></div>')
 
 
+def _more_views(src: int, row: int, group: str, est: str, ep: Any, links: Links) -> list[tuple[str, str]]:
+    """The Tokens and Tree links of an episode (the static export holds neither page)."""
+    if links.static:
+        return []
+    out = [("training sample", f'<a id="tokens-link" href="{e(links.tokens(src, row, est))}">tokens</a>')]
+    if any(t.node >= 0 for t in ep.turns):
+        out.append(("rollout", f'<a id="tree-link" href="{e(links.tree(src, group, est))}">tree of its group</a>'))
+    return out
+
+
 # ---------------------------------------------------------------------- Group
 def group_page(data: ViewerData, src: int, group: str, a: str, b: str, estimators: list[str], links: Links) -> str:
     ca, cb = data.group_credit(src, group, a), data.group_credit(src, group, b)
@@ -250,6 +266,12 @@ def group_page(data: ViewerData, src: int, group: str, a: str, b: str, estimator
         form = (f'<form method="get" action="/group" class="filters"><input type="hidden" name="src" value="{src}"><input type="hidden" name="g" value="{e(group)}">'
                 f'compare {sel("a", a)} with {sel("b", b)}</form>')
     errs = "".join(f'<p><span class="pill warn">{e(n)}</span> {e(c.error)}</p>' for n, c in ((a, ca), (b, cb)) if c.error)
+    if not links.static:
+        from turngym.viewer.tree import is_tree
+
+        if is_tree(eps):
+            form += f'<p>This group is a tree rollout: <a id="tree-link" href="{e(links.tree(src, group, b))}">see it drawn as a tree</a>.</p>'
+
     n_turns = max((len(ep.turns) for ep in eps), default=0)
     cols = f"60px repeat({len(eps)}, minmax(190px, 1fr))"
     cells = ['<div class="mute">turn</div>']
@@ -347,3 +369,167 @@ def runs_page(data: ViewerData, selected: list[str] | None, links: Links) -> str
 
 
 RenderFn = Callable[..., str]
+
+
+# ---------------------------------------------------------------------- Tokens
+TOKENS_CSS = """
+.toks{font:12.5px/1.9 ui-monospace,SFMono-Regular,Menlo,monospace;white-space:pre-wrap;word-break:break-all}
+.tok{border-radius:3px;padding:1px 0;margin-right:1px;cursor:default}.tok.ctx{color:#9ca3af;background:#f3f4f6}
+.tok.pol{outline:1px solid rgba(37,99,235,.35)}.tok:hover{outline:2px solid #111827}
+.tok.turn-start{margin-left:3px}.swatch{display:inline-block;width:26px;height:12px;border-radius:3px;vertical-align:middle;margin-right:4px}
+"""
+
+
+def _tok_piece(piece: str) -> str:
+    """A token's text made visible: whitespace marked, newlines kept, everything escaped."""
+    shown = piece.replace("\t", "→").replace("\n", "↵\n")
+    if shown.strip() == "" and shown:
+        shown = shown.replace(" ", "·")
+    return e(shown) if shown else '<span class="mute">∅</span>'
+
+
+def tokens_page(data: ViewerData, src: int, row: int, est: str, estimators: list[str], links: Links) -> str:
+    """One episode's training sample: loss mask (grey = context) and per-token advantage (colour)."""
+    from turngym.viewer.tokens import has_token_ids, token_view
+
+    idx = data.index(src)
+    group = str(idx.group[row])
+    credit = data.group_credit(src, group, est)
+    pos = credit.rows.index(row)
+    ep = credit.episodes[pos]
+    adv = [float(x) for x in credit.advantages[pos]] if credit.advantages is not None else [math.nan] * len(ep.turns)
+    scale = max((abs(a) for a in adv if not math.isnan(a)), default=0.0) or 1.0
+    est_form = ""
+    if not links.static:
+        opts = "".join(f'<option {"selected" if n == est else ""}>{e(n)}</option>' for n in estimators)
+        est_form = (f'<form method="get" action="/tokens" style="display:inline"><input type="hidden" name="src" value="{src}">'
+                    f'<input type="hidden" name="row" value="{row}">advantage estimator <select name="est" data-autosubmit>{opts}</select></form>')
+    back = f'<a href="{e(links.episode(src, row, est))}">← episode {row}</a>'
+    err = f'<p><span class="pill warn">no advantages</span> {e(credit.error)}</p>' if credit.error else ""
+    head = f'<h1>Tokens <span class="mute">{e(ep.episode_id)}</span></h1><style>{TOKENS_CSS}</style>'
+    if not has_token_ids(ep):
+        rows = "".join(
+            f'<tr class="turn" data-turn="{t.index}"><td class="num">{t.index}</td><td><pre>{e(t.action)}</pre></td>'
+            f'<td class="num">{_adv_cell(adv[i], scale)}</td></tr>' for i, t in enumerate(ep.turns))
+        return (f'{head}<div class="card meta"><div><span>episode</span>{back}</div><div><span>advantages</span>{est_form or e(est)}</div></div>{err}'
+                f'<div class="card" id="no-tokens"><p><span class="pill warn">no token ids</span> This episode carries no generated token ids: '
+                f'it was played by a scripted or oracle agent (or a policy that does not report its tokens), so there is no sampled token '
+                f'sequence to show, and none is made up here. Its actions, with the advantage of each turn:</p>'
+                f'<table id="turn-actions"><thead><tr><th class="num">turn</th><th>action</th><th class="num">advantage ({e(est)})</th></tr></thead>'
+                f'<tbody>{rows}</tbody></table></div>')
+    renderer, tok_note = data.renderer()
+    try:
+        view = token_view(ep, adv, renderer)
+    except Exception as exc:  # a template that cannot render this episode: show the ids instead, and why
+        tok_note = f"the tokenizer could not render this episode ({exc}); showing the generated ids of each turn"
+        view = token_view(ep, adv, None)
+    n_pol = sum(view.mask)
+    spans = []
+    prev_turn = -2
+    for i, (tid, m, a, lp, tn) in enumerate(zip(view.ids, view.mask, view.advantages, view.logprobs, view.turns)):
+        piece = view.pieces[i] if view.pieces is not None else f"[{tid}]"
+        tip = f"token {i} · id {tid}" + (f" · turn {tn}" if tn >= 0 else " · context") + (f" · logprob {lp:.4f}" if lp is not None else "")
+        tip += f" · advantage {a:+.4f}" if m else " · not trained (mask 0)"
+        cls = "pol" if m else "ctx"
+        if view.pieces is None and tn != prev_turn:
+            cls += " turn-start"
+        style = f' style="{_adv_style(a, scale)}"' if m else ""
+        spans.append(f'<span class="tok {cls}" data-i="{i}" data-id="{tid}" data-mask="{m}" data-adv="{a!r}" data-turn="{tn}"'
+                     f'{f" data-logprob={lp!r}" if lp is not None else ""} title="{e(tip)}"{style}>{_tok_piece(piece)}</span>')
+        if view.pieces is None and tn != prev_turn:
+            prev_turn = tn
+    meta = "".join(f"<div><span>{k}</span>{v}</div>" for k, v in (
+        ("episode", back), ("tokens", f'<span id="n-tokens">{len(view.ids)}</span>'), ("policy tokens (mask 1)", f'<span id="n-policy">{n_pol}</span>'),
+        ("sample", "rendered as the trainer does" if view.rendered else "generated ids only"), ("advantages", est_form or e(est))))
+    legend = (f'<div class="legend"><span><i class="swatch" style="{_adv_style(scale, scale)}"></i>positive advantage</span>'
+              f'<span><i class="swatch" style="{_adv_style(-scale, scale)}"></i>negative</span>'
+              f'<span><i class="swatch" style="{_adv_style(0.0, scale)}"></i>zero</span>'
+              f'<span><i class="swatch" style="background:#f3f4f6"></i>context: prompt, observations, template (mask 0)</span>'
+              f'<span class="mute">colour strength = |advantage| / {scale:.3g}; hover a token for its id, log-prob and advantage</span></div>')
+    note = f'<p class="mute" id="tokenizer-note">{e(tok_note)}</p>' if tok_note else ""
+    return (f'{head}<div class="card meta">{meta}</div>{err}<div class="card">{legend}{note}</div>'
+            f'<div class="card"><div class="toks" id="tokens" data-rendered="{int(view.rendered)}">{"".join(spans)}</div></div>')
+
+
+# ---------------------------------------------------------------------- Tree
+TREE_HOWTO = ("python -c \"import turngym; from turngym.agents import RandomAgent; from turngym.rollout import run_tree, save_episodes; "
+              "save_episodes(run_tree(lambda: turngym.make('turngym/Math-v0'), RandomAgent(seed=0), [0, 1, 2], branching=(2, 2), "
+              "env_id='turngym/Math-v0').episodes, 'tree_episodes.jsonl')\" && turngym view tree_episodes.jsonl")
+
+
+def _value_colour(v: float, lo: float, hi: float) -> str:
+    if hi - lo <= 1e-12:
+        return "#94a3b8"
+    f = (v - lo) / (hi - lo)  # red (worst) → amber → green (best)
+    hue = 0 + 130 * f
+    return f"hsl({hue:.0f},65%,45%)"
+
+
+def tree_page(data: ViewerData, src: int, group: str | None, est: str, links: Links) -> str:
+    """The group's rollout tree as inline SVG; without a group, the source's tree groups (or how to make some)."""
+    from turngym.viewer.tree import build_tree, is_tree
+
+    idx = data.index(src)
+    if not group:
+        trees = data.tree_groups(src)
+        if not trees:
+            return (f'<h1>Tree</h1><div class="card" id="no-trees"><p>No tree rollouts in <b>{e(data.label(data.episode_files[src]))}</b>: '
+                    f'no group here has episodes that share a turn. Tree rollouts come from <code>turngym.rollout.run_tree</code> '
+                    f'(and are what the <code>tree</code> estimator credits). To make some and view them:</p><pre id="tree-howto">{e(TREE_HOWTO)}</pre></div>')
+        items = "".join(f'<tr class="click" data-href="{e(links.tree(src, g, est))}"><td><a href="{e(links.tree(src, g, est))}">{e(g)}</a></td>'
+                        f'<td class="num">{len(idx.groups[g])}</td></tr>' for g in trees)
+        return (f'<h1>Tree <span class="mute">{len(trees)} tree rollout{"s" if len(trees) != 1 else ""}</span></h1><div class="card">'
+                f'<table id="tree-groups"><thead><tr><th>group</th><th class="num">leaves (episodes)</th></tr></thead><tbody>{items}</tbody></table></div>')
+    rows = idx.groups[group]
+    eps = idx.load_many(rows)
+    tree = build_tree(eps)
+    nodes = tree.nodes
+    values = [n.value for n in nodes.values()]
+    lo, hi = min(values), max(values)
+    col_w, row_h, left, top = 150, 34, 40, 30
+    w = left + col_w * tree.depth + 260
+    h = top + row_h * max(1, len(tree.leaves)) + 10
+    X = lambda n: left + col_w * n.depth  # noqa: E731, N806
+    Y = lambda n: top + row_h * n.y  # noqa: E731, N806
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" id="tree-svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img">']
+    for n in nodes.values():
+        if n.node == -1:
+            continue
+        p = nodes[n.parent]
+        xm = (X(p) + X(n)) / 2
+        parts.append(f'<path d="M{X(p):.1f},{Y(p):.1f} C{xm:.1f},{Y(p):.1f} {xm:.1f},{Y(n):.1f} {X(n):.1f},{Y(n):.1f}" fill="none" '
+                     f'stroke="{"#fca5a5" if not n.valid else "#cbd5e1"}" stroke-width="{1 + 3 * len(n.episodes) / len(eps):.1f}"/>')
+    for n in nodes.values():
+        x, y = X(n), Y(n)
+        colour = _value_colour(n.value, lo, hi)
+        r = 9 if n.branch else 6
+        kind = "root" if n.node == -1 else "leaf" if n.is_leaf else "branch" if n.branch else "inner"
+        tip = (("reset state (root)" if n.node == -1 else f"turn {n.depth - 1} · node {n.node}\naction: {n.action[:200]}\nreward {n.reward:+.3f}")
+               + f"\nvalue (mean return of {len(n.leaf_returns)} leaves below) {n.value:.4f}" + (f"\nbranch point: {len(n.children)} children" if n.branch else ""))
+        ring = f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r + 4}" fill="none" stroke="#2563eb" stroke-width="2"/>' if n.branch else ""
+        dot = (f'<g class="node {kind}" data-node="{n.node}" data-value="{n.value!r}" data-leaves="{len(n.leaf_returns)}" data-children="{len(n.children)}">'
+               f'{ring}<circle cx="{x:.1f}" cy="{y:.1f}" r="{r}" fill="{colour}" stroke="#fff" stroke-width="1.5"><title>{e(tip)}</title></circle>'
+               f'<text x="{x:.1f}" y="{y - r - 5:.1f}" font-size="10" text-anchor="middle" fill="#374151">{n.value:.2f}</text>')
+        if n.is_leaf and n.node != -1:
+            i = n.episodes[0]
+            ep = eps[i]
+            label = f'{ep.episode_id} · return {ep.total_reward:+.3f}{" ✓" if ep.success else ""}'
+            dot += (f'<a href="{e(links.episode(src, rows[i], est))}" class="leaf-link" data-row="{rows[i]}">'
+                    f'<text x="{x + r + 6:.1f}" y="{y + 4:.1f}" font-size="11" fill="#2563eb">{e(label)}</text></a>')
+            dot = dot.replace(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r}"', f'<a href="{e(links.episode(src, rows[i], est))}"><circle cx="{x:.1f}" cy="{y:.1f}" r="{r}"', 1)
+            dot = dot.replace("</circle>", "</circle></a>", 1)
+        parts.append(dot + "</g>")
+    for d in range(tree.depth + 1):
+        parts.append(f'<text x="{left + col_w * d}" y="14" font-size="10" text-anchor="middle" fill="#6b7280">{"root" if d == 0 else f"turn {d - 1}"}</text>')
+    parts.append("</svg>")
+    n_branch = sum(1 for n in nodes.values() if n.branch)
+    meta = "".join(f"<div><span>{k}</span>{v}</div>" for k, v in (
+        ("group", f'<a href="{e(links.group(src, group, "grpo", "tree"))}">{e(group)}</a>'), ("leaves (episodes)", str(len(tree.leaves))),
+        ("nodes (turns)", str(len(nodes) - 1)), ("branch points", f'<span id="n-branch">{n_branch}</span>'),
+        ("root value (mean return)", f"{nodes[-1].value:.3f}"), ("shape", "tree" if is_tree(eps) else "independent chains (no shared turn)")))
+    legend = (f'<div class="legend"><span>node colour = value: mean return of the leaves below it, from '
+              f'<b style="color:{_value_colour(lo, lo, hi)}">{lo:.3g}</b> to <b style="color:{_value_colour(hi, lo, hi)}">{hi:.3g}</b></span>'
+              f'<span>ringed = branch point (more than one child)</span><span>edge width = episodes through it; red edge = invalid action</span>'
+              f'<span>click a leaf for its episode</span></div>')
+    return (f'<h1>Tree <span class="mute">{e(group)}</span></h1><div class="card meta">{meta}</div><div class="card">{legend}</div>'
+            f'<div class="card" style="overflow-x:auto">{"".join(parts)}</div>')
