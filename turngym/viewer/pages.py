@@ -434,8 +434,9 @@ def tokens_page(data: ViewerData, src: int, row: int, est: str, estimators: list
         if view.pieces is None and tn != prev_turn:
             cls += " turn-start"
         style = f' style="{_adv_style(a, scale)}"' if m else ""
+        lp_attr = f' data-logprob="{lp!r}"' if lp is not None else ""
         spans.append(f'<span class="tok {cls}" data-i="{i}" data-id="{tid}" data-mask="{m}" data-adv="{a!r}" data-turn="{tn}"'
-                     f'{f" data-logprob={lp!r}" if lp is not None else ""} title="{e(tip)}"{style}>{_tok_piece(piece)}</span>')
+                     f'{lp_attr} title="{e(tip)}"{style}>{_tok_piece(piece)}</span>')
         if view.pieces is None and tn != prev_turn:
             prev_turn = tn
     meta = "".join(f"<div><span>{k}</span>{v}</div>" for k, v in (
