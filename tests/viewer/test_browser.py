@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -164,4 +166,93 @@ def test_click_through_the_viewer(run_dir: Path, tmp_path: Path) -> None:
         server.terminate()
         server.wait(10)
     for name in ("episodes", "episode", "group", "runs"):
+        assert (shots / f"{name}.png").stat().st_size > 5000
+
+
+@contextmanager
+def _serve(path: Path) -> Iterator[str]:
+    """`turngym view PATH` on a free port, as a user starts it; yields its base URL."""
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "turngym.cli", "view", str(path), "--port", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = server.stdout.readline() if server.stdout else ""
+        assert f"http://127.0.0.1:{port}/" in line, line
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(base + "/runs", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        yield base
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def test_tokens_and_tree_pages(run_dir: Path, tmp_path: Path) -> None:
+    """Episode → Tokens on the trained model's own episodes (mask = the renderer's), then a tree rollout's Tree page → a leaf."""
+    import turngym
+    from turngym.agents import RandomAgent
+    from turngym.agents.render import render_episode
+    from turngym.rollout import load_episodes, run_tree, save_episodes
+    from turngym.viewer.tokens import find_tokenizer_dir
+
+    shots = Path(os.environ.get("TURNGYM_VIEW_SHOTS") or tmp_path / "shots")
+    shots.mkdir(parents=True, exist_ok=True)
+    tree_dir = run_dir / "trees"  # a second source beside the run's episodes (sorted after episodes.jsonl)
+    tree_dir.mkdir(exist_ok=True)
+    tree_eps = run_tree(lambda: turngym.make("turngym/Math-v0", max_turns=3), RandomAgent(seed=1), [0], branching=(3, 2), env_id="turngym/Math-v0").episodes
+    save_episodes(tree_eps, tree_dir / "tree_episodes.jsonl")
+    eps = list(load_episodes(run_dir / "episodes.jsonl"))
+    row = next(i for i, ep in enumerate(eps) if ep.turns and all(t.token_ids for t in ep.turns))
+    from transformers import AutoTokenizer
+
+    tok_dir = find_tokenizer_dir(run_dir)
+    assert tok_dir is not None
+    sample = render_episode(eps[row], AutoTokenizer.from_pretrained(tok_dir))
+    browser = None
+    try:
+        with _serve(run_dir) as base:
+            browser = Browser(tmp_path / "profile")
+            browser.cmd("Page.navigate", url=f"{base}/episode?src=0&row={row}")
+            browser.wait_load("/episode")
+            browser.js("document.getElementById('tokens-link').click()")
+            browser.wait_load("/tokens")
+            assert browser.js("document.getElementById('tokens').dataset.rendered") == "1"
+            ids = browser.js("[...document.querySelectorAll('#tokens .tok')].map(s => +s.dataset.id)")
+            mask = browser.js("[...document.querySelectorAll('#tokens .tok')].map(s => +s.dataset.mask)")
+            assert ids == sample.input_ids and mask == sample.loss_mask
+            grey = browser.js("[...document.querySelectorAll('#tokens .tok.ctx')].map(s => getComputedStyle(s).backgroundColor)")
+            assert set(grey) == {"rgb(243, 244, 246)"}  # every mask-0 token is drawn grey
+            browser.shot(shots / "tokens.png")
+
+            browser.cmd("Page.navigate", url=f"{base}/tree?src=1")
+            browser.wait_load("/tree")
+            browser.js("document.querySelector('#tree-groups tr.click td').click()")
+            browser.wait_load("g=")
+            assert browser.js("document.querySelectorAll('#tree-svg g.node.leaf').length") == len(tree_eps)
+            kids: dict[int, set[int]] = {}
+            for ep in tree_eps:
+                for t in ep.turns:
+                    kids.setdefault(t.parent, set()).add(t.node)
+            assert browser.js("document.getElementById('n-branch').textContent") == str(sum(len(k) > 1 for k in kids.values()))
+            browser.shot(shots / "tree.png")
+            browser.js("document.querySelector('#tree-svg a.leaf-link').dispatchEvent(new MouseEvent('click', {bubbles: true}))")
+            browser.wait_load("/episode")
+            assert browser.js("document.querySelectorAll('#turns tr.turn').length") >= 1
+
+            browser.cmd("Page.navigate", url=f"{base}/tree?src=0")  # the run's own episodes are no tree
+            browser.wait_load("/tree")
+            assert "run_tree" in browser.js("document.getElementById('tree-howto').textContent")
+            browser.shot(shots / "tree_none.png")
+            assert browser.errors == [], browser.errors
+    finally:
+        if browser is not None:
+            browser.close()
+    for name in ("tokens", "tree", "tree_none"):
         assert (shots / f"{name}.png").stat().st_size > 5000
