@@ -206,7 +206,7 @@ def test_tokens_and_tree_pages(run_dir: Path, tmp_path: Path) -> None:
     shots.mkdir(parents=True, exist_ok=True)
     tree_dir = run_dir / "trees"  # a second source beside the run's episodes (sorted after episodes.jsonl)
     tree_dir.mkdir(exist_ok=True)
-    tree_eps = run_tree(lambda: turngym.make("turngym/Math-v0", max_turns=3), RandomAgent(seed=1), [0], branching=(3, 2), env_id="turngym/Math-v0").episodes
+    tree_eps = run_tree(lambda: turngym.make("turngym/Math-v0", max_turns=4), RandomAgent(seed=1), [1], branching=(3, 2), env_id="turngym/Math-v0").episodes
     save_episodes(tree_eps, tree_dir / "tree_episodes.jsonl")
     eps = list(load_episodes(run_dir / "episodes.jsonl"))
     row = next(i for i, ep in enumerate(eps) if ep.turns and all(t.token_ids for t in ep.turns))

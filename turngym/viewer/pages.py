@@ -376,7 +376,7 @@ TOKENS_CSS = """
 .toks{font:12.5px/1.9 ui-monospace,SFMono-Regular,Menlo,monospace;white-space:pre-wrap;word-break:break-all}
 .tok{border-radius:3px;padding:1px 0;margin-right:1px;cursor:default}.tok.ctx{color:#9ca3af;background:#f3f4f6}
 .tok.pol{outline:1px solid rgba(37,99,235,.35)}.tok:hover{outline:2px solid #111827}
-.tok.turn-start{margin-left:3px}.swatch{display:inline-block;width:26px;height:12px;border-radius:3px;vertical-align:middle;margin-right:4px}
+.tok.turn-start{margin-left:3px}.legend i.swatch{display:inline-block;width:24px;height:12px;border-radius:3px;vertical-align:middle;margin-right:5px}
 """
 
 
@@ -440,7 +440,7 @@ def tokens_page(data: ViewerData, src: int, row: int, est: str, estimators: list
         if view.pieces is None and tn != prev_turn:
             prev_turn = tn
     meta = "".join(f"<div><span>{k}</span>{v}</div>" for k, v in (
-        ("episode", back), ("tokens", f'<span id="n-tokens">{len(view.ids)}</span>'), ("policy tokens (mask 1)", f'<span id="n-policy">{n_pol}</span>'),
+        ("episode", back), ("tokens", f'<b id="n-tokens">{len(view.ids)}</b>'), ("policy tokens (mask 1)", f'<b id="n-policy">{n_pol}</b>'),
         ("sample", "rendered as the trainer does" if view.rendered else "generated ids only"), ("advantages", est_form or e(est))))
     legend = (f'<div class="legend"><span><i class="swatch" style="{_adv_style(scale, scale)}"></i>positive advantage</span>'
               f'<span><i class="swatch" style="{_adv_style(-scale, scale)}"></i>negative</span>'
@@ -487,7 +487,7 @@ def tree_page(data: ViewerData, src: int, group: str | None, est: str, links: Li
     nodes = tree.nodes
     values = [n.value for n in nodes.values()]
     lo, hi = min(values), max(values)
-    col_w, row_h, left, top = 150, 34, 40, 30
+    col_w, row_h, left, top = (150 if tree.depth <= 6 else 110), 34, 40, 48
     w = left + col_w * tree.depth + 260
     h = top + row_h * max(1, len(tree.leaves)) + 10
     X = lambda n: left + col_w * n.depth  # noqa: E731, N806
@@ -526,7 +526,7 @@ def tree_page(data: ViewerData, src: int, group: str | None, est: str, links: Li
     n_branch = sum(1 for n in nodes.values() if n.branch)
     meta = "".join(f"<div><span>{k}</span>{v}</div>" for k, v in (
         ("group", f'<a href="{e(links.group(src, group, "grpo", "tree"))}">{e(group)}</a>'), ("leaves (episodes)", str(len(tree.leaves))),
-        ("nodes (turns)", str(len(nodes) - 1)), ("branch points", f'<span id="n-branch">{n_branch}</span>'),
+        ("nodes (turns)", str(len(nodes) - 1)), ("branch points", f'<b id="n-branch">{n_branch}</b>'),
         ("root value (mean return)", f"{nodes[-1].value:.3f}"), ("shape", "tree" if is_tree(eps) else "independent chains (no shared turn)")))
     legend = (f'<div class="legend"><span>node colour = value: mean return of the leaves below it, from '
               f'<b style="color:{_value_colour(lo, lo, hi)}">{lo:.3g}</b> to <b style="color:{_value_colour(hi, lo, hi)}">{hi:.3g}</b></span>'
