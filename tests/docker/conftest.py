@@ -80,3 +80,26 @@ def no_leaks(docker_client):
     left_c = {c.id for c in docker_client.containers.list(all=True, filters=label)} - before_c
     left_v = {v.name for v in docker_client.volumes.list(filters=label)} - before_v
     assert not left_c and not left_v, f"left behind: containers {left_c}, volumes {left_v}"
+
+
+@pytest.fixture(scope="module")
+def docker_sb(docker_client, sandbox_image):
+    """A container sandbox on the sandbox image, shared by a module's tests."""
+    from turngym.sandbox.docker import DockerSandbox
+
+    sb = DockerSandbox(image=sandbox_image, client=docker_client)
+    yield sb
+    sb.close()
+
+
+@pytest.fixture(scope="module")
+def bwrap_sb():
+    """The bubblewrap backend, to compare the container's results with."""
+    from turngym.sandbox import SandboxUnavailable, make_sandbox
+
+    try:
+        sb = make_sandbox("bubblewrap")
+    except SandboxUnavailable as exc:
+        pytest.skip(f"bubblewrap unavailable: {exc}")
+    yield sb
+    sb.close()

@@ -10,28 +10,10 @@ import turngym
 from tests.docker.conftest import ROOT, load_path
 from turngym.envs.code.runner import evaluate_many
 from turngym.envs.code.tasks import load_humaneval
-from turngym.sandbox import Limits, SandboxUnavailable, make_sandbox
-from turngym.sandbox.docker import DockerSandbox
+from turngym.sandbox import Limits
 
 _code_cases = load_path("turngym_code_env_cases", ROOT / "tests/envs/test_code_env.py")
 BREAK, _problem = _code_cases.BREAK, _code_cases._problem
-
-
-@pytest.fixture(scope="module")
-def docker_sb(docker_client, sandbox_image):
-    sb = DockerSandbox(image=sandbox_image, client=docker_client)
-    yield sb
-    sb.close()
-
-
-@pytest.fixture(scope="module")
-def bwrap_sb():
-    try:
-        sb = make_sandbox("bubblewrap")
-    except SandboxUnavailable as exc:
-        pytest.skip(f"bubblewrap unavailable: {exc}")
-    yield sb
-    sb.close()
 
 
 def _humaneval_verdicts(sandbox, tasks):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -19,7 +18,6 @@ from tests.docker.conftest import ROOT
 from turngym.envs.swe import testing
 from turngym.envs.swe.env import SWEEnv
 from turngym.envs.swe.tasks import SWETask, load_tasks
-from turngym.sandbox import SandboxUnavailable, make_sandbox
 from turngym.sandbox.docker import DockerSandbox
 
 FORCE_PASS_HOOK = """
@@ -32,23 +30,6 @@ def pytest_runtest_makereport(item, call):
     rep.outcome, rep.longrepr = "passed", None
 """
 SEEDS = (0, 1, 2)
-
-
-@pytest.fixture(scope="module")
-def docker_sb(docker_client, sandbox_image) -> Iterator[DockerSandbox]:
-    sb = DockerSandbox(image=sandbox_image, client=docker_client)
-    yield sb
-    sb.close()
-
-
-@pytest.fixture(scope="module")
-def bwrap_sb():
-    try:
-        sb = make_sandbox("bubblewrap")
-    except SandboxUnavailable as exc:
-        pytest.skip(f"bubblewrap unavailable: {exc}")
-    yield sb
-    sb.close()
 
 
 @pytest.fixture

@@ -116,55 +116,37 @@ def test_click_through_the_viewer(run_dir: Path, tmp_path: Path) -> None:
 
     shots = Path(os.environ.get("TURNGYM_VIEW_SHOTS") or tmp_path / "shots")
     shots.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "turngym.cli", "view", str(run_dir), "--port", str(port)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    browser = None
-    try:
-        line = server.stdout.readline() if server.stdout else ""
-        assert f"http://127.0.0.1:{port}/" in line, line
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(base + "/runs", timeout=2)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+    with _serve(run_dir) as base:
         browser = Browser(tmp_path / "profile")
-        eps = list(load_episodes(run_dir / "episodes.jsonl"))
+        try:
+            eps = list(load_episodes(run_dir / "episodes.jsonl"))
 
-        browser.cmd("Page.navigate", url=base + "/")
-        browser.wait_load("/")
-        assert browser.js("document.querySelectorAll('#episodes tbody tr').length") == len(eps)
-        browser.shot(shots / "episodes.png")
+            browser.cmd("Page.navigate", url=base + "/")
+            browser.wait_load("/")
+            assert browser.js("document.querySelectorAll('#episodes tbody tr').length") == len(eps)
+            browser.shot(shots / "episodes.png")
 
-        # click a row (not its link): the row's handler opens the episode
-        browser.js("document.querySelector('#episodes tbody tr[data-row=\"2\"] td:nth-child(3)').click()")
-        browser.wait_load("/episode")
-        shown = browser.js("[...document.querySelectorAll('#turns tr.turn td[data-reward]')].map(td => td.dataset.reward)")
-        assert [float(x) for x in shown] == [t.reward for t in eps[2].turns]
-        assert float(browser.js("document.getElementById('ep-return').dataset.value")) == eps[2].total_reward
-        browser.js("document.querySelector('#turns details')?.setAttribute('open', '')")
-        browser.shot(shots / "episode.png")
+            # click a row (not its link): the row's handler opens the episode
+            browser.js("document.querySelector('#episodes tbody tr[data-row=\"2\"] td:nth-child(3)').click()")
+            browser.wait_load("/episode")
+            shown = browser.js("[...document.querySelectorAll('#turns tr.turn td[data-reward]')].map(td => td.dataset.reward)")
+            assert [float(x) for x in shown] == [t.reward for t in eps[2].turns]
+            assert float(browser.js("document.getElementById('ep-return').dataset.value")) == eps[2].total_reward
+            browser.js("document.querySelector('#turns details')?.setAttribute('open', '')")
+            browser.shot(shots / "episode.png")
 
-        browser.js("document.getElementById('group-link').click()")
-        browser.wait_load("/group")
-        assert browser.js("document.querySelectorAll('#group-grid [data-episode]').length") == 1  # evaluation episodes: groups of one
-        browser.shot(shots / "group.png")
+            browser.js("document.getElementById('group-link').click()")
+            browser.wait_load("/group")
+            assert browser.js("document.querySelectorAll('#group-grid [data-episode]').length") == 1  # evaluation episodes: groups of one
+            browser.shot(shots / "group.png")
 
-        browser.cmd("Page.navigate", url=base + "/runs")
-        browser.wait_load("/runs")
-        assert browser.js("document.querySelectorAll('svg[data-metric]').length") >= 3
-        browser.shot(shots / "runs.png")
-        assert browser.errors == [], browser.errors
-    finally:
-        if browser is not None:
+            browser.cmd("Page.navigate", url=base + "/runs")
+            browser.wait_load("/runs")
+            assert browser.js("document.querySelectorAll('svg[data-metric]').length") >= 3
+            browser.shot(shots / "runs.png")
+            assert browser.errors == [], browser.errors
+        finally:
             browser.close()
-        server.terminate()
-        server.wait(10)
     for name in ("episodes", "episode", "group", "runs"):
         assert (shots / f"{name}.png").stat().st_size > 5000
 
