@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,8 @@ class Browser:
         port = int(port_file.read_text().split()[0])
         targets = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json", timeout=10).read())
         page = next(t for t in targets if t["type"] == "page")
-        self.ws = connect(page["webSocketDebuggerUrl"], max_size=None)
+        self._stack = ExitStack()  # websockets wants connect() used as a context manager
+        self.ws = self._stack.enter_context(connect(page["webSocketDebuggerUrl"], max_size=None))
         self.n = 0
         self.errors: list[str] = []
         for domain in ("Page", "Runtime", "Log"):
@@ -95,7 +96,7 @@ class Browser:
 
     def close(self) -> None:
         try:
-            self.ws.close()
+            self._stack.close()
         finally:
             self.proc.terminate()
             self.proc.wait(10)
