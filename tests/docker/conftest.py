@@ -103,3 +103,24 @@ def bwrap_sb():
         pytest.skip(f"bubblewrap unavailable: {exc}")
     yield sb
     sb.close()
+
+
+def play_traces(env, seeds, sampled: int, oracle: int) -> list[list]:
+    """Per seed: ``sampled`` random actions, then the oracle's until the episode ends (at most
+    ``oracle`` of them); the whole trace, to compare one backend's episodes with another's."""
+    import numpy as np
+
+    out = []
+    for seed in seeds:
+        obs, _ = env.reset(seed=seed)
+        rng = np.random.default_rng(seed)
+        trace: list = [obs]
+        for i in range(sampled + oracle):
+            action = env.sample_action(rng) if i < sampled else env.oracle_action()
+            o, r, te, tr, info = env.step(action)
+            assert not info.get("infra_error"), info.get("infra_error")
+            trace.append((o, r, te, tr, info["signals"], info["state_key"], info.get("outcome")))
+            if te or tr:
+                break
+        out.append(trace)
+    return out

@@ -3,11 +3,10 @@ and episodes give the same rewards as on bubblewrap for the same seeds and actio
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import turngym
-from tests.docker.conftest import ROOT, load_path
+from tests.docker.conftest import ROOT, load_path, play_traces
 from turngym.envs.code.runner import evaluate_many
 from turngym.envs.code.tasks import load_humaneval
 from turngym.sandbox import Limits
@@ -40,25 +39,12 @@ def test_humaneval_all_164_canonical_pass_and_broken_fail(docker_sb):
 
 
 def _episodes(sandbox, seeds, sampled=3, oracle=3):
-    """Random actions, then the oracle's until the episode ends: (obs, reward, ..., signals) per turn."""
-    out = []
+    """Random actions, then the oracle's until the episode ends: the whole trace per seed."""
     env = turngym.make("turngym/Code-v0", sandbox=sandbox, warm=False)
     try:
-        for seed in seeds:
-            obs, _ = env.reset(seed=seed)
-            rng = np.random.default_rng(seed)
-            trace = [obs]
-            for i in range(sampled + oracle):
-                action = env.sample_action(rng) if i < sampled else env.oracle_action()
-                o, r, te, tr, info = env.step(action)
-                assert not info.get("infra_error"), info.get("infra_error")
-                trace.append((o, r, te, tr, info["signals"], info["state_key"]))
-                if te or tr:
-                    break
-            out.append(trace)
+        return play_traces(env, seeds, sampled, oracle)
     finally:
         env.close()
-    return out
 
 
 def test_code_episodes_match_bubblewrap_on_the_same_seeds(docker_sb, bwrap_sb):

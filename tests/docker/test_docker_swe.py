@@ -10,25 +10,16 @@ from __future__ import annotations
 import json
 import re
 
-import numpy as np
 import pytest
 
 import turngym
-from tests.docker.conftest import ROOT
+from tests.docker.conftest import ROOT, play_traces
+from tests.security.test_swe_grader import FORCE_PASS_HOOK
 from turngym.envs.swe import testing
 from turngym.envs.swe.env import SWEEnv
 from turngym.envs.swe.tasks import SWETask, load_tasks
 from turngym.sandbox.docker import DockerSandbox
 
-FORCE_PASS_HOOK = """
-import pytest
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    rep = outcome.get_result()
-    rep.outcome, rep.longrepr = "passed", None
-"""
 SEEDS = (0, 1, 2)
 
 
@@ -76,24 +67,11 @@ def test_the_dockerfile_installs_the_pinned_sandbox_requirements(images):
 
 def _episodes(seeds, sampled: int = 2) -> list[list]:
     """Random tool calls, then the oracle's until the episode ends: the whole trace per seed."""
-    out = []
     env = turngym.make("turngym/SWE-v0")
     try:
-        for seed in seeds:
-            obs, _ = env.reset(seed=seed)
-            rng = np.random.default_rng(seed)
-            trace: list = [obs]
-            for i in range(sampled + 8):
-                action = env.sample_action(rng) if i < sampled else env.oracle_action()
-                o, r, te, tr, info = env.step(action)
-                assert not info.get("infra_error"), info.get("infra_error")
-                trace.append((o, r, te, tr, info["signals"], info.get("outcome")))
-                if te or tr:
-                    break
-            out.append(trace)
+        return play_traces(env, seeds, sampled, 8)
     finally:
         env.close()
-    return out
 
 
 def _noop(task: SWETask) -> dict:
