@@ -29,6 +29,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -54,23 +55,33 @@ def _latency(rows: dict[str, Callable[[], object]], n: int) -> dict[str, dict[st
     return {k: {"p50_ms": round(_pct(v, 0.5) * 1e3, 2), "p99_ms": round(_pct(v, 0.99) * 1e3, 2)} for k, v in times.items()}
 
 
+def _timed_steps(env: Any, episodes: int, sampled: int, total: int) -> list[float]:
+    """Wall time of every step: ``sampled`` random actions, then the oracle's, per episode."""
+    durations: list[float] = []
+    for seed in range(episodes):
+        env.reset(seed=seed)
+        rng = np.random.default_rng(seed)
+        for i in range(total):
+            action = env.sample_action(rng) if i < sampled else env.oracle_action()
+            t = time.perf_counter()
+            *_, term, trunc, _info = env.step(action)
+            durations.append(time.perf_counter() - t)
+            if term or trunc:
+                break
+    return durations
+
+
+def _stats(durations: list[float]) -> dict[str, float]:
+    return {"mean_ms": round(statistics.mean(durations) * 1e3, 1), "p50_ms": round(_pct(durations, 0.5) * 1e3, 1),
+            "steps": len(durations)}
+
+
 def _code_steps(sandbox: Sandbox, episodes: int, warm: bool) -> dict[str, float]:
     env = turngym.make("turngym/Code-v0", sandbox=sandbox, warm=warm)
-    durations: list[float] = []
     try:
-        for seed in range(episodes):
-            env.reset(seed=seed)
-            rng = np.random.default_rng(seed)
-            for i in range(6):
-                action = env.sample_action(rng) if i < 3 else env.oracle_action()
-                t = time.perf_counter()
-                *_, term, trunc, _info = env.step(action)
-                durations.append(time.perf_counter() - t)
-                if term or trunc:
-                    break
+        return _stats(_timed_steps(env, episodes, 3, 6))
     finally:
         env.close()
-    return {"mean_ms": round(statistics.mean(durations) * 1e3, 1), "p50_ms": round(_pct(durations, 0.5) * 1e3, 1), "steps": len(durations)}
 
 
 def _swe(sandbox: Sandbox, episodes: int, grades: int) -> dict[str, dict[str, float]]:
@@ -79,19 +90,9 @@ def _swe(sandbox: Sandbox, episodes: int, grades: int) -> dict[str, dict[str, fl
 
     testing.set_executor(testing.SandboxExecutor(sandbox))
     env = turngym.make("turngym/SWE-v0")
-    steps: list[float] = []
     grading: list[float] = []
     try:
-        for seed in range(episodes):
-            env.reset(seed=seed)
-            rng = np.random.default_rng(seed)
-            for i in range(10):
-                action = env.sample_action(rng) if i < 2 else env.oracle_action()
-                t = time.perf_counter()
-                *_, term, trunc, _info = env.step(action)
-                steps.append(time.perf_counter() - t)
-                if term or trunc:
-                    break
+        steps = _timed_steps(env, episodes, 2, 10)
         tree = env.start_tree(env.tasks[0])
         for _ in range(grades):
             testing._CACHE.clear()
@@ -101,12 +102,7 @@ def _swe(sandbox: Sandbox, episodes: int, grades: int) -> dict[str, dict[str, fl
     finally:
         env.close()
         testing.set_executor(None)
-    return {
-        "swe-grade": {"mean_ms": round(statistics.mean(grading) * 1e3, 1), "p50_ms": round(_pct(grading, 0.5) * 1e3, 1),
-                      "steps": len(grading)},
-        "swe-step": {"mean_ms": round(statistics.mean(steps) * 1e3, 1), "p50_ms": round(_pct(steps, 0.5) * 1e3, 1),
-                     "steps": len(steps)},
-    }
+    return {"swe-grade": _stats(grading), "swe-step": _stats(steps)}
 
 
 def main() -> None:
