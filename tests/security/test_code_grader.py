@@ -423,6 +423,21 @@ def test_the_grader_uses_none_of_the_solutions_names_or_files(sandbox, attack):
         env.close()
 
 
+def test_the_solution_cannot_shadow_builtins_the_tests_use(sandbox):
+    # The solution adds ``abs`` and ``len`` to the names the grader asked it for (they are
+    # builtins: never asked for); the grader must not bind its own versions in the tests.
+    code = (
+        "import sys\n"
+        "sys._getframe(1).f_locals['req']['names'].extend(['abs', 'len'])\n"
+        "def abs(x):\n    return 0\n"
+        "def len(x):\n    return 3\n"
+        "def f(x):\n    return x + 100\n"
+    )
+    tests = (("t_abs", "assert abs(candidate(1.0) - 2.0) < 1e-6"), ("t_len", "assert len(candidate(1)) == 3"))
+    ev = evaluate_many(sandbox, [Problem("p", code, "f", tests)])[0]
+    assert ev.loaded and [r.passed for r in ev.results] == [False, False], ev
+
+
 def test_the_shipped_hidden_tests_are_not_readable_from_the_sandbox(env):
     """A solution that looks its answers up in the task files (the package's own, HumanEval's
     data) finds nothing: the sandbox does not show them (whatever the install mode)."""

@@ -430,9 +430,12 @@ class _Grader:
         if error is not None:
             return
         base = {"__builtins__": builtins, "__name__": "__grader__", "_check": _check}
+        wanted = set(names)
         for name, kind in remote.items():
-            if type(name) is not str or name in base or name == "candidate" or type(kind) is not list or not kind:
-                continue  # never in place of the grader's own names (``_check``)
+            # Only the names asked for (never a builtin such as ``abs`` the solution could
+            # shadow to pass an assertion), never in place of the grader's own (``_check``).
+            if name not in wanted or name in base or name == "candidate" or type(kind) is not list or not kind:
+                continue
             if kind[0] == "call":
                 base[name] = _Remote(self, name)
             elif kind[0] == "value" and len(kind) == 2:
