@@ -46,14 +46,15 @@ def _children(pid: int) -> list[int]:
 
 def tree_pids(root: int) -> list[int]:
     """``root`` and all its descendants (processes reparented away are missed: see ``uid``)."""
-    seen, stack = [], [root]
+    seen: dict[int, None] = {}  # ordered, with O(1) membership: a fork bomb has thousands of pids
+    stack = [root]
     while stack:
         pid = stack.pop()
         if pid in seen:
             continue
-        seen.append(pid)
+        seen[pid] = None
         stack.extend(_children(pid))
-    return seen
+    return list(seen)
 
 
 def _uid_pids(uid: int) -> Iterator[int]:
