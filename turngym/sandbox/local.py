@@ -23,6 +23,7 @@ import importlib.util
 import os
 import secrets
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -39,7 +40,7 @@ from turngym.sandbox._proc import rlimit_argv, rlimit_setter, run_process
 from turngym.sandbox.base import Files, PythonRuntime, Sandbox, Session, WorkdirSnapshot, check_relpath
 from turngym.sandbox.errors import NotIsolatedWarning, SandboxError, SandboxUnavailable
 from turngym.sandbox.limits import LimitName, Limits, RunResult
-from turngym.sandbox.watchdog import Watchdog
+from turngym.sandbox.watchdog import Watchdog, _uid_pids
 
 __all__ = ["BubblewrapSandbox", "RlimitSandbox", "LocalSession", "DEFAULT_HIDDEN_PATHS", "Enforcement"]
 
@@ -400,17 +401,21 @@ def _force_remove(func: Callable[[str], object], path: str) -> None:
         pass
 
 
-def _kill_uid(uid: int) -> None:
-    """SIGKILL every process whose real uid is ``uid`` (a session's private uid)."""
-    me = os.getpid()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        try:
-            if os.stat(entry.path).st_uid == uid:
-                os.kill(int(entry.name), 9)
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
+def _kill_uid(uid: int, passes: int = 50) -> None:
+    """SIGKILL every process whose uid is ``uid`` (a session's private uid).
+
+    One scan of ``/proc`` is not enough: a leftover that keeps forking and exiting moves to a
+    new pid the scan may already have passed. Scans repeat until one finds nobody (the uid's
+    process rlimit bounds how many can appear in between).
+    """
+    for _ in range(passes):
+        found = False
+        for pid in _uid_pids(uid):
+            found = True
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if not found:
+            return
 
 
 class _LocalSandbox(Sandbox):
