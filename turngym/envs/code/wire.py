@@ -125,7 +125,12 @@ def decode(text, limit=MAX_FRAME):
 
 
 def same_value(a, b):
-    """Equality that also requires equal types, recursively (bool is not int, 1 is not 1.0)."""
+    """Equality that also requires equal types, recursively (bool is not int, 1 is not 1.0),
+    dict keys and set members included (they compare equal across those types).
+
+    >>> same_value({1: "a"}, {True: "a"}), same_value({(1,)}, {(1.0,)}), same_value({(1, 2.0)}, {(1, 2.0)})
+    (False, False, True)
+    """
     if type(a) is not type(b):
         return False
     if isinstance(a, float):
@@ -133,9 +138,10 @@ def same_value(a, b):
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
     if isinstance(a, dict):
-        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+        return same_value(set(a), set(b)) and all(same_value(a[k], b[k]) for k in a)
     if isinstance(a, (set, frozenset)):
-        return a == b and all(type(x) is type(y) for x, y in zip(sorted(a, key=repr), sorted(b, key=repr)))
+        # Equal sets of equal types list their members in the same order by repr.
+        return a == b and all(same_value(x, y) for x, y in zip(sorted(a, key=repr), sorted(b, key=repr)))
     return bool(a == b)
 
 
