@@ -77,12 +77,17 @@ _BANNER = "turngym-grader-started"
 
 @dataclass(frozen=True)
 class RawRun:
-    """What an executor saw: exit code (None when killed), stdout, stderr, limit that ended it."""
+    """What an executor saw: exit code (None when killed), stdout, stderr, limit that ended it.
+
+    ``tree_error`` says why the agent's tree could not be written out (a file where a directory
+    must be, ...): the run never started, and that is the agent's failure, not the infrastructure's.
+    """
 
     exit_code: int | None
     stdout: str
     stderr: str
     limit_hit: str | None = None
+    tree_error: str = ""
 
 
 #: An executor writes ``tree`` into a fresh working directory, runs ``[python, *flags, '-c',
@@ -115,7 +120,7 @@ def subprocess_executor(tree: Tree, config: Mapping[str, Any], stdin: bytes, tim
         try:
             tree.write_to(root)
         except OSError as exc:
-            return RawRun(None, "", f"cannot write the tree: {exc}")
+            return RawRun(None, "", "", tree_error=str(exc))
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         argv = grader_argv(sys.executable, _host_site_dirs(), config)
         try:
@@ -156,7 +161,7 @@ class SandboxExecutor:
             try:
                 session.write_files(files)
             except (ConfigError, OSError) as exc:  # the agent's tree (e.g. a file where a dir must be)
-                return RawRun(None, "", f"cannot write the tree: {exc}")
+                return RawRun(None, "", "", tree_error=str(exc))
             py = self._sandbox.python
             res = session.run(grader_argv(py.executable, py.path, config), stdin=stdin,
                               env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
@@ -284,9 +289,9 @@ def _interpret(raw: RawRun, nonce: str, canary_id: str | None, duration: float) 
     line = next((ln for ln in reversed(raw.stdout.splitlines()) if ln.startswith(nonce + " ")), None)
     if line is None:
         if _BANNER not in raw.stdout:
-            if raw.stderr.startswith("cannot write the tree"):
-                return TestRun(frozenset(), frozenset(), (), True, False, raw.stderr[-2000:], duration,
-                               aborted="the repository could not be written out: " + raw.stderr[-300:])
+            if raw.tree_error:
+                return TestRun(frozenset(), frozenset(), (), True, False, raw.tree_error[-2000:], duration,
+                               aborted="the repository could not be written out: " + raw.tree_error[-300:])
             raise InfraError(f"the SWE grader did not start (exit {raw.exit_code}, limit {raw.limit_hit}):\n{(raw.stderr or raw.stdout)[-1000:]}")
         why = f"the {raw.limit_hit} limit" if raw.limit_hit else f"exit status {raw.exit_code}"
         return TestRun(frozenset(), frozenset(), (), False, raw.limit_hit in ("wall", "cpu"), "", duration,
