@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import turngym
@@ -174,7 +174,10 @@ def test_step_survives_fuzzed_actions(env_id):
     )
     @given(seed=st.integers(0, 10_000), plans=_plans())
     def run(seed, plans):  # noqa: ANN001, ANN202
-        assume(time.monotonic() < deadline)  # the CI budget: later examples are discarded
+        # The CI budget: later examples pass without stepping. Not ``assume``: Hypothesis may
+        # replay an example, and one valid before the deadline but discarded after it is "flaky".
+        if time.monotonic() >= deadline:
+            return
         env.reset(seed=seed)
         for plan in plans:
             action = _action(env, plan)
