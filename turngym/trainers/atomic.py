@@ -154,11 +154,12 @@ def save_dir(final: Path, write: Callable[[Path], None], meta: dict[str, Any] | 
     if hook is not None:
         hook("written")
     files: dict[str, dict[str, Any]] = {}
-    for path in _files(tmp):
+    written = list(_files(tmp))
+    for path in written:
         with open(path, "rb") as fh:  # fsync needs no write access on POSIX
             os.fsync(fh.fileno())
         files[path.relative_to(tmp).as_posix()] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
-    for sub in sorted({p.parent for p in _files(tmp)}, key=lambda p: len(p.parts), reverse=True):
+    for sub in sorted({p.parent for p in written}, key=lambda p: len(p.parts), reverse=True):
         fsync_dir(sub)
     manifest = {"format": _FORMAT, "files": files, **(meta or {})}
     write_json(tmp / MANIFEST_NAME, manifest)
