@@ -17,6 +17,7 @@ The WebSocket first-frame deadline and the accounting of idle sockets toward
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -57,14 +58,14 @@ class TokenGuard:
 
     def __init__(self, app: Any, token: str | None) -> None:
         self.app = app
-        self._token = token.encode() if token else None
+        self._digest = _digest(token.encode()) if token else None
 
     def allowed(self, scope: Scope) -> bool:
-        if self._token is None or _is_open(scope.get("path", "")):
+        if self._digest is None or _is_open(scope.get("path", "")):
             return True
         given = _presented(scope)
         # compare_digest on equal-length digests: time depends on neither the token nor the guess
-        return given is not None and hmac.compare_digest(_digest(given), _digest(self._token))
+        return given is not None and hmac.compare_digest(_digest(given), self._digest)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket") and not self.allowed(scope):
@@ -82,8 +83,6 @@ class TokenGuard:
 
 
 def _digest(value: bytes) -> bytes:
-    import hashlib
-
     return hashlib.sha256(value).digest()
 
 
