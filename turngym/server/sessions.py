@@ -262,7 +262,8 @@ class SessionManager:
         """
         policy = self.policies.get(env_id)
         try:
-            checked = policy.check_kwargs(kwargs) if policy is not None else dict(kwargs or {})
+            # no policy: an id this server does not serve, which reserve() refuses by name just below
+            checked = policy.check_kwargs(kwargs) if policy is not None else {}
         except ConfigError:
             self.stats["refused_kwargs"] += 1
             if pending:
