@@ -49,16 +49,17 @@ class ChatServerDouble:
                     status = double.fail_next.pop(0) if double.fail_next else 200
                     double.in_flight += 1
                     double.max_in_flight = max(double.max_in_flight, double.in_flight)
-                try:
-                    time.sleep(double.delay)
-                    if self.path != "/v1/chat/completions":
-                        return self._send(404, {"error": "not found"})
-                    if status != 200:
-                        return self._send(status, {"error": "try again"}, {"Retry-After": "0"})
-                    return self._send(200, double.reply(body))
-                finally:
-                    with double.lock:
-                        double.in_flight -= 1
+                time.sleep(double.delay)
+                # The request leaves the in-flight count *before* its reply is written: once the
+                # client reads the reply it may send the next request at once, and counting the
+                # old one until after the write would see a fourth request that never overlapped.
+                with double.lock:
+                    double.in_flight -= 1
+                if self.path != "/v1/chat/completions":
+                    return self._send(404, {"error": "not found"})
+                if status != 200:
+                    return self._send(status, {"error": "try again"}, {"Retry-After": "0"})
+                return self._send(200, double.reply(body))
 
             def _send(self, status: int, payload: dict, headers: dict | None = None) -> None:
                 data = json.dumps(payload).encode()
