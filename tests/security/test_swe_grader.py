@@ -15,8 +15,9 @@ import pytest
 from turngym.core.errors import ConfigError, InfraError
 from turngym.envs.swe import testing
 from turngym.envs.swe.env import SWEEnv
+from turngym.envs.swe.grading import grading_tree
 from turngym.envs.swe.repos import load_repo
-from turngym.envs.swe.tasks import SWETask, load_tasks
+from turngym.envs.swe.tasks import SWETask, buggy_tree, load_tasks
 
 # Fakes the report the runner used to read: every test in tests/ passed (JUnit, xunit1 ids).
 FORGE_JUNIT = '''
@@ -141,6 +142,75 @@ IMPORT_TIME = {
     ),
 }
 
+# In-process forgeries: they reach the old runner's recorder (it lives in pytest's interpreter)
+# through the heap and report every test passed. The split grader never imports the package
+# in the process that judges, so they find nothing to forge there.
+_IDS = (
+    "def _ids():\n"
+    "    import glob, re\n"
+    "    out = []\n"
+    "    for f in sorted(glob.glob('tests/**/*.py', recursive=True)):\n"
+    "        for n in re.findall(r'^def (test_\\w+)', open(f).read(), re.M):\n"
+    "            out.append((f + '::' + n, 'failed' if 'canary' in f else 'passed'))\n"
+    "    return out\n"
+)
+FORGERIES = {
+    "gc_walk_to_the_recorder": _IDS + (
+        "import gc, os\n"
+        "for _o in gc.get_objects():\n"
+        "    if type(_o).__name__ == 'Recorder' and callable(getattr(_o, 'send', None)):\n"
+        "        for _nid, _out in _ids():\n"
+        "            _o.send({'k': 'test', 'nodeid': _nid, 'when': 'call', 'outcome': _out, 'msg': ''})\n"
+        "        _o.send({'k': 'done', 'exit': 1})\n"
+        "        os._exit(0)\n"
+    ),
+    "ctypes_write_to_the_result_channel": _IDS + (
+        "import ctypes, gc, json, os\n"
+        "_libc = ctypes.CDLL(None)\n"
+        "for _o in gc.get_objects():\n"
+        "    if type(_o).__name__ == 'Recorder' and isinstance(getattr(_o, 'fd', None), int):\n"
+        "        _recs = [{'k': 'test', 'nodeid': n, 'when': 'call', 'outcome': o, 'msg': ''} for n, o in _ids()]\n"
+        "        for _r in _recs + [{'k': 'done', 'exit': 1}]:\n"
+        "            _body = json.dumps(_r).encode()\n"
+        "            _m = _o._mac.copy()\n"
+        "            _m.update(_body)\n"
+        "            _line = _m.hexdigest().encode() + b' ' + _body + b'\\n'\n"
+        "            _libc.write(_o.fd, _line, len(_line))\n"
+        "        os._exit(0)\n"
+    ),
+    "disable_the_checks_then_monkeypatch_pytest": (
+        "import gc, sys\n"
+        "for _o in gc.get_objects():\n"
+        "    if isinstance(_o, type) and hasattr(_o, 'verify_item') and hasattr(_o, 'check'):\n"
+        "        _o.check = lambda self, where: None\n"
+        "        _o.verify_item = lambda self, item: None\n"
+        "_py = sys.modules['_pytest.python']\n"
+        "_orig = _py.Function.runtest\n"
+        "def _runtest(self):\n"
+        "    if 'canary' in self.nodeid:\n"
+        "        return _orig(self)\n"
+        "_py.Function.runtest = _runtest\n"
+    ),
+    "values_that_equal_anything": (
+        "class _Any:\n"
+        "    def __eq__(self, other):\n"
+        "        return True\n"
+        "    def __ne__(self, other):\n"
+        "        return False\n"
+        "    def __bool__(self):\n"
+        "        return True\n"
+        "    __hash__ = object.__hash__\n"
+        "CacheStats.hit_rate = property(lambda self: _Any())\n"
+    ),
+}
+IMPORT_TIME.update(FORGERIES)
+IMPORT_TIME["plant_test_files_at_import"] = (
+    "import glob\n"
+    "for _f in glob.glob('tests/*.py'):\n"
+    "    open(_f, 'w').write('def test_canary():\\n    pass\\n')\n"
+    "open('tests/conftest.py', 'w').write(" + repr(FORCE_PASS_HOOK) + ")\n"
+)
+
 EVIL_PLUGIN = FORCE_PASS_HOOK + "\n" + FORGE_JUNIT + "\nimport atexit\natexit.register(_forge_junit)\n"
 SHADOW_PYTEST = FORGE_JUNIT + "_forge_junit()\nimport os\nos._exit(0)\n"
 
@@ -212,13 +282,46 @@ def test_the_code_under_test_cannot_forge_or_drop_its_verdict(env, task, name):
     _assert_contained(info)  # and, above all, no InfraError: a failed episode, never a dropped one
 
 
-def test_tampering_and_early_exits_say_why(env, task):
-    info = _play(env, task, {task.path: task.buggy_source + IMPORT_TIME["noop_runtest"]})
-    assert "tampered" in info["outcome"]["reason"] and "runtest" in info["outcome"]["reason"]
+def test_early_exits_say_why(env, task):
     info = _play(env, task, {task.path: task.buggy_source + IMPORT_TIME["exit0_without_report"]})
-    assert "ended before pytest finished" in info["outcome"]["reason"]
+    assert "the package's process ended" in info["outcome"]["reason"]
     info = _play(env, task, {task.path: task.buggy_source + IMPORT_TIME["kill_the_grader_parent"]})
     assert "stopped before it reported" in info["outcome"]["reason"]
+
+
+@pytest.mark.parametrize("name", sorted(FORGERIES))
+def test_the_forgeries_are_real_against_a_runner_in_the_same_interpreter(task, name):
+    """The in-process runner (kept for SWE-bench suites) falls to each forgery: proof that the
+    red-team payloads above attack for real, and why generated tasks are graded split."""
+    start = buggy_tree(task)
+    tree = grading_tree(task, start.with_file(task.path, task.buggy_source + FORGERIES[name]), start)
+    testing._CACHE.clear()  # a split run of the same tree would answer the in-process question
+    run = testing.run_pytest(tree, None, canary=True)  # split=False: pytest beside the code
+    assert not run.problem and set(task.fail_to_pass) <= run.passed, (run.problem, sorted(run.failed)[:3])
+    split = testing.run_pytest(tree, None, canary=True, split=True)
+    assert not set(task.fail_to_pass) & split.passed
+
+
+def test_the_package_cannot_reach_past_the_objects_the_tests_hand_over(task):
+    """A memoized function crosses as a reference: calling it works, its private attributes,
+    globals and other references do not, and nothing of the grader's reaches the package."""
+    escape = (
+        "def memoize(maxsize=128):\n"
+        "    def deco(fn):\n"
+        "        got = []\n"
+        "        for req in ({'cbget': fn._tg_id, 'name': '__globals__'}, {'cbget': fn._tg_id, 'name': '_tg_peer'},\n"
+        "                    {'cb': 10 ** 6, 'args': {'L': []}, 'kwargs': {'D': []}}):\n"
+        "            try:\n"
+        "                got.append(repr(fn._tg_peer.request(req))[:40])\n"
+        "            except Exception as exc:\n"
+        "                got.append(type(exc).__name__)\n"
+        "        raise RuntimeError('ESCAPE ' + ' | '.join(got))\n"
+        "    return deco\n"
+    )
+    tree = load_repo(task.repo).with_file(task.path, load_repo(task.repo)[task.path] + escape)
+    run = testing.run_pytest(tree, ["tests/test_lrucache.py::test_memoize_caches"], split=True)
+    msg = dict(run.messages).get("tests/test_lrucache.py::test_memoize_caches", "")
+    assert "ESCAPE AttributeError | AttributeError | ValueError" in msg, msg
 
 
 def test_the_same_attacks_with_the_fix_applied_still_resolve_only_honestly(env, task):

@@ -62,5 +62,6 @@ def evaluate(task: SWETask, tree: Tree, pristine: Tree) -> TestRun:
     """The hidden evaluation of ``tree``: the task's tests on the agent's code, canary included."""
     # generated tasks: the whole (small) suite; imported tasks (SWE-bench): only the tests the
     # instance names, as its harness does
-    tests = None if task.meta.get("source") == "generated" else sorted({*task.fail_to_pass, *task.pass_to_pass})
-    return run_pytest(grading_tree(task, tree, pristine), tests, canary=True)
+    generated = task.meta.get("source") == "generated"
+    tests = None if generated else sorted({*task.fail_to_pass, *task.pass_to_pass})
+    return run_pytest(grading_tree(task, tree, pristine), tests, canary=True, split=generated, test_dirs=protected_dirs(task))

@@ -96,15 +96,23 @@ class RawRun:
 Executor = Callable[[Tree, Mapping[str, Any], bytes, float], RawRun]
 
 
-@lru_cache(maxsize=1)
-def _boot_source() -> str:
-    return (Path(__file__).with_name("_grader_boot.py")).read_text(encoding="utf-8")
+#: The runner programs: tests beside the code (any pytest suite), or tests apart from it.
+_BOOTS = {"inprocess": "_grader_boot.py", "split": "_split_boot.py"}
+
+
+@lru_cache(maxsize=2)
+def _boot_source(mode: str = "inprocess") -> str:
+    return (Path(__file__).with_name(_BOOTS[mode])).read_text(encoding="utf-8")
 
 
 def grader_argv(executable: str, site_dirs: Sequence[str], config: Mapping[str, Any]) -> list[str]:
-    """The command line of the trusted runner (the tree never appears in it)."""
+    """The command line of the trusted runner (the tree never appears in it).
+
+    ``config["mode"]`` picks the program: ``"split"`` (the split grader, for suites that call
+    the package and assert on values) or ``"inprocess"`` (default; pytest beside the code).
+    """
     cfg = {**config, "site": list(site_dirs)}
-    return [executable, "-I", "-S", "-B", "-c", _boot_source(), json.dumps(cfg)]
+    return [executable, "-I", "-S", "-B", "-c", _boot_source(str(cfg.get("mode", "inprocess"))), json.dumps(cfg)]
 
 
 def _host_site_dirs() -> list[str]:
@@ -341,6 +349,8 @@ def _interpret(raw: RawRun, nonce: str, canary_id: str | None, duration: float) 
     aborted = ""
     if payload.get("timed_out"):
         aborted = "the tests timed out"
+    elif payload.get("fatal"):  # the split grader: the package's process died or broke the protocol
+        aborted = str(payload["fatal"])[:300]
     elif done is None:
         status = payload.get("status")
         aborted = f"the test process ended before pytest finished (status {status}{', ' + crash if crash else ''})"
@@ -353,7 +363,7 @@ def _interpret(raw: RawRun, nonce: str, canary_id: str | None, duration: float) 
                    tampering=tampered)
 
 
-_CACHE: OrderedDict[tuple[str, str, tuple[str, ...], bool], TestRun] = OrderedDict()
+_CACHE: OrderedDict[tuple[str, str, tuple[str, ...], bool, bool], TestRun] = OrderedDict()
 _CACHE_SIZE = 4096
 
 
@@ -366,16 +376,20 @@ def _subset(full: TestRun, tests: Sequence[str]) -> TestRun | None:
                    False, False, full.output, 0.0)
 
 
-def _lookup(scope: str, tree: Tree, tests: tuple[str, ...], canary: bool) -> TestRun | None:
-    # a canary run answers a canary-less question too (the canary never touches other tests)
-    for key in [(scope, tree.digest, tests, True), *([(scope, tree.digest, tests, False)] if not canary else [])]:
+def _lookup(scope: str, tree: Tree, tests: tuple[str, ...], canary: bool, split: bool) -> TestRun | None:
+    # a canary run answers a canary-less question too (the canary never touches other tests);
+    # a split run answers an in-process question, never the other way round (an in-process
+    # run's records are claims of the code under test, never a verdict)
+    flags = [(c, sp) for c in ((True,) if canary else (True, False)) for sp in ((True,) if split else (True, False))]
+    for c, sp in flags:
+        key = (scope, tree.digest, tests, c, sp)
         hit = _CACHE.get(key)
         if hit is not None:
             _CACHE.move_to_end(key)
             return hit
     if tests:
-        for flag in (True, False) if not canary else (True,):
-            full = _CACHE.get((scope, tree.digest, (), flag))
+        for c, sp in flags:
+            full = _CACHE.get((scope, tree.digest, (), c, sp))
             if full is not None and (sub := _subset(full, tests)) is not None:
                 return sub
     return None
@@ -387,16 +401,20 @@ def canary_path(tree: Tree, tests: Sequence[str]) -> str:
     return f"{first.rsplit('/', 1)[0]}/{CANARY_NAME}"
 
 
-def run_pytest(tree: Tree, tests: Sequence[str] | None = None, *, timeout: float = 30.0, canary: bool = False) -> TestRun:
+def run_pytest(tree: Tree, tests: Sequence[str] | None = None, *, timeout: float = 30.0, canary: bool = False,
+               split: bool = False, test_dirs: Sequence[str] = ("tests",)) -> TestRun:
     """Run the suite (or the selected test ids) of ``tree``; cached by tree digest.
 
     ``canary`` adds a test that must fail (the grader's check against runs that report
-    everything passed); its verdict is taken out of the result.
+    everything passed); its verdict is taken out of the result. ``split`` runs the tests in
+    a process that never imports the tree's code outside ``test_dirs`` (see
+    ``_split_boot.py``): only for suites that call the package and assert on what it returns,
+    and only when every file in ``test_dirs`` is trusted (the task's own).
     """
     selected = tuple(tests or ())
     _check_test_ids(selected)
     scope, executor = _scoped.get() or ("", _executor)
-    hit = _lookup(scope, tree, selected, canary)
+    hit = _lookup(scope, tree, selected, canary, split)
     if hit is not None:
         return hit
     run_tree, canary_id, args_tests = tree, None, list(selected or ["tests"])
@@ -407,11 +425,13 @@ def run_pytest(tree: Tree, tests: Sequence[str] | None = None, *, timeout: float
         if selected:
             args_tests.append(cpath)
     nonce = secrets.token_hex(16)
-    config = {"args": _pytest_args(run_tree, args_tests), "deadline": timeout}
+    config: dict[str, Any] = {"args": _pytest_args(run_tree, args_tests), "deadline": timeout}
+    if split:
+        config.update(mode="split", test_dirs=sorted({d.split("/", 1)[0] for d in test_dirs if d}))
     t0 = time.perf_counter()
     raw = executor(run_tree, config, (nonce + "\n").encode(), timeout)
     run = _interpret(raw, nonce, canary_id, time.perf_counter() - t0)
-    _CACHE[(scope, tree.digest, selected, canary)] = run
+    _CACHE[(scope, tree.digest, selected, canary, split)] = run
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
     return run
