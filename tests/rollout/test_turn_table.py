@@ -73,7 +73,16 @@ def test_turn_table_columns(tiny: HFPolicy) -> None:
         assert table["last"][rows].tolist() == [False] * (len(rows) - 1) + [True]
         np.testing.assert_allclose(table["episode_return"][rows], ep.total_reward)
     assert len(set(table["node"].tolist())) == n  # linear episodes never share nodes
-    assert "signal/progress" in table and table["state_key"].dtype == object
+    assert "signal/progress" in table and "state_key" not in table and "prev_state_key" not in table
+    # states are named by when they hold: before the turn's action, and after it
+    assert table["state_before"].tolist() == [t.prev_state_key for e in eps for t in e.turns]
+    assert table["state_after"].tolist() == [t.state_key for e in eps for t in e.turns]
+    not_last = ~table["last"]
+    assert (table["state_before"][1:][not_last[:-1]] == table["state_after"][:-1][not_last[:-1]]).all()
+    shaped = [[0.5 * (t.index + 1) for t in e.turns] for e in eps]  # rewards override: e.g. shaped rewards
+    assert to_turn_table(eps, rewards=shaped)["reward"].tolist() == [r for rs in shaped for r in rs]
+    with pytest.raises(ConfigError, match="rewards for"):
+        to_turn_table(eps, rewards=[[0.0]] * len(eps))
 
     samples = [render_episode(ep, tiny.tokenizer) for ep in eps]
     spans = to_turn_table(eps, samples=samples)

@@ -13,7 +13,7 @@ def random_table(seed: int, *, n_groups: int = 3, max_episodes: int = 5, max_tur
     Rewards are drawn from a few values so ties (uniform groups, equal returns) occur.
     """
     rng = np.random.default_rng(seed)
-    cols: dict[str, list[Any]] = {k: [] for k in ("episode", "group", "turn", "reward", "state_key", "info_gain", "value", "process", "correct")}
+    cols: dict[str, list[Any]] = {k: [] for k in ("episode", "group", "turn", "reward", "state_before", "info_gain", "value", "process", "correct")}
     if tree:
         cols["node"], cols["parent"] = [], []
     ep_id = 0
@@ -33,7 +33,7 @@ def random_table(seed: int, *, n_groups: int = 3, max_episodes: int = 5, max_tur
                 cols["group"].append(g)
                 cols["turn"].append(t)
                 cols["reward"].append(float(rng.choice([0.0, 0.0, 0.5, 1.0, -0.25])))
-                cols["state_key"].append(f"s{int(rng.integers(3))}")
+                cols["state_before"].append(f"s{int(rng.integers(3))}")
                 cols["info_gain"].append(float(rng.choice([0.0, 0.1, -0.2, 0.3])))
                 cols["value"].append(float(rng.normal()))
                 cols["process"].append(float(rng.choice([0.2, 0.5, 0.9])))

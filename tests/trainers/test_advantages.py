@@ -67,7 +67,7 @@ def test_worked_examples_by_hand() -> None:
     np.testing.assert_allclose(compute_advantages("grpo", two, scale=False), [0.5, 0.5, -0.5])
     three = {"episode": [0, 1, 2], "group": [0, 0, 0], "turn": [0, 0, 0], "reward": [3.0, 1.0, 2.0]}
     np.testing.assert_allclose(compute_advantages("rloo", three), [1.5, -1.5, 0.0])
-    gig = dict(two, group=[0, 0, 0], state_key=["s", "s", "s"])
+    gig = dict(two, group=[0, 0, 0], state_before=["s", "s", "s"])
     np.testing.assert_allclose(compute_advantages("gigpo", gig, gamma=0.5, normalize="mean"), [0.5, 1.0, -1.0])
     value = {"episode": [0, 0], "group": [0, 0], "turn": [0, 1], "reward": [0.0, 1.0], "value": [0.5, 0.8]}
     np.testing.assert_allclose(compute_advantages("gae", value, gamma=1.0, lam=0.5), [0.4, 0.2])
@@ -93,7 +93,7 @@ def test_row_order_does_not_matter(name: str, seed: int) -> None:
 
 def _identical_episodes(tree: bool) -> dict:
     """Two groups, each of three identical episodes (same per-turn rewards, states, signals)."""
-    cols: dict = {k: [] for k in ("episode", "group", "turn", "reward", "state_key", "info_gain", "value", "process", "correct")}
+    cols: dict = {k: [] for k in ("episode", "group", "turn", "reward", "state_before", "info_gain", "value", "process", "correct")}
     if tree:
         cols["node"], cols["parent"] = [], []
     for g, rewards in enumerate([(0.0, 0.3, 1.0), (0.5, 0.5)]):
@@ -103,7 +103,7 @@ def _identical_episodes(tree: bool) -> dict:
                 cols["group"].append(g)
                 cols["turn"].append(t)
                 cols["reward"].append(r)
-                cols["state_key"].append(f"s{t}")
+                cols["state_before"].append(f"s{t}")
                 cols["info_gain"].append(0.1 * t)
                 cols["value"].append(0.0)
                 cols["process"].append(0.4)
@@ -280,7 +280,7 @@ def _stop_choice_group(ig_per_turn: float, outcome: float) -> dict:
     answers (ends with ``outcome``) or stalls (stays in ``ready``). Episode lengths 2, 4, 2, 3:
     episodes 1 and 3 stall 2 and 1 times. Every non-final turn gains ``ig_per_turn``.
     """
-    cols: dict = {k: [] for k in ("episode", "group", "turn", "reward", "info_gain", "state_key")}
+    cols: dict = {k: [] for k in ("episode", "group", "turn", "reward", "info_gain", "state_before")}
     for e, n in enumerate([2, 4, 2, 3]):
         for t in range(n):
             last = t == n - 1
@@ -289,7 +289,7 @@ def _stop_choice_group(ig_per_turn: float, outcome: float) -> dict:
             cols["turn"].append(t)
             cols["reward"].append(outcome if last else 0.0)
             cols["info_gain"].append(0.0 if last else ig_per_turn)
-            cols["state_key"].append("start" if t == 0 else "ready")
+            cols["state_before"].append("start" if t == 0 else "ready")
     return cols
 
 
@@ -357,7 +357,7 @@ def test_unknown_estimator_param_and_missing_column() -> None:
     with pytest.raises(ConfigError, match="Did you mean 'gigpo'"):
         compute_advantages("gigp", turns)
     with pytest.raises(ConfigError, match="unknown parameter"):
-        compute_advantages("gigpo", dict(turns, state_key=["a", "a"]), omgea=0.5)
+        compute_advantages("gigpo", dict(turns, state_before=["a", "a"]), omgea=0.5)
     with pytest.raises(TurnTableError, match="needs column"):
         compute_advantages("gigpo", turns)
     with pytest.raises(ConfigError, match="gamma"):
@@ -382,18 +382,39 @@ def test_from_episodes_uses_the_state_the_action_was_taken_in() -> None:
     t = TurnTable.from_episodes(eps)
     assert t.n_episodes == 4 and t.n_groups == 2
     assert t.n_rows == sum(len(e.turns) for e in eps)
+    # The anchor is the state each action was taken in: the first turns of a group (oracle and
+    # random agent alike) acted in the group's one initial state; the states after them differ.
+    first = np.flatnonzero(t.turn == 0)
+    assert len({(int(t.group[i]), int(t.state_before[i])) for i in first}) == 2
+    assert t.state_before.tolist() == TurnTable({"episode": t.episode, "group": t.group, "turn": t.turn, "reward": t.reward,
+                                                 "state_before": [x.prev_state_key for e in eps for x in e.turns]}).state_before.tolist()
     adv = compute_advantages("gigpo", t)
     # In each group the oracle succeeded and the random agent (almost surely) did not.
     oracle_rows = np.concatenate([[e.success] * len(e.turns) for e in eps])
     assert adv[oracle_rows].min() > adv[~oracle_rows].max() - 1e-9 or not oracle_rows.any()
 
 
-def test_rollout_table_columns_ride_along_and_prev_state_key_is_the_anchor() -> None:
+def test_rollout_table_columns_ride_along_and_state_after_is_not_the_anchor() -> None:
     turns = random_table(5)
-    rollout_style = dict(turns, prev_state_key=turns["state_key"], state_key=["after"] * len(turns["state_key"]))
+    rollout_style = dict(turns, state_after=["after"] * len(turns["state_before"]))
     rollout_style["signal/progress"] = [0.0] * len(turns["episode"])
     rollout_style["terminated"] = [False] * len(turns["episode"])
     np.testing.assert_array_equal(compute_advantages("gigpo", rollout_style), compute_advantages("gigpo", turns))
+    # the anchor is state_before: the same table anchored on another state gives other advantages
+    moved = dict(turns, state_before=[f"{s}-{t}" for s, t in zip(turns["state_before"], turns["turn"])])
+    assert not np.allclose(compute_advantages("gigpo", moved), compute_advantages("gigpo", turns))
+
+
+@pytest.mark.parametrize("name", ["state_key", "prev_state_key"])
+def test_an_ambiguous_state_column_is_refused_with_the_right_name(name: str) -> None:
+    """A table built by hand from ``info["state_key"]`` (the state *after* each step) must not
+    silently become GiGPO's anchor: the error names ``state_before`` and ``state_after``."""
+    turns = random_table(2)
+    hand_built = {k: v for k, v in turns.items() if k != "state_before"} | {name: turns["state_before"]}
+    with pytest.raises(TurnTableError, match="'state_before'.*'state_after'"):
+        compute_advantages("gigpo", hand_built)
+    with pytest.raises(TurnTableError, match="state_before"):
+        TurnTable(hand_built)
 
 
 def test_rollout_turn_tables_feed_every_estimator() -> None:
@@ -410,12 +431,12 @@ def test_rollout_turn_tables_feed_every_estimator() -> None:
             adv = compute_advantages(name, table)
             assert adv.shape == (len(table["episode"]),) and np.isfinite(adv).all()
             ref_cols = {k: table[k].tolist() for k in ("episode", "group", "turn", "reward", "node", "parent")}
-            ref_cols["state_key"] = table["prev_state_key"].tolist()
+            ref_cols["state_before"] = table["state_before"].tolist()
             np.testing.assert_allclose(adv, ref.REFERENCE[name](ref_cols), atol=1e-9)
 
 
 def test_string_ids_factorize_in_first_appearance_order_and_survive_hash_collisions():
-    from turngym.trainers.advantages.table import _factorize
+    from turngym.trainers.advantages._ids import factorize as _factorize
 
     ids = np.array(["ep-b", "ep-a", "ep-b", "ep-c", "ep-a"], dtype=object)
     assert _factorize(ids, "episode").tolist() == [0, 1, 0, 2, 1]
@@ -438,9 +459,36 @@ def test_gigpo_with_string_ids_equals_gigpo_with_int_ids():
         "group": np.sort(episode) // 8,
         "turn": np.zeros(n, np.int64),
         "reward": rng.random(n),
-        "state_key": rng.integers(0, 30, n),
+        "state_before": rng.integers(0, 30, n),
     }
     cols["turn"] = np.concatenate([np.arange(c) for c in np.bincount(cols["episode"]) if c])
-    as_str = {k: (np.array([f"id-{v}" for v in cols[k].tolist()], dtype=object) if k in ("episode", "group", "state_key") else v)
+    as_str = {k: (np.array([f"id-{v}" for v in cols[k].tolist()], dtype=object) if k in ("episode", "group", "state_before") else v)
               for k, v in cols.items()}
     np.testing.assert_allclose(compute_advantages("gigpo", as_str), compute_advantages("gigpo", cols))
+
+
+def test_a_registered_estimator_declares_a_new_input_column() -> None:
+    """``requires`` makes tables accept the new column and refuses tables that lack it."""
+    from turngym.trainers.advantages import ESTIMATORS, estimator_inputs, register_estimator
+    from turngym.trainers.advantages.table import _DECLARED
+
+    def difficulty_weighted(turns, *, scale: float = 1.0):  # noqa: ANN001, ANN202
+        table = turns if isinstance(turns, TurnTable) else TurnTable(turns)
+        return scale * table.column("difficulty") * table.reward
+
+    turns = {"episode": [0, 1], "group": [0, 0], "turn": [0, 0], "reward": [1.0, 2.0]}
+    with pytest.raises(TurnTableError, match="unknown column 'difficulty'"):
+        TurnTable(dict(turns, difficulty=[0.5, 2.0]))
+    register_estimator("difficulty_weighted", difficulty_weighted, requires=("difficulty",))
+    try:
+        assert estimator_inputs("difficulty_weighted") == ("difficulty",)
+        assert compute_advantages("difficulty_weighted", dict(turns, difficulty=[0.5, 2.0]), scale=2.0).tolist() == [1.0, 8.0]
+        with pytest.raises(TurnTableError, match=r"needs column\(s\) \['difficulty'\]"):
+            compute_advantages("difficulty_weighted", turns)
+        with pytest.raises(ConfigError, match="ambiguous"):
+            register_estimator("bad", difficulty_weighted, requires=("state_key",))
+    finally:
+        ESTIMATORS.pop("difficulty_weighted")
+        _DECLARED.discard("difficulty")
+    assert estimator_inputs("gigpo") == ("state_before",) and estimator_inputs("papo") == ("process",)
+    assert estimator_inputs("igpo") == ("info_gain",) and estimator_inputs("gae") == ("value",) and estimator_inputs("grpo") == ()

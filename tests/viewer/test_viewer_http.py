@@ -49,7 +49,6 @@ def test_episode_page_advantages_equal_compute_advantages(client: TestClient, ev
     row = 5
     group = [i for i, ep in enumerate(eps) if ep.group == eps[row].group]
     table = to_turn_table([eps[i] for i in group])
-    table["state_key"] = table["prev_state_key"]
     adv = compute_advantages(est, table)
     mine = adv[table["episode"] == group.index(row)]
     r = client.get(f"/episode?src=0&row={row}&est={est}")
@@ -68,7 +67,6 @@ def test_group_page_shows_two_estimators(client: TestClient, eval_dir: Path) -> 
     g = eps[0].group
     members = [ep for ep in eps if ep.group == g]
     table = to_turn_table(members)
-    table["state_key"] = table["prev_state_key"]
     r = client.get("/group", params={"src": 0, "g": g, "a": "grpo", "b": "gigpo"})
     assert r.status_code == 200
     for slot, est in (("a", "grpo"), ("b", "gigpo")):

@@ -70,7 +70,6 @@ def _tiny_with_spread_returns(tiny_dir: Path, dst: Path) -> Path:
 def _group_advantages(eps: list, row: int, est: str) -> list[float]:
     group = [i for i, ep in enumerate(eps) if ep.group == eps[row].group]
     table = to_turn_table([eps[i] for i in group])
-    table["state_key"] = table["prev_state_key"]
     adv = compute_advantages(est, table)
     return adv[table["episode"] == group.index(row)].tolist()
 

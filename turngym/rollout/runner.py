@@ -26,8 +26,13 @@ __all__ = ["run_episodes", "record_turn", "new_episode", "unscored_episode"]
 def new_episode(
     env: Any, obs: str, info: dict[str, Any], *, episode_id: str, env_id: str, seed: int | None, group: str
 ) -> Episode:
-    """An empty :class:`Episode` for an env just reset (system prompt and stop strings from the env)."""
+    """An empty :class:`Episode` for an env just reset (system prompt and stop strings from the env).
+
+    A local env's gold answer travels with the episode (``meta["gold"]``) for trainers that
+    score against it (IGPO's information gain); the policy never sees ``meta``.
+    """
     raw = getattr(env, "unwrapped", env)
+    gold = getattr(getattr(raw, "task", None), "gold", None)
     return Episode(
         episode_id=episode_id,
         env_id=env_id,
@@ -36,6 +41,7 @@ def new_episode(
         initial_observation=obs,
         system_prompt=getattr(raw, "system_prompt", ""),
         group=group,
+        meta={} if gold is None else {"gold": str(gold)},
     )
 
 
@@ -60,6 +66,7 @@ def agent_input(ep: Episode, env: Any, history: int | None) -> AgentInput:
         episode_id=ep.episode_id,
         stop=tuple(getattr(raw, "stop_strings", ())),
         action_token_ids=action_ids,
+        max_new_tokens=getattr(raw, "max_new_tokens", None),
     )
 
 

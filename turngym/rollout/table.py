@@ -2,7 +2,14 @@
 
 ``compute_advantages(name, to_turn_table(episodes))`` is the whole interface between rollouts
 and trainers: one row per (episode, turn), plain numpy columns, no rollout types. Rows are in
-episode order, turns in order within an episode.
+episode order, turns in order within an episode. This is the one place a turn table is built
+from episodes: the trainer, the viewer and :meth:`TurnTable.from_episodes
+<turngym.trainers.advantages.TurnTable.from_episodes>` all call it.
+
+States are named by when they hold: ``state_before`` is the state the turn's action was taken
+in (GiGPO's anchor: ``Turn.prev_state_key``, the ``info["state_key"]`` of the reset or of the
+previous step), ``state_after`` the state it led to (``Turn.state_key``, this step's
+``info["state_key"]``). There is no column called plain ``state_key``; estimators refuse one.
 
 Columns:
 
@@ -14,9 +21,9 @@ episode_id         object   ``Episode.episode_id``
 group              int64    group index; episodes of a group share the task and initial state
 turn               int64    0-based turn index in its episode
 reward             float64  the turn's reward (an episode's return is the sum over its turns)
-episode_return     float64  the episode's return, repeated on each of its rows
-state_key          object   canonical env state after the turn (GiGPO anchor state)
-prev_state_key     object   state before the turn (the state the action was taken in)
+episode_return     float64  the episode's env return, repeated on each of its rows
+state_before       object   env state the turn's action was taken in (GiGPO anchor state)
+state_after        object   env state after the turn
 node, parent       int64    tree node of the turn and of the previous turn (-1 = root),
                             unique across the whole table; shared prefixes share nodes
 terminated         bool     the task ended on this turn
@@ -64,6 +71,7 @@ def to_turn_table(
     *,
     samples: Sequence[TokenSample] | None = None,
     drop_infra: bool = False,
+    rewards: Sequence[Sequence[float]] | None = None,
 ) -> dict[str, np.ndarray]:
     """One row per turn, as a dict of equal-length numpy arrays (see the module docstring).
 
@@ -73,8 +81,17 @@ def to_turn_table(
             (:func:`~turngym.agents.render.render_episode`) or the flattened per-turn samples
             of all episodes (:func:`~turngym.agents.render.render_turns`), to add token spans.
         drop_infra: leave out every episode that ended in an infrastructure error.
+        rewards: per-turn rewards to use instead of the env's (shaped rewards,
+            :mod:`turngym.rewards`), one sequence per episode of ``episodes``.
     """
-    eps = [ep for ep in episodes if not (drop_infra and ep.infra_error)]
+    if rewards is not None and len(rewards) != len(episodes):
+        raise ConfigError(f"{len(rewards)} reward lists for {len(episodes)} episodes; pass one per episode")
+    keep = [i for i, ep in enumerate(episodes) if not (drop_infra and ep.infra_error)]
+    eps = [episodes[i] for i in keep]
+    turn_rewards = [[t.reward for t in ep.turns] for ep in eps] if rewards is None else [list(rewards[i]) for i in keep]
+    for ep, rs in zip(eps, turn_rewards):
+        if len(rs) != len(ep.turns):
+            raise ConfigError(f"episode {ep.episode_id!r}: {len(rs)} rewards for {len(ep.turns)} turns")
     signal_names: list[str] = []
     for ep in eps:
         for t in ep.turns:
@@ -98,8 +115,8 @@ def to_turn_table(
             "turn",
             "reward",
             "episode_return",
-            "state_key",
-            "prev_state_key",
+            "state_before",
+            "state_after",
             "node",
             "parent",
             "terminated",
@@ -112,7 +129,7 @@ def to_turn_table(
         )
     }
     signals: dict[str, list[float]] = {k: [] for k in signal_names}
-    for e, ep in enumerate(eps):
+    for e, (ep, rs) in enumerate(zip(eps, turn_rewards)):
         group = ep.group or ep.episode_id
         g = group_ids.setdefault(group, len(group_ids))
         ret, ok, infra = ep.total_reward, ep.success, ep.infra_error is not None
@@ -124,10 +141,10 @@ def to_turn_table(
             cols["episode_id"].append(ep.episode_id)
             cols["group"].append(g)
             cols["turn"].append(t.index)
-            cols["reward"].append(t.reward)
+            cols["reward"].append(float(rs[i]))
             cols["episode_return"].append(ret)
-            cols["state_key"].append(t.state_key)
-            cols["prev_state_key"].append(t.prev_state_key)
+            cols["state_before"].append(t.prev_state_key)
+            cols["state_after"].append(t.state_key)
             cols["node"].append(node_id(key, node))
             cols["parent"].append(node_id(key, parent))
             cols["terminated"].append(t.terminated)
@@ -141,7 +158,7 @@ def to_turn_table(
                 signals[k].append(float(t.signals.get(k, 0.0)))
     table: dict[str, np.ndarray] = {}
     for k, v in cols.items():
-        if k in ("episode_id", "state_key", "prev_state_key"):
+        if k in ("episode_id", "state_before", "state_after"):
             table[k] = np.array(v, dtype=object)
         elif k in ("reward", "episode_return"):
             table[k] = np.array(v, dtype=np.float64)

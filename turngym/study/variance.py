@@ -154,7 +154,7 @@ def run_variance_study(cfg: VarianceConfig) -> dict[str, Any]:
             truth.env.reset(seed=task)
             for _ in range(cfg.repeats):
                 paths = _rollout(env, policy, task, branching)
-                cols: dict[str, list[Any]] = {k: [] for k in ("episode", "group", "turn", "reward", "state_key", "node", "parent")}
+                cols: dict[str, list[Any]] = {k: [] for k in ("episode", "group", "turn", "reward", "state_before", "node", "parent")}
                 for e, path in enumerate(paths):
                     turns_per_episode.append(len(path))
                     for t, turn in enumerate(path):
@@ -162,7 +162,7 @@ def run_variance_study(cfg: VarianceConfig) -> dict[str, Any]:
                         cols["group"].append(0)
                         cols["turn"].append(t)
                         cols["reward"].append(turn["reward"])
-                        cols["state_key"].append(str(turn["key"][1:]))
+                        cols["state_before"].append(str(turn["key"][1:]))
                         cols["node"].append(turn["node"])
                         cols["parent"].append(turn["parent"] if turn["parent"] >= 0 else None)
                         q = truth.action_value(turn["key"], turn["snap"], turn["action"])

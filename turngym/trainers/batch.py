@@ -8,7 +8,7 @@ the advantage of row (episode, turn) lands exactly on that turn's tokens.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from turngym.core.errors import ConfigError
 
-__all__ = ["TokenBatch", "collate", "token_advantages", "token_logprobs"]
+__all__ = ["TokenBatch", "collate", "table_token_advantages", "token_advantages", "token_logprobs"]
 
 
 def token_advantages(sample: Any, turn_advantages: Sequence[float]) -> list[float]:
@@ -27,6 +27,25 @@ def token_advantages(sample: Any, turn_advantages: Sequence[float]) -> list[floa
             raise ConfigError(f"sample of {sample.episode_id!r} has turn {turn} but only {len(turn_advantages)} advantages")
         adv[start:end] = [float(turn_advantages[turn])] * (end - start)
     return adv
+
+
+def table_token_advantages(samples: Sequence[Any], table: Mapping[str, Any], advantages: Sequence[float]) -> list[list[float]]:
+    """Per-token advantages of each rendered sample from a turn table's token spans.
+
+    ``table`` is :func:`turngym.rollout.to_turn_table` of the episodes with ``samples=`` these
+    samples: row ``i``'s advantage lands on tokens ``token_start[i]:token_end[i]`` of sample
+    ``sample[i]``, so each turn's advantage reaches exactly its own action tokens whatever the
+    order or number of rows.
+    """
+    where = [np.asarray(table[k]) for k in ("sample", "token_start", "token_end")]
+    if len(advantages) != len(where[0]):
+        raise ConfigError(f"{len(advantages)} advantages for a table of {len(where[0])} turns")
+    if where[0].size and int(where[0].min()) < 0:
+        raise ConfigError("the turn table has no token spans: build it with to_turn_table(episodes, samples=...)")
+    out = [np.zeros(len(s.input_ids)) for s in samples]
+    for s, a, b, v in zip(*(w.tolist() for w in where), np.asarray(advantages, dtype=np.float64).tolist()):
+        out[s][a:b] = v
+    return [o.tolist() for o in out]
 
 
 @dataclass

@@ -74,9 +74,9 @@ class TrainConfig:
     reward_weights: dict[str, float] = field(default_factory=dict)
     """Per-signal shaping weights overriding the env spec's (``{"progress": 0.5}``)."""
     process_weights: dict[str, float] | None = None
-    """PAPO only: per-signal weights of the process score (None = the env spec's suggestions,
-    independent of ``reward_weights`` — ``reward_weights`` all 0 gives PAPO's outcome-only reward
-    with a dense process term)."""
+    """Per-signal weights of the ``process`` column, PAPO's process score (None = the env spec's
+    suggestions, independent of ``reward_weights`` — ``reward_weights`` all 0 gives PAPO's
+    outcome-only reward with a dense process term)."""
     shaping_cap: float = 0.5
     """Bound on an episode's cumulative shaping reward."""
     warmup_steps: int = 150
@@ -137,8 +137,13 @@ class TrainConfig:
             close = difflib.get_close_matches(self.algo, list(ESTIMATORS), n=2)
             hint = f" Did you mean {' or '.join(close)}?" if close else ""
             raise ConfigError(f"unknown algo {self.algo!r}.{hint} Choose one of: {', '.join(sorted(ESTIMATORS))}")
-        if self.algo == "gae":
-            raise ConfigError("algo 'gae' needs a learned critic's values (a 'value' column); the built-in loop is critic-free: use gae_grouped")
+        from turngym.trainers.providers import missing_inputs
+
+        lacking = missing_inputs(self.algo)
+        if lacking:
+            raise ConfigError(f"algo {self.algo!r} reads the column(s) {lacking}, which the rollout's turn table lacks and no provider "
+                              "fills (a 'value' column needs a learned critic): register one with "
+                              "turngym.trainers.providers.register_provider, or choose an estimator without them (gae_grouped)")
         positive = ("steps", "groups_per_step", "group_size", "max_new_tokens", "micro_batch_size", "minibatches", "ppo_epochs", "warmup_batch_size", "save_every", "keep_checkpoints")
         for name in positive:
             if getattr(self, name) < 1:

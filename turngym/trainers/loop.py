@@ -283,9 +283,11 @@ class Trainer:
         import torch
 
         from turngym.agents.render import render_episode
-        from turngym.trainers.advantages import TurnTable, compute_advantages
-        from turngym.trainers.batch import collate, token_advantages, token_logprobs
+        from turngym.rollout import to_turn_table
+        from turngym.trainers.advantages import compute_advantages
+        from turngym.trainers.batch import collate, table_token_advantages, token_logprobs
         from turngym.trainers.losses import clipped_pg_loss, kl_penalty
+        from turngym.trainers.providers import fill_inputs
 
         cfg = self.config
         t0 = time.perf_counter()
@@ -298,20 +300,13 @@ class Trainer:
         episodes = [ep for ep in episodes if not ep.infra_error and ep.turns]  # never score infra failures
         t_rollout = time.perf_counter() - t0
 
-        parts = [self.shaper.shape_episode(ep) for ep in episodes]
-        shaped = [p.total for p in parts]
-        columns = self._turn_columns(episodes, shaped)
-        if cfg.algo == "papo":  # the process score of a turn: its (bounded) shaping under the process weights
-            columns["process"] = [float(x) for ep in episodes for x in self.process_shaper.shape_episode(ep).shaping]
-        adv = compute_advantages(cfg.algo, TurnTable(columns), **cfg.algo_params)
-        per_episode, row = [], 0
-        for ep in episodes:
-            per_episode.append(adv[row : row + len(ep.turns)])
-            row += len(ep.turns)
-        self._last_rl_batch = (episodes, per_episode)
-
+        shaped = [self.shaper.shape_episode(ep).total for ep in episodes]
         samples = [render_episode(ep, self.renderer) for ep in episodes]
-        tok_adv = [token_advantages(s, a) for s, a in zip(samples, per_episode)]
+        table = to_turn_table(episodes, rewards=shaped, samples=samples)
+        fill_inputs(cfg.algo, episodes, table, self)  # the estimator's declared inputs the rollout lacks
+        adv = compute_advantages(cfg.algo, table, **cfg.algo_params)
+        self._last_rl_batch = (episodes, np.split(adv, np.flatnonzero(table["last"])[:-1] + 1))
+        tok_adv = table_token_advantages(samples, table, adv)
         self.model.train()
         stats: dict[str, list[float]] = {"loss": [], "pg_loss": [], "kl": [], "clip_frac": [], "ratio": [], "grad_norm": []}
         order = np.arange(len(samples))
@@ -359,35 +354,6 @@ class Trainer:
             "rollout_s": round(t_rollout, 2),
             "step_s": round(time.perf_counter() - t0, 2),
         }
-
-    def _turn_columns(self, episodes: list[Any], shaped: list[np.ndarray]) -> dict[str, list[Any]]:
-        cols: dict[str, list[Any]] = {k: [] for k in ("episode", "group", "turn", "reward", "state_key", "correct", "node", "parent")}
-        for i, (ep, rewards) in enumerate(zip(episodes, shaped)):
-            for t, r in zip(ep.turns, rewards):
-                cols["episode"].append(i)
-                cols["group"].append(ep.group)
-                cols["turn"].append(t.index)
-                cols["reward"].append(float(r))
-                cols["state_key"].append(t.prev_state_key)
-                cols["correct"].append(ep.success)
-                cols["node"].append(f"{ep.group}/{t.node}")
-                cols["parent"].append(f"{ep.group}/{t.parent}" if t.parent >= 0 else None)
-        if self.config.algo in ("igpo", "igpo_turn_group"):
-            cols["info_gain"] = self._info_gain(episodes)
-        return cols
-
-    def _info_gain(self, episodes: list[Any]) -> list[float]:
-        from turngym.rewards import InfoGainScorer
-
-        env = self._make_env()
-        golds = []
-        for ep in episodes:
-            env.reset(options={"task": ep.task_id})
-            golds.append(str(env.unwrapped.task.gold))
-        env.close()
-        self.model.eval()
-        gains = InfoGainScorer(self.model, self.tokenizer, batch_size=64).episode_gains(episodes, golds)
-        return [float(g) for gs in gains for g in gs]
 
     # ---------------------------------------------------------------------- helpers
     def _autocast(self) -> Any:

@@ -201,7 +201,6 @@ class ViewerData:
         if not scored:
             return GroupCredit(rows, eps, None, "no scored turns (every episode is empty or an infra error)", shared)
         table = to_turn_table([eps[i] for i in scored])
-        table["state_key"] = table["prev_state_key"]  # the trainer's anchor: the state the action was taken in
         try:
             adv = np.asarray(compute_advantages(estimator, table), dtype=np.float64)
         except Exception as exc:  # e.g. an estimator needing a column rollouts do not carry (info_gain)

@@ -2,7 +2,7 @@
 
 >>> from turngym.trainers.advantages import compute_advantages, ESTIMATORS
 >>> turns = {"episode": [0, 0, 1], "group": [0, 0, 0], "turn": [0, 1, 0],
-...          "reward": [0.0, 1.0, 0.0], "state_key": ["s0", "s1", "s0"]}
+...          "reward": [0.0, 1.0, 0.0], "state_before": ["s0", "s1", "s0"]}
 >>> compute_advantages("gigpo", turns, gamma=0.95, omega=1.0).round(3).tolist()
 [1.414, 0.707, -1.414]
 >>> sorted(ESTIMATORS)[:3]
@@ -10,8 +10,13 @@
 
 Every estimator takes a :class:`TurnTable` (or the mapping of columns it is built from) and
 keyword parameters, and returns one float64 advantage per input row, in input order. Use them
-from any trainer (TRL, verl, your own): build the table from your rollouts, call
-:func:`compute_advantages`, put each row's advantage on that turn's action tokens.
+from any trainer (TRL, verl, your own): build the table from your rollouts with
+:func:`turngym.rollout.to_turn_table`, call :func:`compute_advantages`, put each row's
+advantage on that turn's action tokens (the table's ``sample``/``token_start``/``token_end``
+columns). Each estimator declares the columns it reads beyond the required ones
+(:func:`estimator_inputs`): ``gigpo`` needs ``state_before``, ``papo`` ``process``, ``igpo``
+``info_gain``, ``gae`` ``value``; the built-in trainer fills a declared column the rollout
+table lacks through a provider (:mod:`turngym.trainers.providers`).
 :mod:`turngym.trainers.advantages.reference` holds the same estimators as plain Python loops
 (the readable spec the tests check the vectorized code against).
 """
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,11 +40,20 @@ from turngym.trainers.advantages.igpo_turn_group import igpo_turn_group
 from turngym.trainers.advantages.papo import papo
 from turngym.trainers.advantages.rebn import rebn
 from turngym.trainers.advantages.rloo import rloo
-from turngym.trainers.advantages.table import TurnTable, TurnTableError, as_turn_table
+from turngym.trainers.advantages.table import TurnTable, TurnTableError, as_turn_table, declare_column
 from turngym.trainers.advantages.tree import tree
 from turngym.trainers.advantages.turn_grpo import turn_grpo
 
-__all__ = ["ESTIMATORS", "Estimator", "TurnTable", "TurnTableError", "as_turn_table", "compute_advantages", "register_estimator"]
+__all__ = [
+    "ESTIMATORS",
+    "Estimator",
+    "TurnTable",
+    "TurnTableError",
+    "as_turn_table",
+    "compute_advantages",
+    "estimator_inputs",
+    "register_estimator",
+]
 
 Estimator = Callable[..., np.ndarray]
 
@@ -58,11 +72,41 @@ ESTIMATORS: dict[str, Estimator] = {
 }
 
 
-def register_estimator(name: str, fn: Estimator) -> None:
-    """Add an estimator ``fn(turns, **params) -> np.ndarray`` under ``name``."""
+_INPUTS: dict[str, tuple[str, ...]] = {
+    "gigpo": ("state_before",),
+    "turn_grpo": ("node", "parent"),
+    "tree": ("node", "parent"),
+    "igpo": ("info_gain",),
+    "igpo_turn_group": ("info_gain",),
+    "gae": ("value",),
+    "papo": ("process",),
+}
+
+
+def register_estimator(name: str, fn: Estimator, *, requires: Sequence[str] = ()) -> None:
+    """Add an estimator ``fn(turns, **params) -> np.ndarray`` under ``name``.
+
+    ``requires`` names the columns it reads beyond ``episode, group, turn, reward``: built-in
+    ones (``state_before``, ``node``/``parent``, ``info_gain``, ``value``, ``process``,
+    ``correct``) or a new float column, which turn tables then accept
+    (:meth:`TurnTable.column`). :func:`compute_advantages` refuses a table that lacks one, and
+    the built-in trainer fills it from the rollout table or a provider registered under the
+    column's name (:func:`turngym.trainers.providers.register_provider`).
+    """
     if not name.isidentifier():
         raise ConfigError(f"estimator name must be an identifier, got {name!r}")
+    if isinstance(requires, str):
+        raise ConfigError(f"requires is a sequence of column names, got the string {requires!r}: write ({requires!r},)")
+    for column in requires:
+        declare_column(column)
     ESTIMATORS[name] = fn
+    _INPUTS[name] = tuple(requires)
+
+
+def estimator_inputs(name: str) -> tuple[str, ...]:
+    """The columns estimator ``name`` reads beyond ``episode, group, turn, reward``."""
+    _estimator(name)
+    return _INPUTS.get(name, ())
 
 
 def _estimator(name: str) -> Estimator:
@@ -85,4 +129,6 @@ def compute_advantages(name: str, turns: TurnTable | Mapping[str, Any], **params
     unknown = sorted(set(params) - set(accepted))
     if unknown:
         raise ConfigError(f"estimator {name!r} got unknown parameter(s) {unknown}; it accepts {accepted or 'none'}")
-    return fn(as_turn_table(turns), **params)
+    table = as_turn_table(turns)
+    table.require(name, *_INPUTS.get(name, ()))
+    return fn(table, **params)

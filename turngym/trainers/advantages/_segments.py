@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from turngym.core.errors import ConfigError
+from turngym.trainers.advantages._ids import factorize
 from turngym.trainers.advantages.table import TurnTable
-from turngym.trainers.advantages.table import _factorize as factorize
 
 __all__ = [
     "EPS",

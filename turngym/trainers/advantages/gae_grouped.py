@@ -39,12 +39,12 @@ def grouped_value_proxy(table: TurnTable, returns: np.ndarray) -> np.ndarray:
     """V(row) = mean return-to-go of the rows of its group acting in the same state.
 
     Rows whose state is shared by no other row of the group (or tables without
-    ``state_key``) fall back to the mean over the rows of the group at the same turn index.
+    ``state_before``) fall back to the mean over the rows of the group at the same turn index.
     """
     by_turn = combine_codes(table.group, table.turn)
     value = segment_stats(returns, by_turn).mean[by_turn]
-    if table.state_key is not None:
-        by_state = combine_codes(table.group, table.state_key)
+    if table.state_before is not None:
+        by_state = combine_codes(table.group, table.state_before)
         st = segment_stats(returns, by_state)
         value = np.where(st.count[by_state] >= 2, st.mean[by_state], value)
     return value
@@ -61,7 +61,7 @@ def gae_grouped(
     """GAGPO: GAE(γ, λ) over a value proxy estimated from the group, then group normalization.
 
     1. ``G_t = r_t + γ G_{t+1}``; ``V(s_t)`` = mean ``G`` of the group's rows acting in the
-       same state (``state_key``), falling back to the same turn index (see
+       same state (``state_before``), falling back to the same turn index (see
        :func:`grouped_value_proxy`).
     2. ``δ_t = r_t + γ V(s_{t+1}) − V(s_t)`` with ``V = 0`` after the final turn.
     3. ``A_t = Σ_k (γλ)^k δ_{t+k}`` (the textbook GAE recursion, per episode).
@@ -74,7 +74,7 @@ def gae_grouped(
     (no normalization, γ = λ = 1, so A = G − V with V(s) = mean(1, 1, 0)):
 
     >>> turns = {"episode": [0, 0, 1], "group": [0, 0, 0], "turn": [0, 1, 0],
-    ...          "reward": [0.0, 1.0, 0.0], "state_key": ["s", "s", "s"]}
+    ...          "reward": [0.0, 1.0, 0.0], "state_before": ["s", "s", "s"]}
     >>> gae_grouped(turns, gamma=1.0, lam=1.0, normalize=False).round(4).tolist()
     [0.3333, 0.3333, -0.6667]
     """

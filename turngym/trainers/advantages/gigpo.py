@@ -39,7 +39,7 @@ def gigpo(
       episode, normalized among the episodes of the group, broadcast to its turns.
     * ``A_S`` (step level): the per-turn discounted return ``G_t = r_t + γ G_{t+1}``,
       normalized within its *step group*: the rows of the same ``group`` whose action was
-      taken in the same anchor state (``state_key``). Singleton step groups get 0.
+      taken in the same anchor state (``state_before``). Singleton step groups get 0.
 
     Grouping by state rather than by turn index is what keeps the step baseline unbiased when
     the agent decides when to stop (verl RFC #7244): two turns are compared only when they
@@ -53,7 +53,7 @@ def gigpo(
             "GiGPO w/o std"); applies to both levels.
         eps: added to the std.
 
-    Requires the ``state_key`` column.
+    Requires the ``state_before`` column.
 
     Example: two episodes from the same start state ``s``; episode 0 wastes a turn in ``s``
     before succeeding from ``s`` again, episode 1 fails from ``s``. γ = 0.5:
@@ -63,7 +63,7 @@ def gigpo(
     ...     "group":     [0, 0, 0],
     ...     "turn":      [0, 1, 0],
     ...     "reward":    [0.0, 1.0, 0.0],
-    ...     "state_key": ["s", "s", "s"],
+    ...     "state_before": ["s", "s", "s"],
     ... }
     >>> gigpo(turns, gamma=0.5, normalize="mean").tolist()   # A_E = ±0.5; G = 0.5, 1, 0 (mean 0.5)
     [0.5, 1.0, -1.0]
@@ -72,9 +72,9 @@ def gigpo(
         raise ConfigError(f"gigpo: normalize must be one of {_MODES}, got {normalize!r}")
     check_unit("gamma", gamma)
     table = as_turn_table(turns)
-    table.require("gigpo", "state_key")
+    table.require("gigpo", "state_before")
     scale = normalize == "std"
     episode_adv = episode_group_advantages(table, table.episode_returns, scale=scale, eps=eps)[table.episode]
-    step_groups = combine_codes(table.group, table.state_key)  # type: ignore[arg-type]
+    step_groups = combine_codes(table.group, table.state_before)  # type: ignore[arg-type]
     step_adv = normalize_in_segments(discounted_returns(table, gamma), step_groups, scale=scale, eps=eps)
     return episode_adv + omega * step_adv

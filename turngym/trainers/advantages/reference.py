@@ -112,7 +112,7 @@ def gigpo(turns: Mapping[str, Sequence[Any]], *, gamma: float = 0.95, omega: flo
     g = _returns_to_go(rows, [r["reward"] for r in rows], gamma)
     buckets: dict[tuple[Hashable, Hashable], dict[int, float]] = defaultdict(dict)
     for i, r in enumerate(rows):
-        buckets[(r["group"], r["state_key"])][i] = g[i]
+        buckets[(r["group"], r["state_before"])][i] = g[i]
     step_adv: dict[int, float] = {}
     for b in buckets.values():
         step_adv.update(_zscore(b, scale=scale))
@@ -264,11 +264,11 @@ def gae_grouped(turns: Mapping[str, Sequence[Any]], *, gamma: float = 0.95, lam:
     by_turn: dict[Any, list[float]] = defaultdict(list)
     for i, r in enumerate(rows):
         by_turn[(r["group"], r["turn"])].append(g[i])
-        if "state_key" in r:
-            by_state[(r["group"], r["state_key"])].append(g[i])
+        if "state_before" in r:
+            by_state[(r["group"], r["state_before"])].append(g[i])
     values = []
     for r in rows:
-        same_state = by_state.get((r["group"], r.get("state_key")), [])
+        same_state = by_state.get((r["group"], r.get("state_before")), [])
         pool = same_state if len(same_state) >= 2 else by_turn[(r["group"], r["turn"])]
         values.append(sum(pool) / len(pool))
     adv = _gae(rows, values, gamma, lam)

@@ -1,37 +1,48 @@
 """The turn table: the one input every advantage estimator reads.
 
 A :class:`TurnTable` is columnar: one row per turn, rows in any order, every column a NumPy
-array of the same length. Ids (``episode``, ``group``, ``state_key``, ``node``) may be any
-hashable values (ints, strings); the table factorizes them into dense integer codes once, and
-caches the few derived arrays the estimators share (sort order by episode and turn, episode
-returns, position from the end of the episode). Validation happens here, at the boundary, so
-the estimators can be short, pure and vectorized.
+array of the same length. Ids (``episode``, ``group``, ``state_before``, ``node``) may be any
+hashable values (ints, strings, uuids); the table turns them into dense integer codes once
+(:func:`~turngym.trainers.advantages._ids.factorize`) and caches the few derived arrays the
+estimators share (sort order by episode and turn, episode returns, position from the end of
+the episode). Validation happens here, at the boundary, so the estimators can be short, pure
+and vectorized.
+
+Build it from rollouts with :func:`turngym.rollout.to_turn_table` (or
+:meth:`TurnTable.from_episodes`), which writes every column below from the episodes; a table
+built by hand needs only the required columns and those its estimator declares
+(:func:`turngym.trainers.advantages.estimator_inputs`).
 
 Columns
 -------
-========== ======== =====================================================================
-column     required meaning
-========== ======== =====================================================================
-episode    yes      episode id
-group      yes      group id; the episodes of a group share the task and initial state
-turn       yes      0-based turn index within the episode (unique per episode)
-reward     yes      the per-turn reward; an episode's return is the sum over its turns
-state_key  no       the env state *in which the turn's action was taken* (GiGPO anchor;
-                    ``Turn.prev_state_key`` in a rollout). When the mapping also has a
-                    ``prev_state_key`` column (a :func:`turngym.rollout.to_turn_table`
-                    table, whose ``state_key`` is the state *after* the turn), that
-                    column is used instead.
-node       no       tree node id of the turn (each executed turn is one node)
-parent     no       node id of the previous turn; ``None`` or ``-1`` for the first turn
-info_gain  no       per-turn information gain (IGPO)
-value      no       a learned critic's value of the state the turn acted in (GAE)
-process    no       a per-turn process score (PAPO)
-correct    no       episode outcome flag (PAPO); constant within an episode
-========== ======== =====================================================================
+============ ======== ===================================================================
+column       required meaning
+============ ======== ===================================================================
+episode      yes      episode id
+group        yes      group id; the episodes of a group share the task and initial state
+turn         yes      0-based turn index within the episode (unique per episode)
+reward       yes      the per-turn reward; an episode's return is the sum over its turns
+state_before no       the env state *in which the turn's action was taken* (GiGPO's anchor
+                      state): ``info["state_key"]`` of the reset or of the previous step,
+                      ``Turn.prev_state_key`` in a rollout
+state_after  no       the env state the turn led to (``info["state_key"]`` of this step,
+                      ``Turn.state_key``); carried along, read by no built-in estimator
+node         no       tree node id of the turn (each executed turn is one node)
+parent       no       node id of the previous turn; ``None`` or ``-1`` for the first turn
+info_gain    no       per-turn information gain (IGPO)
+value        no       a learned critic's value of the state the turn acted in (GAE)
+process      no       a per-turn process score (PAPO)
+correct      no       episode outcome flag (PAPO); constant within an episode
+============ ======== ===================================================================
 
-Other columns of a rollout table (``episode_id``, ``terminated``, ``signal/<name>``, token
-spans...) may ride along and are ignored; any other unknown column is an error (a typo such
-as ``rewards`` must not silently fall back to a default).
+A column named plain ``state_key`` (or ``prev_state_key``) is refused: ``info["state_key"]``
+is the state *after* a step, while the estimators group turns by the state *before* it, and
+a table that silently took one for the other would give wrong GiGPO anchor states. Other
+columns of a rollout table (``episode_id``, ``terminated``, ``signal/<name>``, token spans...)
+may ride along and are ignored; a float column an estimator declared with
+:func:`~turngym.trainers.advantages.register_estimator` is kept (:meth:`TurnTable.column`);
+any other unknown column is an error (a typo such as ``rewards`` must not silently fall back
+to a default).
 
 >>> t = TurnTable({"episode": [0, 0, 1], "group": [0, 0, 0], "turn": [0, 1, 0], "reward": [0, 1, 0]})
 >>> t.n_rows, t.n_episodes, t.episode_returns.tolist()
@@ -48,77 +59,57 @@ from typing import Any
 import numpy as np
 
 from turngym.core.errors import ConfigError
+from turngym.trainers.advantages._ids import IdError, factorize
 
-__all__ = ["TurnTable", "TurnTableError", "as_turn_table", "REQUIRED_COLUMNS", "OPTIONAL_COLUMNS", "PASSTHROUGH_COLUMNS"]
+__all__ = [
+    "OPTIONAL_COLUMNS",
+    "PASSTHROUGH_COLUMNS",
+    "REQUIRED_COLUMNS",
+    "TurnTable",
+    "TurnTableError",
+    "as_turn_table",
+    "declare_column",
+]
 
 REQUIRED_COLUMNS = ("episode", "group", "turn", "reward")
-OPTIONAL_COLUMNS = ("state_key", "node", "parent", "info_gain", "value", "process", "correct")
-_FLOAT_COLUMNS = ("reward", "info_gain", "value", "process")
+OPTIONAL_COLUMNS = ("state_before", "node", "parent", "info_gain", "value", "process", "correct")
 #: Columns written by :func:`turngym.rollout.to_turn_table` that estimators do not read;
 #: they (and ``signal/<name>`` columns) may ride along in the mapping.
 PASSTHROUGH_COLUMNS = (
-    "episode_id", "episode_return", "prev_state_key", "terminated", "truncated", "last", "action_valid",
+    "episode_id", "episode_return", "state_after", "terminated", "truncated", "last", "action_valid",
     "infra_error", "num_tokens", "sample", "token_start", "token_end",
 )
+_AMBIGUOUS = {
+    "state_key": "info['state_key'] is the state *after* a step",
+    "prev_state_key": "the table names states by when they hold",
+}
+_DECLARED: set[str] = set()
+"""Float columns that registered estimators declared as inputs (beyond the built-in ones)."""
+
+
+def declare_column(name: str) -> None:
+    """Let turn tables carry the float column ``name`` (an input of a registered estimator)."""
+    if name in _AMBIGUOUS or name in PASSTHROUGH_COLUMNS:
+        raise ConfigError(f"{name!r} cannot be an estimator input: {_refusal(name)}")
+    if name not in REQUIRED_COLUMNS and name not in OPTIONAL_COLUMNS:
+        _DECLARED.add(name)
+
+
+def _refusal(name: str) -> str:
+    return (f"the column {name!r} is ambiguous ({_AMBIGUOUS[name]}): name the state the turn's action was taken in "
+            "'state_before' (Turn.prev_state_key, the info['state_key'] of the reset or previous step) and the state "
+            "it led to 'state_after' (Turn.state_key); turngym.rollout.to_turn_table writes both")
 
 
 class TurnTableError(ConfigError):
     """A turn table is malformed (missing/unknown column, ragged lengths, duplicate turns...)."""
 
 
-def _factorize(values: Any, column: str) -> np.ndarray:
-    """Dense int64 codes for arbitrary hashable ids (equal ids ⇔ equal codes).
-
-    O(n) for non-negative ints of moderate range (a lookup table), a sort for other ints, and
-    a sort of Python hashes, verified, for strings and other hashable objects.
-    """
-    arr = np.asarray(values)
-    if arr.ndim != 1:
-        raise TurnTableError(f"column {column!r} must be 1-D, got shape {arr.shape}")
-    n = arr.size
-    if n == 0:
-        return np.zeros(0, np.int64)
-    if arr.dtype.kind == "b":
-        arr = arr.astype(np.int64)
-    if arr.dtype.kind in "iu":
-        lo, hi = int(arr.min()), int(arr.max())
-        if lo >= 0 and hi < 4 * n + 1024:
-            present = np.zeros(hi + 1, np.int64)
-            present[arr] = 1
-            return (np.cumsum(present) - 1)[arr]
-        return np.unique(arr, return_inverse=True)[1].astype(np.int64, copy=False)
-    items = arr.tolist()
+def _codes(values: Any, column: str) -> np.ndarray:
     try:
-        return _factorize_by_hash(items, arr)
-    except TypeError as exc:
-        raise TurnTableError(f"column {column!r} holds unhashable ids ({exc}); use ints or strings") from exc
-
-
-def _factorize_by_hash(items: list[Any], arr: np.ndarray) -> np.ndarray:
-    """Codes in order of first appearance for hashable ids (strings, uuids, tuples).
-
-    Trainers key episodes, groups and states by strings; a dict loop over a million of them
-    costs about a second. Here Python's own hash (C, cached on str objects) turns each id into
-    an int64, numpy sorts those, and every row is then checked to equal the first row of its
-    hash class, so a hash collision can never merge two ids (it falls back to the dict).
-    """
-    n = len(items)
-    h = np.fromiter(map(hash, items), np.int64, n)
-    order = np.argsort(h)
-    new = np.empty(n, bool)
-    new[0] = True
-    sorted_h = h[order]
-    np.not_equal(sorted_h[1:], sorted_h[:-1], out=new[1:])
-    first = np.minimum.reduceat(order, np.flatnonzero(new))  # first row of each hash class
-    inverse = np.empty(n, np.int64)
-    inverse[order] = np.cumsum(new) - 1
-    obj = arr if arr.dtype == object else np.array(items, dtype=object)
-    if not bool(np.all(obj == obj[first[inverse]])):  # a collision (or ids unequal to themselves)
-        seen: dict[Any, int] = {}
-        return np.fromiter((seen.setdefault(v, len(seen)) for v in items), np.int64, n)
-    rank = np.empty(first.size, np.int64)
-    rank[np.argsort(first)] = np.arange(first.size)
-    return rank[inverse]
+        return factorize(values, column)
+    except IdError as exc:
+        raise TurnTableError(str(exc)) from exc
 
 
 def _floats(values: Any, column: str) -> np.ndarray:
@@ -145,7 +136,7 @@ class TurnTable:
         episode, group: int64 codes per row (dense, 0-based).
         turn: int64 turn index per row.
         reward: float64 per-row reward.
-        state_key: int64 codes of the state key, or None (computed on first use).
+        state_before: int64 codes of the ``state_before`` column, or None (computed on first use).
         parent_row: for tree tables, the row index of each row's parent turn (-1 for a root
             child), or None (linked and validated on first use).
         info_gain, value, process: float64 columns or None.
@@ -157,8 +148,10 @@ class TurnTable:
             raise TurnTableError("already a TurnTable: use as_turn_table(x) to accept both")
         if not isinstance(columns, Mapping):
             raise TurnTableError(f"a turn table is built from a mapping of columns, got {type(columns).__name__}")
-        known = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
+        known = REQUIRED_COLUMNS + OPTIONAL_COLUMNS + tuple(sorted(_DECLARED))
         for name in columns:
+            if name in _AMBIGUOUS:
+                raise TurnTableError(_refusal(name))
             if name not in known and name not in PASSTHROUGH_COLUMNS and not str(name).startswith("signal/"):
                 close = difflib.get_close_matches(str(name), known, n=1)
                 hint = f" Did you mean {close[0]!r}?" if close else ""
@@ -171,8 +164,8 @@ class TurnTable:
             raise TurnTableError(f"columns have different lengths: {lengths}; every column needs one value per turn")
         self.n_rows = lengths["episode"]
 
-        self.episode = _factorize(columns["episode"], "episode")
-        self.group = _factorize(columns["group"], "group")
+        self.episode = _codes(columns["episode"], "episode")
+        self.group = _codes(columns["group"], "group")
         self.reward = _floats(columns["reward"], "reward")
         turn = np.asarray(columns["turn"])
         if self.n_rows and (turn.dtype.kind not in "iu" or turn.min() < 0):
@@ -192,9 +185,8 @@ class TurnTable:
         self.info_gain = _floats(columns["info_gain"], "info_gain") if "info_gain" in columns else None
         self.value = _floats(columns["value"], "value") if "value" in columns else None
         self.process = _floats(columns["process"], "process") if "process" in columns else None
-        self._lazy = {name: columns[name] for name in ("state_key", "node", "parent") if name in columns}
-        if "prev_state_key" in columns:  # rollout tables: state_key is the state *after* the turn
-            self._lazy["state_key"] = columns["prev_state_key"]
+        self.extra = {name: _floats(columns[name], name) for name in _DECLARED if name in columns}
+        self._lazy = {name: columns[name] for name in ("state_before", "node", "parent") if name in columns}
         self.correct: np.ndarray | None = None
         if "correct" in columns:
             correct = np.asarray(columns["correct"])
@@ -212,9 +204,9 @@ class TurnTable:
     # -- lazily indexed columns (factorizing strings and linking trees cost more than the
     # -- estimators that do not need them; they are validated on first use) --------------
     @cached_property
-    def state_key(self) -> np.ndarray | None:
-        """int64 codes of the ``state_key`` column (None if absent)."""
-        return _factorize(self._lazy["state_key"], "state_key") if "state_key" in self._lazy else None
+    def state_before(self) -> np.ndarray | None:
+        """int64 codes of the ``state_before`` column (None if absent)."""
+        return _codes(self._lazy["state_before"], "state_before") if "state_before" in self._lazy else None
 
     @cached_property
     def _tree_links(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -232,7 +224,15 @@ class TurnTable:
 
     def has(self, column: str) -> bool:
         """Whether the table has ``column`` (required columns always)."""
-        return column in REQUIRED_COLUMNS or column in self._lazy or getattr(self, column, None) is not None
+        if column in REQUIRED_COLUMNS or column in self._lazy or column in self.extra:
+            return True
+        return column in ("info_gain", "value", "process", "correct") and getattr(self, column) is not None
+
+    def column(self, name: str) -> np.ndarray:
+        """A float column declared by a registered estimator (see :func:`declare_column`)."""
+        if name not in self.extra:
+            raise TurnTableError(f"the table has no column {name!r}; add it to the turn table")
+        return self.extra[name]
 
     def _sort_by_episode_and_turn(self) -> np.ndarray:
         """Row indices sorted by (episode, turn); raises on a duplicate (episode, turn).
@@ -274,14 +274,14 @@ class TurnTable:
         node_arr, parent_arr = np.asarray(nodes), np.asarray(parents)
         if node_arr.dtype.kind in "iu" and parent_arr.dtype.kind in "iu":
             has = parent_arr != -1
-            codes = _factorize(np.concatenate([node_arr, parent_arr[has]]), "node")
+            codes = _codes(np.concatenate([node_arr, parent_arr[has]]), "node")
         else:
             plist = parent_arr.tolist()
             has = np.fromiter((p is not None and not (isinstance(p, (int, np.integer)) and p == -1) for p in plist), bool, n)
             ids = np.empty(n + int(has.sum()), object)
             ids[:n] = node_arr.tolist()
             ids[n:] = [p for p, h in zip(plist, has) if h]
-            codes = _factorize(ids, "node")
+            codes = _codes(ids, "node")
         node_code, parent_code = codes[:n], codes[n:]
         canon = np.full(int(codes.max()) + 1 if codes.size else 0, n, np.int64)
         np.minimum.at(canon, node_code, np.arange(n))
@@ -342,40 +342,21 @@ class TurnTable:
         """Raise a clear error if an estimator needs a column this table lacks."""
         lacking = [c for c in columns if not self.has(c)]
         if lacking:
-            raise TurnTableError(f"estimator {estimator!r} needs column(s) {lacking}; add them to the turn table")
+            raise TurnTableError(f"estimator {estimator!r} needs column(s) {lacking}; add them to the turn table "
+                                 "(turngym.rollout.to_turn_table writes state_before, node, parent and correct from episodes)")
 
     # -- constructors ------------------------------------------------------------------
     @classmethod
     def from_episodes(cls, episodes: Sequence[Any], *, rewards: Sequence[Sequence[float]] | None = None, **extra: Sequence[Any]) -> TurnTable:
-        """Build a table from rollout :class:`~turngym.rollout.Episode` records.
+        """:func:`turngym.rollout.to_turn_table` of rollout episodes, validated.
 
-        ``group`` is each episode's ``group`` (falling back to its task id), ``state_key`` the
-        state each action was taken in (``Turn.prev_state_key``), ``node``/``parent`` the tree
-        links when the rollout recorded them. ``rewards`` overrides the env rewards (e.g.
-        shaped rewards from :mod:`turngym.rewards`), one list per episode. ``extra`` adds
-        per-row columns (``info_gain=[...]``) already flattened in episode/turn order.
+        ``rewards`` overrides the env rewards (e.g. shaped rewards from :mod:`turngym.rewards`),
+        one list per episode; ``extra`` adds per-row columns (``info_gain=[...]``) in the
+        table's row order (episode by episode, turns in order).
         """
-        cols: dict[str, list[Any]] = {"episode": [], "group": [], "turn": [], "reward": [], "state_key": [], "correct": []}
-        tree = any(t.node >= 0 for ep in episodes for t in ep.turns)
-        if tree:
-            cols["node"], cols["parent"] = [], []
-        for i, ep in enumerate(episodes):
-            ep_rewards = rewards[i] if rewards is not None else [t.reward for t in ep.turns]
-            if len(ep_rewards) != len(ep.turns):
-                raise TurnTableError(f"episode {i}: {len(ep_rewards)} rewards for {len(ep.turns)} turns")
-            for t, r in zip(ep.turns, ep_rewards):
-                cols["episode"].append(ep.episode_id or i)
-                cols["group"].append(ep.group or ep.task_id)
-                cols["turn"].append(t.index)
-                cols["reward"].append(float(r))
-                cols["state_key"].append(t.prev_state_key)
-                cols["correct"].append(ep.success)
-                if tree:
-                    cols["node"].append(t.node)
-                    cols["parent"].append(t.parent)
-        for name, values in extra.items():
-            cols[name] = list(values)
-        return cls(cols)
+        from turngym.rollout.table import to_turn_table
+
+        return cls({**to_turn_table(episodes, rewards=rewards), **extra})
 
     def __len__(self) -> int:
         return self.n_rows
