@@ -1,7 +1,8 @@
 """SWE env latency and agent baselines.
 
 Reports reset latency, the latency of a ``run_tests`` step (uncached: a fresh edit each time),
-the hidden evaluation's grading time per task (uncached, on the gold-patched tree), task-generation
+the hidden evaluation's grading time per task (uncached, on the gold-patched tree; split grader,
+and the in-process runner for comparison), task-generation
 throughput, and the resolve rate of the oracle, a do-nothing agent (one harmless edit, then
 submit: graded) and an agent that edits random lines, over ``--tasks`` shipped tasks.
 
@@ -77,6 +78,19 @@ def main() -> None:
         assert progress.resolved, (t.id, progress)
     out["grade_ms_p50"] = pct(grades, 50)
     out["grade_ms_p90"] = pct(grades, 90)
+
+    # The same grading with pytest beside the code (the in-process runner SWE-bench instances
+    # use, and generated tasks used before the split grader): what the split design costs
+    from turngym.envs.swe.grading import grading_tree
+
+    inproc = []
+    for i, t in enumerate(sample[:20]):
+        fixed = env.gold_tree(t).with_file("bench_marker.py", f"# inproc {i} {time.time()}\n")
+        s = time.perf_counter()
+        run_pytest(grading_tree(t, fixed, env.start_tree(t)), None, canary=True)
+        inproc.append(time.perf_counter() - s)
+    out["grade_inprocess_ms_p50"] = pct(inproc, 50)
+    out["grade_inprocess_ms_p90"] = pct(inproc, 90)
 
     if not args.no_generation:
         s = time.perf_counter()
