@@ -16,6 +16,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import uuid
 import warnings
 
@@ -221,6 +222,56 @@ def test_fork_bomb_is_capped_by_the_rlimit_backend_when_it_can_drop_privileges()
     finally:
         sb.close()
     assert _sandbox_processes(uids) == []
+
+
+_DAEMON = (
+    "import os, sys, time\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    if os.fork() == 0:\n"
+    "        open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+    "        time.sleep(60)\n"
+    "    os._exit(0)\n"
+    "time.sleep(0.2)\n"
+)
+
+
+def _alive(pid: int) -> bool:
+    """Running or sleeping: not gone and not a zombie waiting for an init that does not reap."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_rlimit_session_end_kills_a_setsid_daemon_without_a_private_uid(monkeypatch):
+    """Root with an interpreter only root can execute (test double: _others_can_exec says
+    no): runs cannot drop to a private uid, and a double-forked ``setsid`` daemon leaves the
+    process group. The session's cgroup still holds it, and the session's end kills it."""
+    import turngym.sandbox.local as local
+
+    monkeypatch.setattr(local, "_others_can_exec", lambda path: False)
+    sb = _rlimit()
+    try:
+        if sb.drops_uid:
+            pytest.skip("not running as root")
+        if sb.cgroup_host is None:
+            pytest.skip("no cgroup this process may create: leftovers are killed by process group only")
+        s = sb.open_session()
+        pidfile = os.path.join(s.host_dir, "daemon.pid")
+        res = s.run_python(_DAEMON, args=[pidfile])
+        assert res.ok, res
+        pid = int(open(pidfile).read())
+        s.close()
+        deadline = time.monotonic() + 2
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if _alive(pid):
+            os.kill(pid, 9)
+            pytest.fail("the setsid daemon outlived its session")
+    finally:
+        sb.close()
 
 
 # -- limits (both backends) ------------------------------------------------------------------

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import uuid
 
 import pytest
 
 from turngym.core.errors import ConfigError
-from turngym.sandbox import BubblewrapSandbox, Limits, SandboxUnavailable, WarmPython
+from turngym.sandbox import BubblewrapSandbox, Limits, SandboxError, SandboxUnavailable, WarmPython
 
 FAST = Limits(wall_s=3.0, cpu_s=3.0, memory_mb=512, processes=32, output_bytes=100_000, file_size_mb=8, disk_mb=32)
 
@@ -108,8 +110,65 @@ def test_a_run_cannot_take_over_or_blame_the_worker(warm):
     forge = "import os\nos.write(os.open(f'/proc/{os.getppid()}/fd/1', os.O_WRONLY), b'{}\\n')"
     res = warm.run(forge)
     assert not res.ok and "PermissionError" in res.stderr
-    res = warm.run("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
-    assert not res.ok and "killed or stalled" in res.stderr  # the run's failure, no SandboxError
-    res = warm.run("import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)", limits=FAST.replace(wall_s=0.5))
-    assert res.limit_hit == "wall"
+    split = warm.session.run_uid is not None
+    for sig in ("SIGKILL", "SIGSTOP", "SIGTERM"):
+        res = warm.run(f"import os, signal, time\nos.kill(os.getppid(), signal.{sig})\ntime.sleep(5)", limits=FAST.replace(wall_s=0.5))
+        if split:  # runs have their own uid: the worker is out of their reach
+            assert "PermissionError" in res.stderr and res.limit_hit is None, res
+        else:  # same uid: the run's failure, never a SandboxError
+            assert not res.ok and res.limit_hit in ("wall", None), res
     assert warm.run("print('recovered')").stdout == "recovered\n"
+
+
+def _split(warm):
+    if warm.session.run_uid is None:
+        pytest.skip("runs share the worker's uid here (bubblewrap in a user namespace)")
+
+
+def test_runs_have_the_untrusted_uid_and_no_capabilities(warm):
+    _split(warm)
+    probe = "import os\nprint(os.getresuid()[0], [l.split()[1] for l in open('/proc/self/status') if l.startswith('Cap')])"
+    res = warm.run(probe)
+    uid, caps = res.stdout.split(" ", 1)
+    assert int(uid) == warm.session.run_uid and caps.strip() == str(["0000000000000000"] * 5)
+    trusted = warm.run(probe + "\nprint(os.environ['TURNGYM_UNTRUSTED_UID'])", trusted=True)
+    assert int(trusted.stdout.split()[0]) == warm.session.uid
+    assert trusted.stdout.split()[-1] == str(warm.session.run_uid)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP])
+def test_a_worker_killed_or_stopped_from_outside_is_an_infra_error(warm, sig):
+    """Nothing a run does can reach the worker, so its death with no limit hit is the
+    infrastructure's (an OOM kill elsewhere on the host, an operator), not the program's."""
+    _split(warm)
+    assert warm.run("print(1)").ok
+    pid = warm._worker_pid
+    assert pid is not None and os.stat(f"/proc/{pid}").st_uid == warm.session.uid
+    timer = threading.Timer(0.3, os.kill, (pid, sig))
+    timer.start()
+    try:
+        with pytest.raises(SandboxError, match="no limit hit"):
+            warm.run("import time\ntime.sleep(2)", limits=FAST.replace(wall_s=1.0))
+    finally:
+        timer.cancel()
+    assert warm.run("print('fresh worker')").stdout == "fresh worker\n"
+
+
+def test_a_worker_killed_by_the_sessions_memory_limit_is_the_programs_failure():
+    """Files in the session's tmpfs fill its memory cgroup; the OOM killer then takes the
+    worker too. That is the program's failure (a memory limit), never an infra error."""
+    try:
+        sb = BubblewrapSandbox(FAST.replace(memory_mb=120, tmp_mb=400, disk_mb=64))
+    except SandboxUnavailable as exc:
+        pytest.skip(f"bubblewrap unavailable: {exc}")
+    try:
+        with sb.open_session() as s, WarmPython(s) as w:
+            if s.cgroup is None:
+                pytest.skip("no memory cgroup here")
+            fill = "b = b'x' * (1 << 20)\nfor i in range(300):\n    open(f'/dev/shm/f{i}', 'wb').write(b)"
+            res = w.run(fill)
+            assert res.limit_hit == "memory" and not res.ok, res
+            s.reset()
+            assert w.run("print('next')").stdout == "next\n"
+    finally:
+        sb.close()

@@ -110,6 +110,24 @@ ATTACKS: dict[str, str] = {
         "            pass\n"
         "    return None\n"
     ),
+    "stop_ancestors": (
+        "import os, signal\n"
+        "def _ancestors():\n"
+        "    pid, out = os.getpid(), []\n"
+        "    while pid > 1:\n"
+        "        with open(f'/proc/{{pid}}/stat') as fh:\n"
+        "            pid = int(fh.read().rsplit(')', 1)[1].split()[1])\n"
+        "        out.append(pid)\n"
+        "    return out\n"
+        "def {name}(*a, **k):\n"
+        "    for pid in _ancestors():\n"
+        "        for sig in (signal.SIGSTOP, signal.SIGKILL):\n"
+        "            try:\n"
+        "                os.kill(pid, sig)\n"
+        "            except OSError:\n"
+        "                pass\n"
+        "    return None\n"
+    ),
     "close_channels": "import os\nos.closerange(0, 1024)\ndef {name}(*a, **k):\n    return 0\n",
     "garble_channel": "import os\nos.write(3, b'\\x00\\x00\\x00\\x10{{\"ok\": true, \"id\": 0, \"value\": 0}}' * 20)\ndef {name}(*a, **k):\n    return 0\n",
     "huge_value": "def {name}(*a, **k):\n    return 'x' * (5 << 20)\n",
@@ -347,16 +365,20 @@ def test_a_daemon_left_behind_cannot_touch_the_next_step(env):
 
 @pytest.mark.parametrize("snippet", [
     "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)",
-    "import os, signal\nos.kill(-1, signal.SIGKILL)",
+    "import os, signal, time\nos.kill(-1, signal.SIGKILL)\ntime.sleep(30)",
     "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\nimport time\ntime.sleep(30)",
 ])
 def test_a_snippet_that_kills_its_worker_is_not_an_infra_error(sandbox, snippet):
     env = turngym.make("turngym/Code-v0", sandbox=sandbox, run_limits=Limits(wall_s=1.0, cpu_s=1.0))
     try:
         env.reset(options={"task": BUILTIN})
+        env.step("<run>\n```python\nprint(1)\n```\n</run>")
+        worker = env._warm._proc if env._warm is not None else None
         obs, reward, term, _, info = env.step(f"<run>\n```python\n{snippet}\n```\n</run>")
         assert info["infra_error"] is None and not term, obs
         assert info["signals"]["runs"] == 0.0
+        if worker is not None and env._session.run_uid is not None:
+            assert env._warm._proc is worker, "runs have their own uid: the worker must be out of their reach"
         _, _, _, _, info = env.step(env.oracle_action())  # the env still works afterwards
         assert info["signals"]["pass_rate"] == 1.0 and info["infra_error"] is None
     finally:
@@ -475,3 +497,80 @@ def test_the_shipped_hidden_tests_are_not_readable_from_the_sandbox(env):
     host: dict = {}
     exec(compile(cheat, "cheat", "exec"), host)  # the same cheat works where the file is readable
     assert all(host[task.entry_point](int(t[1][10:-1])) == json.loads(t[2]) for t in task.tests)
+
+
+REACH_GRADER = (
+    "import os, signal\n"
+    "def _ancestors():\n"
+    "    pid, out = os.getpid(), []\n"
+    "    while pid > 1:\n"
+    "        with open(f'/proc/{pid}/stat') as fh:\n"
+    "            pid = int(fh.read().rsplit(')', 1)[1].split()[1])\n"
+    "        out.append(pid)\n"
+    "    return out\n"
+    "def f(x):\n"
+    "    errs = []\n"
+    "    for pid in _ancestors()[1:]:  # [0] is the solution's own zygote\n"
+    "        for act in (lambda: os.kill(pid, signal.SIGSTOP), lambda: os.setpriority(os.PRIO_PROCESS, pid, 19)):\n"
+    "            try:\n"
+    "                act()\n"
+    "                errs.append('reached')\n"
+    "            except OSError as e:\n"
+    "                errs.append(e.errno)\n"
+    "    raise ValueError('ERRS' + repr(errs))\n"
+)
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_the_solution_cannot_stop_or_renice_the_grader_and_the_step_ends_promptly(sandbox, warm):
+    """The grader runs as the session's trusted uid, the solution as its untrusted one: a
+    SIGSTOP (or SIGKILL, renice) of any ancestor is refused, and the step takes per-test time,
+    not the run's wall budget."""
+    if not isinstance(sandbox, BubblewrapSandbox):
+        pytest.skip("needs bubblewrap")
+    task = CodeTask(id="reach", prompt="", gold="def f(x):\n    return x\n", entry_point="f",
+                    tests=tuple((f"t{i}", f"candidate({i})", str(i)) for i in range(10)))
+    env = turngym.make("turngym/Code-v0", sandbox=sandbox, tasks=[task], per_test_s=0.5, warm=warm)
+    try:
+        with sandbox.open_session() as probe:
+            if probe.run_uid is None:
+                pytest.skip("one uid per sandbox here (bubblewrap in a user namespace)")
+        env.reset(options={"task": "reach"})
+        t = time.monotonic()
+        obs, reward, _, _, info = env.step(f"```python\n{REACH_GRADER}```")
+        took = time.monotonic() - t
+        assert info["infra_error"] is None and info["signals"]["pass_rate"] == 0.0
+        assert "ERRS[" in obs and "reached" not in obs, obs
+        assert "ERRS[1, 1, " in obs, obs  # EPERM for the grader itself
+        assert took < 4.0, took  # the wall budget of this run is 2 + 0.5 * 12 = 8 s
+        obs, reward, term, _, info = env.step(f"<submit>\n```python\n{task.gold}```")
+        assert reward == 1.0 and info["infra_error"] is None
+    finally:
+        env.close()
+
+
+def test_a_worker_killed_from_outside_mid_step_is_an_infra_error(sandbox):
+    """With runs under their own uid, a warm worker that dies with no limit hit was killed by
+    something outside the sandbox: the step reports ``infra_error`` (the episode is dropped,
+    not scored as the agent's failure)."""
+    import os
+    import threading
+
+    if not isinstance(sandbox, BubblewrapSandbox):
+        pytest.skip("needs bubblewrap")
+    env = turngym.make("turngym/Code-v0", sandbox=sandbox, run_limits=Limits(wall_s=3.0, cpu_s=3.0))
+    try:
+        env.reset(options={"task": BUILTIN})
+        env.step("<run>\n```python\nprint(1)\n```\n</run>")
+        if env._session.run_uid is None:
+            pytest.skip("runs share the worker's uid here")
+        timer = threading.Timer(0.5, os.kill, (env._warm._worker_pid, 9))
+        timer.start()
+        obs, _, _, _, info = env.step("<run>\n```python\nimport time\ntime.sleep(2)\n```\n</run>")
+        timer.join()
+        assert info["infra_error"] is not None, obs
+        env.reset(options={"task": BUILTIN})
+        _, _, _, _, info = env.step(env.oracle_action())  # a fresh worker takes over
+        assert info["signals"]["pass_rate"] == 1.0 and info["infra_error"] is None
+    finally:
+        env.close()

@@ -34,14 +34,48 @@ def _set_dumpable(flag):
         pass
 
 
+#: The session's untrusted uid (set when the worker runs with the capabilities to drop to
+#: it): every run but a trusted one (a grader) runs as this uid, so no run can signal, stop or
+#: read the worker -- a worker that dies is then never the run's doing.
+RUN_UID = int(os.environ.pop("TURNGYM_UNTRUSTED_UID", "0") or 0) or None
+_PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+
+
+def drop_privileges(uid):
+    """Become ``uid`` (keeping the session's gid, which owns the workdir) with no capability
+    in any set; raises OSError if any step fails (the caller must not run code then)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in range(64):  # the bounding set (EINVAL past the last capability)
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:
+            raise OSError(ctypes.get_errno(), "cannot drop the capability bounding set")
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    gid = os.getgid()
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+    if libc.capset(header, (ctypes.c_uint32 * 6)()) != 0:
+        raise OSError(ctypes.get_errno(), "cannot clear the capability sets")
+    if os.getresuid() != (uid, uid, uid):
+        raise OSError(1, "the uid did not change")
+
+
 def _child(req, fds):
     r_in, w_out, w_err = fds
-    _set_dumpable(1)
     try:  # if the sandbox runs out of memory, the kernel kills the run, not the worker
         with open("/proc/self/oom_score_adj", "w") as fh:
             fh.write("1000")
     except OSError:
         pass
+    if RUN_UID is not None and not req.get("trusted"):
+        try:
+            drop_privileges(RUN_UID)
+        except OSError as exc:
+            os.write(w_err, f"[sandbox] cannot drop to the untrusted uid: {exc}\n".encode())
+            os._exit(126)
+    _set_dumpable(1)  # after the uid change, which clears it
     os.setsid()
     os.dup2(r_in, 0)
     os.dup2(w_out, 1)
@@ -100,12 +134,44 @@ _IPC_RMID = 0
 _libc = None
 
 
+def _as_untrusted(fn):
+    """``fn()`` as the worker's uid and, when runs have their own uid, as that uid too (in a
+    forked helper) first: objects a run made (files in the sticky ``/tmp``, SysV IPC) can only
+    be removed by their owner. The worker's own pass, last, says whether all is gone."""
+    if RUN_UID is not None:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                drop_privileges(RUN_UID)
+                fn()
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+    return fn()
+
+
+def _ipc_left():
+    for kind in ("shm", "sem", "msg"):
+        try:
+            with open(f"/proc/sysvipc/{kind}", "rb") as fh:
+                if len(fh.read().splitlines()) > 1:
+                    return True
+        except OSError:
+            pass
+    return False
+
+
 def _clean_ipc():
     """Remove SysV shared memory, semaphores and message queues a run left behind.
 
     The worker's IPC namespace lives as long as the worker, so these would otherwise carry
     data (and memory) from one run, or one episode, to the next.
     """
+    if _ipc_left():
+        _as_untrusted(_remove_ipc)
+
+
+def _remove_ipc():
     global _libc
     for kind in ("shm", "sem", "msg"):
         try:
@@ -130,9 +196,15 @@ def _clean_ipc():
                 _libc.semctl(ident, 0, _IPC_RMID)
             else:
                 _libc.msgctl(ident, _IPC_RMID, None)
+    return True
 
 
 def _wipe_tmp():
+    """Empty /tmp and /dev/shm as every uid that may have written there (see :func:`_as_untrusted`)."""
+    return _as_untrusted(_wipe_tmp_once)
+
+
+def _wipe_tmp_once():
     """Empty /tmp and /dev/shm (all made by runs of this uid); True if both are empty.
 
     Mount points stay, with the dirs leading to them: they are host dirs the sandbox binds in

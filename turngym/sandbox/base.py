@@ -225,6 +225,20 @@ class Session(ABC):
         self.write_files({_SCRIPT_NAME: source})
         return self.run([*py.argv(), _SCRIPT_NAME, *args], stdin=stdin, limits=limits, env=full_env)
 
+    def run_trusted(self, argv: Sequence[str], *, limits: Limits | None = None, env: Mapping[str, str] | None = None) -> RunResult:
+        """Run a *trusted* program (a grader) that runs the code it judges under another uid
+        where the backend can give it one (bubblewrap as root); elsewhere the same as :meth:`run`."""
+        return self.run(list(argv), limits=limits, env=env)
+
+    def run_trusted_python(self, source: str, *, limits: Limits | None = None) -> RunResult:
+        """:meth:`run_trusted` for Python ``source`` (see :meth:`run_python`)."""
+        self._check_open()
+        py = self.sandbox.python
+        if len(source) <= _MAX_INLINE_SOURCE:
+            return self.run_trusted([*py.argv(), "-c", source], limits=limits, env=py.env())
+        self.write_files({_SCRIPT_NAME: source})
+        return self.run_trusted([*py.argv(), _SCRIPT_NAME], limits=limits, env=py.env())
+
     # -- lifetime --------------------------------------------------------------------------
     @property
     def closed(self) -> bool:
@@ -312,6 +326,15 @@ class Sandbox(ABC):
             if files:
                 s.write_files(files)
             return s.run_python(source, args=args, stdin=stdin)
+
+    def run_trusted_python(self, source: str, *, files: Files | None = None, limits: Limits | None = None) -> RunResult:
+        """Run a trusted Python program (a grader) in a fresh working dir: the code it starts
+        runs as the session's untrusted uid where the backend has one (see
+        :meth:`Session.run_trusted`)."""
+        with self._one_shot_session(limits) as s:
+            if files:
+                s.write_files(files)
+            return s.run_trusted_python(source)
 
     def close(self) -> None:  # noqa: B027 - optional hook, not abstract
         """Release backend resources (sessions close themselves)."""

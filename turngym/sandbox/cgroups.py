@@ -183,6 +183,24 @@ class SandboxCgroup:
                 out.update(int(x) for x in _read(os.path.join(p, "cgroup.procs")).split())
         return sorted(out)
 
+    def kill(self, timeout: float = 2.0) -> None:
+        """SIGKILL every process in the group, until none is left (what a run left behind,
+        ``setsid`` daemons included: a process cannot leave its cgroup without privileges)."""
+        deadline = time.monotonic() + timeout
+        kill_file = os.path.join(self.paths[0], "cgroup.kill") if self.version == 2 else ""
+        while True:
+            pids = self.procs()
+            if not pids or time.monotonic() > deadline:
+                return
+            if kill_file and os.path.exists(kill_file):
+                with contextlib.suppress(OSError):
+                    _write(kill_file, "1")
+            else:
+                for pid in pids:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, 9)
+            time.sleep(0.002)
+
     def close(self, timeout: float = 2.0) -> None:
         """Kill anything left inside and remove the group (idempotent)."""
         deadline = time.monotonic() + timeout

