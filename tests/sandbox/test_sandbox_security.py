@@ -250,13 +250,14 @@ def test_rlimit_session_end_kills_a_setsid_daemon_without_a_private_uid(monkeypa
     no): runs cannot drop to a private uid, and a double-forked ``setsid`` daemon leaves the
     process group. The session's cgroup still holds it, and the session's end kills it."""
     import turngym.sandbox.local as local
+    from turngym.sandbox import cgroups
 
     monkeypatch.setattr(local, "_others_can_exec", lambda path: False)
     sb = _rlimit()
     try:
         if sb.drops_uid:
             pytest.skip("not running as root")
-        if sb.cgroup_host is None:
+        if cgroups.detect() is None:
             pytest.skip("no cgroup this process may create: leftovers are killed by process group only")
         s = sb.open_session()
         pidfile = os.path.join(s.host_dir, "daemon.pid")
