@@ -346,12 +346,14 @@ def test_gold_resolves_and_noop_does_not_on_a_sample_of_tasks():
         assert info["outcome"]["success"] is False and info["signals"]["imports_ok"] == 1.0, t.id
 
 
-def test_a_test_process_that_hides_and_spins_is_stopped_at_the_deadline(task):
+@pytest.mark.parametrize("split", [False, True])
+def test_a_test_process_that_hides_and_spins_is_stopped_at_the_deadline(task, split):
     """Closing its result and output pipes, then looping, ends as a timeout, well before the sandbox's own kill."""
     payload = "import os\nfor _fd in range(1, 64):\n    try:\n        os.close(_fd)\n    except OSError:\n        pass\nwhile True:\n    pass\n"
     tree = load_repo(task.repo).with_file(task.path, task.buggy_source + payload)
-    run = testing.run_pytest(tree, list(task.fail_to_pass), timeout=3, canary=True)
-    assert run.timed_out and not run.passed and not run.imports_ok
+    run = testing.run_pytest(tree, list(task.fail_to_pass), timeout=3, canary=True, split=split)
+    # split: closing its socket is leaving the run (aborted at once); in-process: a timeout
+    assert (run.aborted if split else run.timed_out) and not run.passed and not run.imports_ok
     assert run.duration < 8
 
 
@@ -395,3 +397,12 @@ def test_a_runner_without_pytest_is_infra_not_the_agents_failure(tmp_path):
     assert "cannot import pytest" in raw.stderr
     with pytest.raises(InfraError, match="did not start"):
         testing._interpret(raw, "n0nce", None, 0.0)
+
+
+def test_a_package_that_never_answers_is_timed_out_by_the_split_grader(task):
+    """The package's process spins inside a call: the grader kills it at the deadline, no test passes."""
+    payload = "_orig_get = LRUCache.get\ndef _spin(self, *a, **k):\n    while True:\n        pass\nLRUCache.get = _spin\n"
+    tree = load_repo(task.repo).with_file(task.path, load_repo(task.repo)[task.path] + payload)
+    run = testing.run_pytest(tree, None, timeout=3, canary=True, split=True)
+    assert run.timed_out and not run.passed and not run.imports_ok
+    assert run.duration < 8
