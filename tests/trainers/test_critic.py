@@ -97,12 +97,13 @@ def test_the_shared_value_head_learns_a_known_value_function() -> None:
     return that followed it: V*(s_t) = γ^(turns left) — 1, ½, ¼ or ⅛ (γ = ½) by how many
     calculator steps the problem still needs, which the critic must read from the text.
 
-    Threshold: explained variance ≥ 0.45 on 32 *held-out* episodes after 30 minibatches of 8.
-    A critic that has learned nothing scores ≈ 0 (asserted before training); 0.45 means it
-    explains almost half the variance of returns on problems it never saw. The best predictor
-    that knows only the turn index explains 0.57 here (turn 0 cannot tell a 2-turn problem from
-    a 4-turn one); the critic passes it with longer training (0.78 after 100 minibatches of 16),
-    which is too slow for CI, so the bar is set at what 30 minibatches reach with margin.
+    Threshold: the explained variance on 32 *held-out* episodes must reach 3/4 of that of the
+    best predictor that knows only the turn index (the mean return per turn index on the
+    training episodes; it cannot tell a 2-turn problem from a 4-turn one at turn 0), after 40
+    minibatches of 8. An untrained critic scores ≈ 0 (asserted before training), and a critic
+    that read the wrong position (no state) stays near 0; the critic passes the position-only
+    predictor itself with longer training, too slow for CI, so the bar keeps a margin below
+    what 40 minibatches reach.
     """
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
@@ -128,6 +129,13 @@ def test_the_shared_value_head_learns_a_known_value_function() -> None:
         returns.append(lambda_returns(cols, np.zeros(len(e.turns)), gamma=gamma, lam=1.0)[1])
     assert sorted({round(float(x), 3) for r in returns for x in r}) == [0.125, 0.25, 0.5, 1.0]
     train, test = slice(0, 64), slice(64, 96)
+    by_turn: dict[int, list[float]] = {}
+    for r in returns[train]:
+        for t, g in enumerate(r):
+            by_turn.setdefault(t, []).append(float(g))
+    position_only = explained_variance(np.concatenate([[np.mean(by_turn[t]) for t in range(len(r))] for r in returns[test]]),
+                                       np.concatenate(returns[test]))
+    assert position_only > 0.3  # the bar below is a real one
     critic = TurnCritic(model, kind="shared", lr=1e-3, seed=0)
     pad = tok.pad_token_id
 
@@ -136,9 +144,9 @@ def test_the_shared_value_head_learns_a_known_value_function() -> None:
         return explained_variance(np.concatenate(v), np.concatenate(returns[test]))
 
     assert abs(ev()) < 0.05
-    losses = fit_critic(critic, model, samples[train], returns[train], steps=30, batch_size=8, pad_id=pad,
+    losses = fit_critic(critic, model, samples[train], returns[train], steps=40, batch_size=8, pad_id=pad,
                         policy_optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3))
     final = ev()
     request_cleanup()
     assert losses[-1] < losses[0]
-    assert final >= 0.45
+    assert final >= 0.75 * position_only, (final, position_only)
