@@ -42,8 +42,9 @@ else
 fi
 [ "${1:-}" = "--setup-only" ] && exit 0
 
-# In-process engine (weights can be pushed into it), both cores, a KV cache that fits here.
-export VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
+# In-process engine (weights can be pushed into it), on every core. The KV cache size comes from
+# turngym's CPU default (1 GiB) or the tests' engine options; VLLM_CPU_KVCACHE_SPACE would override both.
+export VLLM_ENABLE_V1_MULTIPROCESSING=0
 export VLLM_CPU_OMP_THREADS_BIND="${VLLM_CPU_OMP_THREADS_BIND:-0-$(( $(nproc) - 1 ))}"
 export TURNGYM_REQUIRE_VLLM=1
 t1=$SECONDS
