@@ -150,3 +150,110 @@ def test_the_shared_value_head_learns_a_known_value_function() -> None:
     request_cleanup()
     assert losses[-1] < losses[0]
     assert final >= 0.75 * position_only, (final, position_only)
+
+
+class _Killed(BaseException):
+    """A kill: BaseException, so no ``except Exception`` in the trainer can swallow it."""
+
+
+def _critic_cfg(**kw):
+    from tiny_run import tiny_config
+
+    return tiny_config(**{"algo": "gae", "steps": 3, "micro_batch_size": 2, "ppo_epochs": 2, "algo_params": {"gamma": 0.95, "lam": 0.9}, **kw})
+
+
+def _final(out):
+    import json
+
+    torch = pytest.importorskip("torch")
+    state = json.loads((out / "state.json").read_text())
+    assert state["phase"] == "finished"
+    ck = out / state["checkpoint"]
+    return torch.load(ck / "trainable.pt"), torch.load(ck / "critic.pt")
+
+
+def _same(a, b) -> bool:
+    torch = pytest.importorskip("torch")
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    return a == b
+
+
+@pytest.fixture(scope="module")
+def gae_run(tmp_path_factory: pytest.TempPathFactory):
+    """``turngym train --algo gae`` (PPO with the default learned critic), uninterrupted."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from turngym.trainers import Trainer
+
+    out = tmp_path_factory.mktemp("gae")
+    Trainer(_critic_cfg(), out, progress=False, log=None).run()
+    return out
+
+
+def test_train_with_algo_gae_runs_end_to_end(gae_run) -> None:
+    from tiny_run import metric_rows
+
+    rl = [r for r in metric_rows(gae_run) if r["phase"] == "rl"]
+    assert len(rl) == 3
+    for r in rl:
+        assert {"critic_ev", "critic_ev_mc", "value_loss", "value_mean", "critic_grad_norm"} <= set(r)
+        assert r["value_loss"] >= 0
+    assert rl[0]["value_mean"] != rl[-1]["value_mean"]  # the critic moved
+    assert (gae_run / "value_vs_return.png").stat().st_size > 0
+    weights, critic = _final(gae_run)
+    assert critic["kind"] == "shared" and critic["trunk"] is None and set(critic["head"]) == {"weight", "bias"}
+
+
+def test_resume_is_exact_with_the_critic(tmp_path, gae_run) -> None:
+    """Killed after the first RL step's checkpoint, the resumed run ends with the uninterrupted
+    run's metrics, policy weights *and* critic (head and optimizer state): a critic re-initialized
+    on resume would give other values, advantages and weights from step 2 on."""
+    from tiny_run import metric_rows
+
+    from turngym.trainers import Trainer
+
+    out = tmp_path / "run"
+
+    def kill(name: str) -> None:
+        if name == "checkpoint committed@1":
+            raise _Killed(name)
+
+    with pytest.raises(_Killed):
+        Trainer(_critic_cfg(), out, progress=False, log=None, hook=kill).run()
+    Trainer(_critic_cfg(), out, resume=True, progress=False, log=None).run()
+    assert metric_rows(out) == metric_rows(gae_run)
+    w_ref, c_ref = _final(gae_run)
+    w, c = _final(out)
+    assert _same(w, w_ref) and _same(c, c_ref)
+
+
+def test_a_separate_critic_and_a_critic_baseline_for_gae_grouped(tmp_path) -> None:
+    from tiny_run import metric_rows
+
+    from turngym.trainers import Trainer
+
+    Trainer(_critic_cfg(steps=1, critic="separate"), tmp_path / "sep", progress=False, log=None).run()
+    _, critic = _final(tmp_path / "sep")
+    assert critic["kind"] == "separate" and critic["trunk"]
+    cfg = _critic_cfg(steps=1, algo="gae_grouped", critic="shared", algo_params={"value_baseline": True})
+    Trainer(cfg, tmp_path / "gg", progress=False, log=None).run()
+    assert "critic_ev" in [r for r in metric_rows(tmp_path / "gg") if r["phase"] == "rl"][0]
+
+
+def test_critic_config_errors_say_the_fix() -> None:
+    from turngym.core.errors import ConfigError
+    from turngym.trainers import TrainConfig
+
+    with pytest.raises(ConfigError, match="critic='shared'"):
+        TrainConfig(algo="gae", critic="none")
+    with pytest.raises(ConfigError, match="value_baseline"):
+        TrainConfig(algo="gae_grouped", algo_params={"value_baseline": True})
+    with pytest.raises(ConfigError, match="critic must be"):
+        TrainConfig(critic="big")
+    assert TrainConfig(algo="gae").critic_kind == "shared" and TrainConfig().critic_kind is None
+    assert TrainConfig(algo="grpo", critic="separate").critic_kind == "separate"

@@ -94,6 +94,9 @@ class Trainer:
         self.tracker: Tracker = NullTracker()
         """Mirrors every ``metrics.jsonl`` row (``config.report_to``); open only while :meth:`run` runs."""
         self._last_rl_batch: tuple[list[Any], list[Any]] = ([], [])
+        self.critic: Any = None
+        """The learned turn-level critic (:class:`~turngym.trainers.critic.TurnCritic`) when ``config.critic_kind`` is set."""
+        self._critic_last: tuple[np.ndarray, np.ndarray] | None = None
         if resume and overwrite:
             raise ConfigError("resume continues the run in out, overwrite discards it: pass one of them")
         if resume:
@@ -284,8 +287,9 @@ class Trainer:
 
         from turngym.agents.render import render_episode
         from turngym.rollout import to_turn_table
-        from turngym.trainers.advantages import compute_advantages
+        from turngym.trainers.advantages import compute_advantages, estimator_inputs
         from turngym.trainers.batch import collate, table_token_advantages, token_logprobs
+        from turngym.trainers.critic import whiten
         from turngym.trainers.losses import clipped_pg_loss, kl_penalty
         from turngym.trainers.providers import fill_inputs
 
@@ -303,25 +307,44 @@ class Trainer:
         shaped = [self.shaper.shape_episode(ep).total for ep in episodes]
         samples = [render_episode(ep, self.renderer) for ep in episodes]
         table = to_turn_table(episodes, rewards=shaped, samples=samples)
+        critic_targets: list[Any] | None = None
+        critic_stats: dict[str, float] = {}
+        if self.critic is not None:  # the critic's values of every turn's state, before this step's update
+            table["value"] = np.concatenate(self._critic_values(samples))
         fill_inputs(cfg.algo, episodes, table, self)  # the estimator's declared inputs the rollout lacks
         adv = compute_advantages(cfg.algo, table, **cfg.algo_params)
+        if self.critic is not None:
+            critic_targets, critic_stats = self._critic_targets(table, samples)
+        if "value" in estimator_inputs(cfg.algo):  # PPO whitens a critic's advantages over the batch (their scale is the reward's)
+            adv = whiten(adv)
         self._last_rl_batch = (episodes, np.split(adv, np.flatnonzero(table["last"])[:-1] + 1))
         tok_adv = table_token_advantages(samples, table, adv)
         self.model.train()
+        if self.critic is not None:
+            self.critic.train()
         stats: dict[str, list[float]] = {"loss": [], "pg_loss": [], "kl": [], "clip_frac": [], "ratio": [], "grad_norm": []}
         order = np.arange(len(samples))
         for epoch in range(cfg.ppo_epochs):
             _rng(cfg.seed, 3, step, epoch).shuffle(order)
             for mb in np.array_split(order, cfg.minibatches):
                 opt.zero_grad(set_to_none=True)
+                if self.critic is not None:
+                    self.critic.zero_grad()
                 total_tokens = sum(sum(samples[i].loss_mask) for i in mb)
                 for chunk in _by_length(mb, samples, cfg.micro_batch_size):
                     batch = collate([samples[i] for i in chunk], [tok_adv[i] for i in chunk], self.pad_id, self.device)
                     weight = batch.n_tokens / max(total_tokens, 1)
-                    with self._autocast():
+                    value_loss = None
+                    with self._autocast(), self._critic_reading():
                         logp = token_logprobs(self.model, batch)
+                        if self.critic is not None and critic_targets is not None:  # the shared head reads this very pass
+                            value_loss, vdiag = self.critic.loss(self.model, batch, [critic_targets[i] for i in chunk])
+                            stats.setdefault("value_loss", []).append(float(value_loss.item()))
+                            stats.setdefault("value_clip_frac", []).append(vdiag["value_clip_frac"])
                     pg, diag = clipped_pg_loss(logp, batch.old_logp_next, batch.adv_next, batch.mask_next, clip_low=cfg.clip_low, clip_high=cfg.clip_high)
                     loss = pg
+                    if value_loss is not None:
+                        loss = loss + cfg.value_coef * value_loss
                     if cfg.kl_coef > 0:
                         with torch.no_grad(), self._reference(), self._autocast():
                             ref_logp = token_logprobs(self.model, batch)
@@ -336,6 +359,8 @@ class Trainer:
                 norm = torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm)
                 stats["grad_norm"].append(float(norm))
                 opt.step()
+                if self.critic is not None:
+                    stats.setdefault("critic_grad_norm", []).append(self.critic.step())
 
         returns = np.array([ep.total_reward for ep in episodes])
         return {
@@ -349,11 +374,55 @@ class Trainer:
             "zero_adv_frac": float(np.mean(adv == 0.0)),
             "adv_abs_mean": float(np.abs(adv).mean()),
             **{k: float(np.mean(v)) for k, v in stats.items() if v},
+            **critic_stats,
             "episodes": len(episodes),
             "tokens": int(sum(sum(s.loss_mask) for s in samples)),
             "rollout_s": round(t_rollout, 2),
             "step_s": round(time.perf_counter() - t0, 2),
         }
+
+    # ---------------------------------------------------------------------- critic
+    def _make_critic(self) -> Any:
+        """The learned critic of this run (None without one), built on the RL policy."""
+        cfg = self.config
+        if cfg.critic_kind is None:
+            return None
+        from turngym.trainers.critic import TurnCritic
+
+        return TurnCritic(self.model, kind=cfg.critic_kind, lr=cfg.critic_lr, clip=cfg.value_clip, max_grad_norm=cfg.max_grad_norm,
+                          weight_decay=cfg.weight_decay, seed=cfg.seed)
+
+    def _critic_values(self, samples: list[Any]) -> list[np.ndarray]:
+        assert self.critic is not None
+        with self._autocast():
+            return self.critic.values(self.model, samples, pad_id=self.pad_id, device=self.device, micro_batch_size=self.config.micro_batch_size)
+
+    def _critic_reading(self) -> Any:
+        import contextlib
+
+        return self.critic.reading(self.model) if self.critic is not None else contextlib.nullcontext()
+
+    def _critic_targets(self, table: dict[str, Any], samples: list[Any]) -> tuple[list[Any], dict[str, float]]:
+        """Per-episode regression targets (λ-returns with the estimator's γ, λ) and the diagnostics:
+        explained variance of the old values against those targets and against the Monte-Carlo returns."""
+        from turngym.trainers.critic import (
+            TurnTargets,
+            critic_discount,
+            explained_variance,
+            lambda_returns,
+            turn_positions,
+        )
+
+        cfg = self.config
+        gamma, lam = critic_discount(cfg.algo, cfg.algo_params)
+        values = np.asarray(table["value"], np.float64)
+        _, ret = lambda_returns(table, values, gamma=gamma, lam=lam)
+        _, mc = lambda_returns(table, np.zeros_like(values), gamma=gamma, lam=1.0)
+        cuts = np.flatnonzero(table["last"])[:-1] + 1  # rows are episode by episode, in the order of samples
+        targets = [TurnTargets(turn_positions(s), v, r) for s, v, r in zip(samples, np.split(values, cuts), np.split(ret, cuts))]
+        self._critic_last = (values, ret)
+        return targets, {"critic_ev": explained_variance(values, ret), "critic_ev_mc": explained_variance(values, mc),
+                         "value_mean": float(values.mean()), "value_target_mean": float(ret.mean())}
 
     # ---------------------------------------------------------------------- helpers
     def _autocast(self) -> Any:
@@ -412,6 +481,8 @@ class Trainer:
         def write(tmp: Path) -> None:
             torch.save(self._trainable_state(), tmp / "trainable.pt")
             torch.save(opt.state_dict(), tmp / "optimizer.pt")
+            if self.critic is not None:  # head, separate trunk and the critic's optimizer: resume continues it exactly
+                torch.save(self.critic.state_dict(), tmp / "critic.pt")
 
         rd.save_artifact(path, write, commit, metrics, hook=self._sub_hook(f"checkpoint@{step}"))
         self._event(f"checkpoint saved@{step}")
@@ -440,6 +511,12 @@ class Trainer:
                     target.load_state_dict(state)
             except Exception as exc:  # a file that verifies but does not fit this run's model
                 raise ArtifactError(f"{file} cannot be loaded into this run ({type(exc).__name__}: {exc}); {fix}") from exc
+        if self.critic is not None:
+            file = point.source / "critic.pt"
+            try:
+                self.critic.load_state_dict(torch.load(file, map_location=self.device))
+            except Exception as exc:  # missing (a checkpoint of a run without a critic) or damaged
+                raise ArtifactError(f"{file} cannot be loaded into this run's critic ({type(exc).__name__}: {exc}); {fix}") from exc
         self._checkpoint = point.commit.checkpoint
 
     # ---------------------------------------------------------------------- run
@@ -476,7 +553,9 @@ class Trainer:
         if cfg.use_lora:
             self.model = self._add_lora(self.model)
         self._ref_model = copy.deepcopy(self.model).eval() if cfg.kl_coef > 0 and not cfg.use_lora else None
-        return self._optimizer()
+        opt = self._optimizer()
+        self.critic = self._make_critic()
+        return opt
 
     def _metric(self, record: dict[str, Any]) -> None:
         """Append a row to ``metrics.jsonl`` (the record), then mirror it to the trackers."""
@@ -593,6 +672,13 @@ class Trainer:
             from turngym.trainers.plot import plot_learning_curve
 
             plot_learning_curve(self.rundir.metrics, self.out / "learning_curve.png", title=f"{cfg.algo} on {cfg.env_id}")
+            if self._critic_last is not None:  # the last RL step's values against their targets, and EV per step
+                from turngym.trainers.atomic import complete_lines
+                from turngym.trainers.critic import plot_value_vs_return
+
+                rows = [json.loads(x) for x in complete_lines(self.rundir.metrics) if x.strip()]
+                ev = [(r["step"], r["critic_ev"]) for r in rows if r.get("phase") == "rl" and "critic_ev" in r]
+                plot_value_vs_return(*self._critic_last, self.out / "value_vs_return.png", ev_by_step=ev, title=f"{cfg.critic_kind} critic")
         except ImportError:
             self.log("matplotlib is not installed: skipped learning_curve.png (pip install matplotlib)")
 

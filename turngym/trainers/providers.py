@@ -14,13 +14,12 @@ Provider signature: ``provider(ctx: ProviderContext) -> Sequence[float]``, one v
 of ``ctx.table`` in its row order (episode by episode, turns in order). ``ctx.trainer`` is
 the running :class:`~turngym.trainers.loop.Trainer`, so a provider can use the trainer's
 state: the policy (``trainer.model``, ``trainer.tokenizer``), the shapers
-(``trainer.shaper``, ``trainer.process_shaper``), the config, or a learned critic the trainer
-holds (the ``value`` column GAE reads comes from such a provider; none is built in yet, so
-``algo="gae"`` is refused until one is registered).
+(``trainer.shaper``, ``trainer.process_shaper``), the config, or the learned critic it holds.
 
-Built in: ``process`` (PAPO: each turn's bounded shaping under ``process_weights``) and
+Built in: ``process`` (PAPO: each turn's bounded shaping under ``process_weights``),
 ``info_gain`` (IGPO: the policy's gain in belief in the gold answer, which the rollout
-records in ``Episode.meta["gold"]``).
+records in ``Episode.meta["gold"]``) and ``value`` (GAE: the trainer's learned turn-level
+critic, :func:`turngym.trainers.critic.value_provider`).
 """
 
 from __future__ import annotations
@@ -110,5 +109,13 @@ def _info_gain(ctx: ProviderContext) -> list[float]:
     return [float(g) for gs in gains for g in gs]
 
 
+def _value(ctx: ProviderContext) -> Sequence[float]:
+    """The learned critic's value of each turn's state (GAE)."""
+    from turngym.trainers.critic import value_provider  # torch-backed: imported when a step asks
+
+    return value_provider(ctx)
+
+
 register_provider("process", _process)
 register_provider("info_gain", _info_gain)
+register_provider("value", _value)

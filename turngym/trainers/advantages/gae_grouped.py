@@ -35,14 +35,18 @@ def next_in_episode(values: np.ndarray, table: TurnTable) -> np.ndarray:
     return nxt
 
 
-def grouped_value_proxy(table: TurnTable, returns: np.ndarray) -> np.ndarray:
+def grouped_value_proxy(table: TurnTable, returns: np.ndarray, learned: np.ndarray | None = None) -> np.ndarray:
     """V(row) = mean return-to-go of the rows of its group acting in the same state.
 
     Rows whose state is shared by no other row of the group (or tables without
-    ``state_before``) fall back to the mean over the rows of the group at the same turn index.
+    ``state_before``) fall back to the mean over the rows of the group at the same turn index,
+    or, given ``learned`` (a critic's value per row), to the critic's value of their state.
     """
-    by_turn = combine_codes(table.group, table.turn)
-    value = segment_stats(returns, by_turn).mean[by_turn]
+    if learned is not None:
+        value = np.asarray(learned, np.float64)
+    else:
+        by_turn = combine_codes(table.group, table.turn)
+        value = segment_stats(returns, by_turn).mean[by_turn]
     if table.state_before is not None:
         by_state = combine_codes(table.group, table.state_before)
         st = segment_stats(returns, by_state)
@@ -57,6 +61,7 @@ def gae_grouped(
     lam: float = 0.95,
     normalize: bool = True,
     eps: float = EPS,
+    value_baseline: bool = False,
 ) -> np.ndarray:
     """GAGPO: GAE(γ, λ) over a value proxy estimated from the group, then group normalization.
 
@@ -66,6 +71,11 @@ def gae_grouped(
     2. ``δ_t = r_t + γ V(s_{t+1}) − V(s_t)`` with ``V = 0`` after the final turn.
     3. ``A_t = Σ_k (γλ)^k δ_{t+k}`` (the textbook GAE recursion, per episode).
     4. If ``normalize``: z-score ``A`` over the rows of the group.
+
+    ``value_baseline=True`` keeps the group's statistics where it has them (a state two rows of
+    the group acted in) and takes a learned critic's value (the ``value`` column) where it has
+    none, instead of the turn-index mean: on long horizons most states are visited once, and the
+    turn index says little about them.
 
     With λ = 1 and ``normalize=False`` this is the Monte-Carlo return minus the grouped
     baseline, ``G_t − V(s_t)``; with λ = 0 it is the one-step TD error.
@@ -82,7 +92,9 @@ def gae_grouped(
     check_unit("lam", lam)
     table = as_turn_table(turns)
     returns = discounted_returns(table, gamma)
-    value = grouped_value_proxy(table, returns)
+    if value_baseline:
+        table.require("gae_grouped (value_baseline=True)", "value")
+    value = grouped_value_proxy(table, returns, table.value if value_baseline else None)
     deltas = table.reward + gamma * next_in_episode(value, table) - value
     adv = reverse_discounted_sum(deltas, table, gamma * lam)
     return normalize_in_segments(adv, table.group, eps=eps) if normalize else adv
