@@ -229,7 +229,7 @@ _DAEMON = (
     "if os.fork() == 0:\n"
     "    os.setsid()\n"
     "    if os.fork() == 0:\n"
-    "        open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+    "        open(sys.argv[1], 'w').write(os.readlink('/proc/self'))\n"  # the host's pid, in any PID namespace
     "        time.sleep(60)\n"
     "    os._exit(0)\n"
     "time.sleep(0.2)\n"
@@ -245,20 +245,24 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_rlimit_session_end_kills_a_setsid_daemon_without_a_private_uid(monkeypatch):
+@pytest.mark.parametrize("enforcement", ["auto", "watchdog"])
+def test_rlimit_session_end_kills_a_setsid_daemon_without_a_private_uid(monkeypatch, enforcement):
     """Root with an interpreter only root can execute (test double: _others_can_exec says
     no): runs cannot drop to a private uid, and a double-forked ``setsid`` daemon leaves the
-    process group. The session's cgroup still holds it, and the session's end kills it."""
+    process group. The session's cgroup (``auto``) or, without one (``watchdog``), the run's
+    own PID namespace still holds it, and the session's end kills it."""
     import turngym.sandbox.local as local
     from turngym.sandbox import cgroups
 
     monkeypatch.setattr(local, "_others_can_exec", lambda path: False)
-    sb = _rlimit()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotIsolatedWarning)
+        sb = RlimitSandbox(FAST, enforcement=enforcement)
     try:
-        if sb.drops_uid:
+        if sb.drops_uid or os.geteuid() != 0:
             pytest.skip("not running as root")
-        if cgroups.detect() is None:
-            pytest.skip("no cgroup this process may create: leftovers are killed by process group only")
+        if enforcement == "auto" and cgroups.detect() is None:
+            pytest.skip("no cgroup this process may create")
         s = sb.open_session()
         pidfile = os.path.join(s.host_dir, "daemon.pid")
         res = s.run_python(_DAEMON, args=[pidfile])

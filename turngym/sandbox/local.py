@@ -878,6 +878,10 @@ class RlimitSandbox(_LocalSandbox):
             stacklevel=2,
         )
         self.drops_uid = self._as_root and _others_can_exec(self.python.executable)
+        #: With neither a private uid nor a cgroup to find leftovers by, each run gets a PID
+        #: namespace of its own (root only): when the run's shell init exits, the kernel kills
+        #: everything left in it, ``setsid`` daemons included.
+        self._pidns = _pidns_prefix() if self._as_root and not self.drops_uid and self.cgroup_host is None else None
 
     @property
     def reusable_sessions(self) -> bool:  # type: ignore[override]
@@ -895,6 +899,10 @@ class RlimitSandbox(_LocalSandbox):
     def _execute(self, session: LocalSession, argv: Sequence[str], *, stdin: bytes | None, limits: Limits, env: Mapping[str, str]) -> RunResult:
         cg = session.cgroup
         if cg is None:
+            if self._pidns is not None and session.uid is None:
+                return run_process([*self._pidns, *argv], cwd=session.host_dir, env={**_base_env(session.host_dir), **env},
+                                   stdin=stdin, limits=limits, preexec=rlimit_setter(limits), backend=self.name,
+                                   signal_in_exit_code=True)
             return run_process(argv, cwd=session.host_dir, env={**_base_env(session.host_dir), **env}, stdin=stdin,
                                limits=limits, preexec=rlimit_setter(limits), backend=self.name, user=session.uid)
         try:
@@ -906,6 +914,24 @@ class RlimitSandbox(_LocalSandbox):
                 raise
             return RunResult(stdout="", stderr=f"[sandbox] {hit} limit reached before the program could start\n",
                              exit_code=None, signal=9, limit_hit=hit, backend=self.name)  # type: ignore[arg-type]
+
+
+#: The program runs as pid 2 under a shell init (an init ignores signals it has no handler
+#: for); stdin is passed on explicitly (``&`` would give the program /dev/null).
+_PIDNS_INIT = 'exec 3<&0; "$@" <&3 3<&- & wait $!'
+
+
+def _pidns_prefix() -> list[str] | None:
+    """``unshare`` into a new PID namespace around a shell init, if that works here."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return None
+    prefix = [unshare, "--pid", "--fork", "--kill-child", "--", "/bin/sh", "-c", _PIDNS_INIT, "sh"]
+    try:
+        ok = subprocess.run([*prefix, "true"], capture_output=True, timeout=10, check=False).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    return prefix if ok else None
 
 
 def _join_then_drop(cg: cgroups.SandboxCgroup, limits: Limits, uid: int | None) -> Callable[[], None]:
