@@ -501,7 +501,7 @@ def test_the_shipped_hidden_tests_are_not_readable_from_the_sandbox(env):
 
 
 REACH_GRADER = (
-    "import os, signal\n"
+    "import os, resource, signal\n"
     "def _ancestors():\n"
     "    pid, out = os.getpid(), []\n"
     "    while pid > 1:\n"
@@ -512,7 +512,8 @@ REACH_GRADER = (
     "def f(x):\n"
     "    errs = []\n"
     "    for pid in _ancestors()[1:]:  # [0] is the solution's own zygote\n"
-    "        for act in (lambda: os.kill(pid, signal.SIGSTOP), lambda: os.setpriority(os.PRIO_PROCESS, pid, 19)):\n"
+    "        for act in (lambda: os.kill(pid, signal.SIGSTOP), lambda: os.setpriority(os.PRIO_PROCESS, pid, 19),\n"
+    "                    lambda: resource.prlimit(pid, resource.RLIMIT_CPU, (0, 0))):\n"
     "            try:\n"
     "                act()\n"
     "                errs.append('reached')\n"
@@ -525,8 +526,8 @@ REACH_GRADER = (
 @pytest.mark.parametrize("warm", [True, False])
 def test_the_solution_cannot_stop_or_renice_the_grader_and_the_step_ends_promptly(sandbox, warm):
     """The grader runs as the session's trusted uid, the solution as its untrusted one: a
-    SIGSTOP (or SIGKILL, renice) of any ancestor is refused, and the step takes per-test time,
-    not the run's wall budget."""
+    SIGSTOP, a renice or a prlimit (a zero CPU limit would kill the grader) of any ancestor is
+    refused, and the step takes per-test time, not the run's wall budget."""
     if not isinstance(sandbox, BubblewrapSandbox):
         pytest.skip("needs bubblewrap")
     task = CodeTask(id="reach", prompt="", gold="def f(x):\n    return x\n", entry_point="f",
@@ -542,7 +543,7 @@ def test_the_solution_cannot_stop_or_renice_the_grader_and_the_step_ends_promptl
         took = time.monotonic() - t
         assert info["infra_error"] is None and info["signals"]["pass_rate"] == 0.0
         assert "ERRS[" in obs and "reached" not in obs, obs
-        assert "ERRS[1, 1, " in obs, obs  # EPERM for the grader itself
+        assert "ERRS[1, 1, 1, " in obs, obs  # EPERM for the grader itself: stop, renice, prlimit
         assert took < 4.0, took  # the wall budget of this run is 2 + 0.5 * 12 = 8 s
         obs, reward, term, _, info = env.step(f"<submit>\n```python\n{task.gold}```")
         assert reward == 1.0 and info["infra_error"] is None
