@@ -7,7 +7,10 @@ wall deadline or an output flood (see :mod:`turngym.sandbox._proc`).
 Why a uid per session: ``RLIMIT_NPROC`` counts processes per *real* uid and is not enforced
 for root at all, so when turngym runs as root each session drops to its own unprivileged uid.
 Then a fork bomb is capped, one session cannot signal or read another, and nothing the
-sandboxed code creates is owned by root.
+sandboxed code creates is owned by root. Each such session also has a second uid
+(:attr:`LocalSession.run_uid`) for code that a *trusted* program of the session (a warm
+worker, a grader) runs on the agent's behalf: judged code then cannot signal, stop or read the
+process that judges it.
 
 Host-side file access (``write_files``, ``read_file``, ``snapshot``) walks the workdir with
 ``O_NOFOLLOW`` directory fds: sandboxed code may plant symlinks to ``/etc/shadow``, and the

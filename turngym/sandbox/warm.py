@@ -6,7 +6,12 @@ every run. A :class:`WarmPython` starts one interpreter per session inside the s
 sandbox (same namespaces, uid, limits and workdir) and runs each source in a forked child:
 its own process group, per-run rlimits, a fresh ``__main__`` with the modules of a fresh
 interpreter, output capped, the wall deadline enforced, and afterwards every process the run
-left behind killed (``kill(-1)`` from the worker's uid, inside the PID namespace).
+left behind killed (``kill(-1)`` inside the PID namespace).
+
+Where the session has a second, untrusted uid (bubblewrap as root), the worker is a trusted
+launch (it keeps the capabilities to switch uids and to kill) and every run but a trusted one
+drops to the untrusted uid with no capabilities: no run can signal, stop or read the worker,
+so a worker lost with no limit hit was hit from outside and raises :class:`SandboxError`.
 
 What differs from :meth:`Session.run_python`: the interpreter is forked, not started (so
 ``sys.flags``/``sys.argv[0]`` are the worker's), and per-run limits can only be lower than the
