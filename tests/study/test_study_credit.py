@@ -26,14 +26,23 @@ def test_plan_runs_covers_every_claim_and_seed() -> None:
     assert {r.algo for r in papo} == {"papo", "grpo"} and len(papo) == 2 * 2
     assert all(set(r.overrides["reward_weights"].values()) == {0.0} for r in papo)  # outcome-only reward in both arms
     assert math.isinf(farm["naive"]) and farm["bounded"] < 1
+    critic = {(r.name, r.algo) for r in runs if r.env == "household" and r.algo in ("gae", "grpo", "gigpo")}
+    for s in range(2):  # PPO with both critics, and GRPO/GiGPO shared with claim 1 (same names, trained once)
+        assert {(f"train/household-gae-s{s}", "gae"), (f"critic/household-gae_separate-s{s}", "gae"),
+                (f"train/household-grpo-s{s}", "grpo"), (f"train/household-gigpo-s{s}", "gigpo")} <= critic
+    sep = next(r for r in runs if r.arm == "gae_separate")
+    assert sep.overrides == {"critic": "separate"}
     assert not plan_runs(StudyConfig(claims=("variance",)))
 
 
 def test_config_rejects_unknown_names() -> None:
     with pytest.raises(ConfigError, match="unknown env"):
         StudyConfig(envs=("nope",))
-    with pytest.raises(ConfigError, match="gae"):
-        StudyConfig(algos=("gae",))
+    with pytest.raises(ConfigError, match="unknown algo"):
+        StudyConfig(algos=("gea",))
+    assert StudyConfig(algos=("gae", "grpo")).algos == ("gae", "grpo")  # PPO with the learned critic is an arm like any
+    with pytest.raises(ConfigError, match="unknown env"):
+        StudyConfig(critic_envs=("nope",))
     with pytest.raises(ConfigError, match="claim"):
         StudyConfig(claims=("magic",))
 
@@ -63,15 +72,22 @@ def test_score_is_zero_error_for_an_estimator_equal_to_the_truth_up_to_scale() -
 
 
 def test_variance_study_ground_truth_and_turn_level_baselines() -> None:
-    res = run_variance_study(VarianceConfig(tasks=4, repeats=3, mc=8))
+    vcfg = VarianceConfig(tasks=4, repeats=3, mc=8, critic_steps=4, critic_repeats=1)
+    res = run_variance_study(vcfg)
     for shape in ("group", "tree"):
         est = res["shapes"][shape]["estimators"]
-        assert set(est) == {"grpo", "gigpo", "turn_grpo", "tree", "gae_grouped"}
+        assert set(est) == {"grpo", "gigpo", "turn_grpo", "tree", "gae_grouped", "critic_mc", "critic_td"}
+        assert res["shapes"][shape]["critic_value"]["mae_vs_mc_value"] > 0
         assert all(-1 <= e["corr"] <= 1 for e in est.values())
     # in a group of independent episodes no turn has a sibling past the first: turn_grpo is mostly 0
     assert res["shapes"]["group"]["estimators"]["turn_grpo"]["zero_frac"] > res["shapes"]["tree"]["estimators"]["turn_grpo"]["zero_frac"]
     assert res["shapes"]["tree"]["branching"] == [2, 2, 2]
-    assert res == run_variance_study(VarianceConfig(tasks=4, repeats=3, mc=8)) | {"seconds": res["seconds"]}  # deterministic
+    again = run_variance_study(vcfg)
+    again["critic_fit"]["seconds"] = res["critic_fit"]["seconds"]
+    assert res == again | {"seconds": res["seconds"]}  # deterministic, the fitted critic included
+    # the scored rollouts do not depend on the critic (it is fitted on rollouts of its own)
+    plain = run_variance_study(VarianceConfig(tasks=4, repeats=3, mc=8, critic_steps=0))
+    assert plain["shapes"]["group"]["estimators"]["grpo"] == res["shapes"]["group"]["estimators"]["grpo"]
 
 
 def _fake_run(root, claim, env, arm, seed, success, turns, zero):  # a test double of a finished run's files
@@ -97,7 +113,15 @@ def test_report_numbers_come_from_the_metrics_files(tmp_path) -> None:
         _fake_run(tmp_path, "info_gain", "search", "igpo", seed, 0.6 + 0.02 * seed, 3, 0.0)
         _fake_run(tmp_path, "info_gain", "search", "grpo", seed, 0.3, 3, 0.0)
     (tmp_path / "study_config.json").write_text(json.dumps(StudyConfig(envs=("shop",), seeds=3).to_dict()))
-    (tmp_path / "variance.json").write_text(json.dumps(run_variance_study(VarianceConfig(tasks=2, repeats=2, mc=4))))
+    for seed in range(3):  # claim 6: PPO + critic on household; its timings and critic EV come from the curves
+        for arm, success, step_s in (("gae", 0.5, 3.0), ("gae_separate", 0.45, 4.5), ("grpo", 0.3 + 0.01 * seed, 2.0), ("gigpo", 0.4, 2.0)):
+            _fake_run(tmp_path, "critic" if arm == "gae_separate" else "train", "household", arm, seed, success, 10, 0.0)
+            d = next((tmp_path / "runs").glob(f"*/household-{arm}-s{seed}"))
+            rows = [json.loads(x) | {"step_s": step_s} | ({"critic_ev_mc": 0.4, "value_loss": 0.01} if arm.startswith("gae") else {})
+                    for x in (d / "metrics.jsonl").read_text().splitlines()]
+            (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    vcfg = VarianceConfig(tasks=2, repeats=2, mc=4, critic_steps=2, critic_repeats=1)
+    (tmp_path / "variance.json").write_text(json.dumps(run_variance_study(vcfg)))
     text = write_report(tmp_path, command="turngym study credit --quick").read_text()
     assert "| train | shop | gigpo | 3 | 3 | 10.0 ± 0.0 | 61.0 ± 1.0 |" in text
     assert "**shop** — pool: **reproduced** (GiGPO − GRPO +30.0 points" in text
@@ -109,6 +133,11 @@ def test_report_numbers_come_from_the_metrics_files(tmp_path) -> None:
     # 2-hop success is half the run's success: IGPO 30, 31, 32 vs GRPO 15 → +16.0 points
     assert "Verdict (held out, all multi-hop questions): **reproduced** (IGPO − GRPO +16.0 points" in text
     assert (tmp_path / "claim1_shop.png").stat().st_size > 1000
+    # claim 6: PPO + critic − GiGPO = +10 points on every seed; cost ratio 3.0 / 2.0 s per step
+    assert "| PPO + learned critic (shared head) | 10.0 ± 0.0 → 50.0 ± 0.0 | 50.0 ± 0.0 | 0.400 ± 0.000 | 0.010 ± 0.000 | 3.000 ± 0.000 | ×1.50 ± 0.00 |" in text
+    assert "| 6. group statistics replace a learned critic (household) | **no**: PPO + critic beats GiGPO (+10.0 points" in text
+    assert "learned critic (group rollouts" in text and "| critic_td |" in text
+    assert (tmp_path / "claim6_household.png").stat().st_size > 1000
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["claims"]["gigpo_vs_grpo/shop"]["diff_pool"][0] == pytest.approx(0.3)
     # `--report-only` rewrites the same report from the same files
@@ -134,10 +163,10 @@ def test_quick_mode_runs_every_claim_end_to_end(tmp_path) -> None:
 
     report = run_study(StudyConfig.quick_config(out=tmp_path), log=lambda msg: None)
     text = report.read_text()
-    for n in range(1, 6):
+    for n in range(1, 7):
         assert f"## Claim {n}" in text
-    assert len(list(tmp_path.glob("runs/*/*/study.json"))) == len(plan_runs(StudyConfig.quick_config())) == 8
-    for n in (1, 3, 4, 5):  # every trained claim produced numbers, not "Not run."
+    assert len(list(tmp_path.glob("runs/*/*/study.json"))) == len(plan_runs(StudyConfig.quick_config())) == 10
+    for n in (1, 3, 4, 5, 6):  # every trained claim produced numbers, not "Not run."
         section = text.split(f"## Claim {n}")[1].split("## Claim")[0]
         assert "Not run." not in section
     assert "turngym study credit" in text and "--quick" in text
@@ -146,7 +175,7 @@ def test_quick_mode_runs_every_claim_end_to_end(tmp_path) -> None:
 def test_a_claim_without_runs_says_not_run(tmp_path) -> None:
     (tmp_path / "study_config.json").write_text(json.dumps(StudyConfig(envs=("shop",), seeds=3).to_dict()))
     text = write_report(tmp_path, command="turngym study credit").read_text()
-    for n in range(1, 6):
+    for n in range(1, 7):
         assert text.split(f"## Claim {n}")[1].split("## Claim")[0].strip().endswith("Not run.")
 
 

@@ -16,6 +16,8 @@ Claims (a section of the report each):
 4. ``farming`` — a repeatable shaped signal (``tool_ok``, paid per calculator call) with and
    without the bounded-shaping guard.
 5. ``info_gain`` — IGPO vs GRPO on multi-hop SearchQA, success by hop count.
+6. ``critic`` — PPO with a learned turn-level critic (GAE over turns; the shared value head and
+   the separate critic) vs GRPO vs GiGPO on household: do group statistics replace a critic?
 """
 
 from __future__ import annotations
@@ -39,7 +41,12 @@ from turngym.trainers.atomic import is_complete_dir, write_text
 
 __all__ = ["CLAIMS", "ENV_PRESETS", "RunSpec", "StudyConfig", "plan_runs", "run_one", "run_study"]
 
-CLAIMS = ("gigpo_vs_grpo", "variance", "papo", "farming", "info_gain")
+CLAIMS = ("gigpo_vs_grpo", "variance", "papo", "farming", "info_gain", "critic")
+#: Claim 6's arms: (algo, variant label, TrainConfig overrides). The plain ``gae`` run uses the
+#: default critic (no overrides, so it is named like claim 1's runs); the separate critic is a variant.
+CRITIC_ARMS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("gae", "", {}), ("gae", "gae_separate", {"critic": "separate"}), ("grpo", "", {}), ("gigpo", "", {}),
+)
 
 
 @dataclass(frozen=True)
@@ -139,13 +146,15 @@ class StudyConfig:
     """Override the action token budget (quick mode)."""
     report_to: tuple[str, ...] = ()
     """Experiment trackers of every training run (``TrainConfig.report_to``); each run's under its own directory."""
+    critic_envs: Sequence[str] = ("household",)
+    """Envs of claim 6 (PPO with a learned critic vs GRPO vs GiGPO)."""
 
     def __post_init__(self) -> None:
         from turngym.trainers.tracking import parse_backends
 
         self.out = Path(self.out)
         self.report_to = parse_backends(self.report_to)  # the CLI's comma string, or a saved list
-        bad = [e for e in self.envs if e not in ENV_PRESETS]
+        bad = [e for e in (*self.envs, *self.critic_envs) if e not in ENV_PRESETS]
         if bad:
             raise ConfigError(f"unknown env(s) {bad}; choose from {sorted(ENV_PRESETS)}")
         bad = [c for c in self.claims if c not in CLAIMS]
@@ -153,9 +162,9 @@ class StudyConfig:
             raise ConfigError(f"unknown claim(s) {bad}; choose from {list(CLAIMS)}")
         from turngym.trainers.advantages import ESTIMATORS
 
-        bad = [a for a in self.algos if a not in ESTIMATORS or a == "gae"]
+        bad = [a for a in self.algos if a not in ESTIMATORS]
         if bad:
-            raise ConfigError(f"unknown or critic-based algo(s) {bad}; choose from {sorted(set(ESTIMATORS) - {'gae'})}")
+            raise ConfigError(f"unknown algo(s) {bad}; choose from {sorted(ESTIMATORS)}")
         if self.seeds < 1 or self.budget < 1 or self.jobs < 1:
             raise ConfigError("seeds, budget and jobs must be >= 1")
 
@@ -163,7 +172,7 @@ class StudyConfig:
     def quick_config(cls, **kw: Any) -> StudyConfig:
         """The CI smoke test: every claim, one seed, a few RL steps, small models and pools."""
         base = dict(seeds=1, budget=8, quick=True, groups_per_step=2, group_size=4, warmup_steps=4, demo_episodes=16,
-                    task_pool=4, eval_episodes=4, heldout_episodes=4, envs=("math",), max_turns=3, max_new_tokens=12)
+                    task_pool=4, eval_episodes=4, heldout_episodes=4, envs=("math",), critic_envs=("math",), max_turns=3, max_new_tokens=12)
         base.update({k: v for k, v in kw.items() if v is not None})
         return cls(**base)
 
@@ -171,6 +180,7 @@ class StudyConfig:
         d = asdict(self)
         d["out"] = str(self.out)
         d["envs"], d["algos"], d["claims"] = list(self.envs), list(self.algos), list(self.claims)
+        d["critic_envs"] = list(self.critic_envs)
         d["report_to"] = list(self.report_to)
         return d
 
@@ -189,6 +199,8 @@ def plan_runs(cfg: StudyConfig) -> list[RunSpec]:
             runs += [RunSpec("farming", "math", "grpo", s, variant, {"reward_weights": FARM_WEIGHTS, "shaping_cap": cap}) for s in seeds]
     if "info_gain" in cfg.claims:
         runs += [RunSpec("info_gain", "search", algo, s) for algo in ("igpo", "grpo") for s in seeds]
+    if "critic" in cfg.claims:
+        runs += [RunSpec("critic", env, algo, s, variant, over) for env in cfg.critic_envs for algo, variant, over in CRITIC_ARMS for s in seeds]
     unique: dict[str, RunSpec] = {}
     for r in runs:
         unique.setdefault(r.name, r)
@@ -233,6 +245,8 @@ def _train_config(cfg: StudyConfig, spec: RunSpec, steps: int) -> Any:
     )
     if spec.algo in ("gigpo",):
         params["algo_params"] = {"gamma": 0.95}
+    if spec.algo == "gae":  # GiGPO's discount, GAE's usual λ
+        params["algo_params"] = {"gamma": 0.95, "lam": 0.95}
     if not cfg.quick:
         params.update(preset.train)
     params.update(spec.overrides)
@@ -340,10 +354,15 @@ def run_study(cfg: StudyConfig, *, log: Callable[[str], None] = print) -> Path:
     write_text(cfg.out / "study_config.json", json.dumps(cfg.to_dict(), indent=1))
     if "variance" in cfg.claims:
         vcfg = VarianceConfig.quick() if cfg.quick else VarianceConfig()
-        log(f"claim 2 (variance): {vcfg.tasks} tasks x {vcfg.repeats} rollouts, MC {vcfg.mc}")
-        res = run_variance_study(vcfg)
-        write_text(cfg.out / "variance.json", json.dumps(res, indent=1))
-        log(f"  done in {res['seconds']} s")
+        vpath = cfg.out / "variance.json"
+        wanted = json.loads(json.dumps({**vcfg.__dict__, "branching": list(vcfg.branching)}))
+        if vpath.exists() and json.loads(vpath.read_text()).get("config") == wanted:  # deterministic: the same config gives the same file
+            log(f"claim 2 (variance): {vpath} holds this configuration's results: skipping it")
+        else:
+            log(f"claim 2 (variance): {vcfg.tasks} tasks x {vcfg.repeats} rollouts, MC {vcfg.mc}, critic fitted for {vcfg.critic_steps} minibatches")
+            res = run_variance_study(vcfg)
+            write_text(vpath, json.dumps(res, indent=1))
+            log(f"  done in {res['seconds']} s")
     runs = plan_runs(cfg)
     if runs:  # build (or find) the shared tiny model once, before parallel runs race to build it
         log(f"model: {study_model()}")
@@ -375,6 +394,8 @@ def regenerate_command(cfg: StudyConfig) -> str:
     """The exact command line that reproduces ``cfg`` (every option spelled out)."""
     parts = ["turngym", "study", "credit", "--envs", *cfg.envs, "--algos", *cfg.algos, "--claims", *cfg.claims,
              "--seeds", str(cfg.seeds), "--budget", str(cfg.budget), "--jobs", str(cfg.jobs), "--out", str(cfg.out)]
+    if list(cfg.critic_envs) != ["household"]:
+        parts += ["--critic-envs", *cfg.critic_envs]
     if cfg.quick:
         parts.append("--quick")
     return " ".join(shlex.quote(p) for p in parts)
@@ -387,6 +408,7 @@ def setup_parser(parser: Any) -> None:
     c.add_argument("--envs", nargs="+", choices=sorted(ENV_PRESETS), help="envs of the GiGPO-vs-GRPO grid (default: household shop)")
     c.add_argument("--algos", nargs="+", help="estimators of the GiGPO-vs-GRPO grid (default: gigpo grpo)")
     c.add_argument("--claims", nargs="+", choices=CLAIMS, help="claims to run (default: all)")
+    c.add_argument("--critic-envs", nargs="+", choices=sorted(ENV_PRESETS), help="envs of claim 6, the learned critic (default: household)")
     c.add_argument("--seeds", type=int, help="seeds per (env, algo) (default 3; --quick: 1)")
     c.add_argument("--budget", type=int, help="RL env steps per run (default 6000; --quick: 64)")
     c.add_argument("--out", default=None, help="output directory (default runs/study; --quick: runs/study-quick)")
@@ -398,7 +420,8 @@ def setup_parser(parser: Any) -> None:
 
 def config_from_args(args: Any) -> StudyConfig:
     kw: dict[str, Any] = {"envs": args.envs, "algos": args.algos, "claims": args.claims, "seeds": args.seeds,
-                          "budget": args.budget, "jobs": args.jobs, "report_to": getattr(args, "report_to", None)}
+                          "budget": args.budget, "jobs": args.jobs, "report_to": getattr(args, "report_to", None),
+                          "critic_envs": getattr(args, "critic_envs", None)}
     kw["out"] = Path(args.out or ("runs/study-quick" if args.quick else "runs/study"))
     kw = {k: v for k, v in kw.items() if v is not None}
     return StudyConfig.quick_config(**kw) if args.quick else StudyConfig(**kw)

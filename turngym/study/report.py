@@ -293,6 +293,15 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
                                 f"({'closer to the truth' if better else 'not closer'}), corr {e['corr']:.3f} vs {grp['corr']:.3f}"
                                 + (f" — the low variance is mostly *silence*: {100 * e['zero_frac']:.0f}% of its rows are exactly 0 "
                                    "(siblings with equal returns, or no siblings), so it tracks A* worse, not better" if mostly_zero and not better else ""))
+        for shape, d in v["shapes"].items():
+            cv, est = d.get("critic_value"), d["estimators"]
+            if cv and "critic_mc" in est and "grpo" in est:
+                fit = v.get("critic_fit", {})
+                verdicts.append(f"learned critic ({shape} rollouts; a separate tiny trunk fitted for {fit.get('steps')} minibatches on "
+                                f"{fit.get('episodes')} other episodes of the policy): its V(s) explains {cv['ev_vs_mc_value']:.2f} of the variance of "
+                                f"the Monte Carlo V(s) (mean abs. error {cv['mae_vs_mc_value']:.3f}); `critic_mc` (G − V) rel. MSE "
+                                f"{est['critic_mc']['rel_mse']:.3f}, `critic_td` (r + V' − V) {est['critic_td']['rel_mse']:.3f}, "
+                                f"vs `grpo` {est['grpo']['rel_mse']:.3f} and `gigpo` {est['gigpo']['rel_mse']:.3f}")
         T = v["shapes"].get("tree", {}).get("mean_turns", float("nan"))
         verdicts.append(f"SLATE's bound is a variance reduction of up to ×T, T ≈ {T:.1f} turns here; the table shows how much of it appears at this scale.")
         summary["claims"]["variance"] = v["shapes"]
@@ -414,6 +423,8 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
     else:
         md += ["Not run.", ""]
 
+    md += _critic_section(out, cfg, runs, summary, glance)
+
     if glance:
         held = [row["after_heldout"][0] for row in rows if row["after_heldout"][2]]
         scope = ([f"Scope: held-out success after RL is at most {100 * max(held):.1f}% in every arm — the 0.5M-parameter policy "
@@ -426,3 +437,88 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
     path = out / "report.md"
     path.write_text("\n".join(md) + "\n")
     return path
+
+
+_CRITIC_ARMS = {"gae": "PPO + learned critic (shared head)", "gae_separate": "PPO + learned critic (separate trunk)", "grpo": "GRPO", "gigpo": "GiGPO"}
+
+
+def _critic_section(out: Path, cfg: dict[str, Any], runs: list[dict[str, Any]], summary: dict[str, Any], glance: dict[str, str]) -> list[str]:
+    """Claim 6: PPO with a learned turn-level critic against the critic-free group estimators."""
+    md = ["## Claim 6 — a learned critic vs group statistics (PPO + GAE over turns vs GRPO vs GiGPO)", "",
+          "verl-agent, RAGEN and every PPO stack ship a learned critic; GRPO and GiGPO replace it with statistics of the group. "
+          "Same warm start, budget, seeds and update as the other arms; the critic arms compute GAE (γ = 0.95, λ = 0.95) over "
+          "turns from a value per turn boundary, whiten the advantages over the batch, and add the clipped value loss "
+          "(`turngym.trainers.critic`). *Critic EV* = explained variance of the critic's values (before each update) against the "
+          "Monte-Carlo return of the turn, mean over the second half of training; *s/step* = mean wall seconds of an RL step "
+          "(rollout + update) and its ratio to GiGPO's on the same seeds, in the same study (the same machine load).", ""]
+    envs = cfg.get("critic_envs", ["household"]) if "critic" in cfg.get("claims", []) else []
+    mine = [r for r in runs if r["env"] in envs and r["arm"] in _CRITIC_ARMS and (r["claim"] == "critic" or r["name"].startswith("train/"))]
+    if not any(r["arm"].startswith("gae") for r in mine):
+        return md + ["Not run.", ""]
+    section: dict[str, Any] = {}
+    for env in sorted({r["env"] for r in mine}):
+        rs_env = [r for r in mine if r["env"] == env]
+        by_arm = {a: [r for r in rs_env if r["arm"] == a] for a in _CRITIC_ARMS if any(r["arm"] == a for r in rs_env)}
+        png = _plot({_CRITIC_ARMS[a]: rs for a, rs in by_arm.items()}, "success", out / f"claim6_{env}.png", f"{env}: training success", "success rate")
+        ev_png = _plot({_CRITIC_ARMS[a]: rs for a, rs in by_arm.items() if a.startswith("gae")}, "critic_ev_mc", out / f"claim6_{env}_ev.png",
+                       f"{env}: critic explained variance (vs Monte-Carlo return)", "explained variance")
+        gigpo = by_arm.get("gigpo", [])
+        md += ["| arm | success: warm start → after RL (pool) | held out | critic EV (2nd half) | value loss (2nd half) | s/step | cost vs GiGPO |",
+               "|---|---|---|---|---|---|---|"]
+        rows = {}
+        for arm, rs in by_arm.items():
+            before, after, held = _success_stats(rs)
+            ev = _ms([_late(r["curve"], "critic_ev_mc") for r in rs])
+            vl = _ms([_late(r["curve"], "value_loss") for r in rs])
+            sps = _ms([_mean_step_s(r) for r in rs])
+            ratio = _arm_ratio(rs, gigpo, _mean_step_s)
+            rows[arm] = {"before": before, "after_pool": after, "after_heldout": held, "critic_ev": ev, "value_loss": vl, "step_s": sps, "cost_vs_gigpo": ratio}
+            md.append(f"| {_CRITIC_ARMS[arm]} | {_fmt(*before)} → {_fmt(*after)} | {_fmt(*held)} | {_fmt(*ev, pct=False) if ev[2] else '—'} "
+                      f"| {_fmt(*vl, pct=False) if vl[2] else '—'} | {_fmt(*sps, pct=False)} | {_fmt_ratio(ratio)} |")
+        md.append("")
+        verdicts = {}
+        ppo = by_arm.get("gae", [])
+        for other in ("grpo", "gigpo"):
+            if ppo and by_arm.get(other):
+                d = _arm_diff(ppo, by_arm[other], lambda r: r["pool_eval"]["success"])
+                verdicts[other] = d
+                md.append(f"- PPO + critic vs {_CRITIC_ARMS[other]} (pool success): {_verdict(*d, what=f'PPO − {_CRITIC_ARMS[other]}')}.")
+        if ppo and by_arm.get("gae_separate"):
+            d = _arm_diff(by_arm["gae_separate"], ppo, lambda r: r["pool_eval"]["success"])
+            verdicts["separate_vs_shared"] = d
+            md.append(f"- separate trunk vs shared head (pool success): {_verdict(*d, what='separate − shared')}.")
+        md.append("")
+        if "gigpo" in verdicts:
+            d = verdicts["gigpo"]
+            word = _verdict_word(*d)
+            glance[f"6. group statistics replace a learned critic ({env})"] = (
+                {"reproduced": "**no**: PPO + critic beats GiGPO", "contradicted": "**yes, and better**: GiGPO beats PPO + critic",
+                 "not reproduced at this scale": "**yes, at this scale**: PPO + critic and GiGPO are within noise",
+                 "inconclusive": "**inconclusive** (one seed)"}[word] + f" ({100 * d[0]:+.1f} points PPO − GiGPO, 2 s.e. {100 * 2 * d[1]:.1f})")
+        section[env] = {"arms": rows, "verdicts": verdicts}
+        md += [f"![{env}]({png})", ""] if png else []
+        md += [f"![{env} critic EV]({ev_png})", ""] if ev_png else []
+    summary["claims"]["critic"] = section
+    return md
+
+
+def _fmt_ratio(r: tuple[float, float, int]) -> str:
+    if not r[2]:
+        return "—"
+    return f"×{r[0]:.2f} ± {r[1]:.2f}" if r[2] > 1 else f"×{r[0]:.2f}"
+
+
+def _mean_step_s(r: dict[str, Any]) -> float:
+    """Mean wall seconds of a run's RL steps (NaN without timings)."""
+    vals = [c["step_s"] for c in r["curve"] if "step_s" in c]
+    return float(np.mean(vals)) if vals else float("nan")
+
+
+def _arm_ratio(a: list[dict[str, Any]], b: list[dict[str, Any]], value: Callable[[dict[str, Any]], float | None]) -> tuple[float, float, int]:
+    """Mean ratio ``value(a) / value(b)`` paired by seed, with its standard deviation over seeds."""
+    va = {r["seed"]: value(r) for r in a}
+    vb = {r["seed"]: value(r) for r in b}
+    pairs = [va[k] / vb[k] for k in sorted(set(va) & set(vb)) if va[k] and vb[k] and not math.isnan(va[k] / vb[k])]
+    if not pairs:
+        return float("nan"), float("nan"), 0
+    return float(np.mean(pairs)), float(np.std(pairs, ddof=1)) if len(pairs) > 1 else 0.0, len(pairs)
