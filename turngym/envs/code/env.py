@@ -307,7 +307,7 @@ class CodeEnv(TurngymEnv):
         self.state = CodeState(code, ev.passed)
         oc = outcome(ev)
         verdict = "all hidden tests pass" if ev.all_passed else f"{ev.n_passed}/{len(ev.results)} hidden tests pass"
-        return Transition(obs=f"Submitted: {verdict}.", reward=float(oc["reward"]), terminated=True, signals=signals, outcome=oc)  # type: ignore[arg-type]
+        return Transition(obs=f"Submitted: {verdict}.", terminated=True, signals=signals, outcome=oc)
 
     def _run_snippet(self, code: str) -> Transition:
         err = syntax_error(code)

@@ -236,7 +236,7 @@ class HouseholdEnv(TurngymEnv):
         signals = verifier.step_signals(w, before, (s.seen, s.picked, s.changed, s.conds), changed_world, revisit)
         if s.conds == self._full:
             outcome = {"reward": 1.0, "success": True, "goal_condition_rate": 1.0, "task_type": w.task_type}
-            return Transition(obs=text, reward=1.0, terminated=True, signals=signals, outcome=outcome)
+            return Transition(obs=text, terminated=True, signals=signals, outcome=outcome)
         return Transition(obs=self._with_actions(text), signals=signals)
 
     def _outcome_on_truncation(self) -> dict[str, Any]:

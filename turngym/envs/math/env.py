@@ -182,7 +182,6 @@ class MathEnv(TurngymEnv):
                 obs = f"Incorrect (answer not checked: {verdict.unchecked_reason})."
             return Transition(
                 obs=obs,
-                reward=reward,
                 terminated=True,
                 signals={"answer_correct": reward, "progress": hit.bit_count() / n},
                 outcome=outcome,

@@ -292,7 +292,6 @@ class SearchQAEnv(TurngymEnv):
             f1 = f1_score(act.body, answers)
             return Transition(
                 obs="Correct." if em else "Incorrect.",
-                reward=em,
                 terminated=True,
                 signals={"answer_em": em, "answer_f1": f1, "support_recall": recall},
                 outcome={"reward": em, "success": bool(em), "em": em, "f1": f1, "answer": act.body,

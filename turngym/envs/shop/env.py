@@ -399,7 +399,7 @@ class ShopEnv(TurngymEnv):
             **verdict.as_dict(),
         }
         obs = f"Thank you for shopping with us!\nYour score (min 0.0, max 1.0): {verdict.reward:.4f}"
-        return Transition(obs=obs, reward=verdict.reward, terminated=True,
+        return Transition(obs=obs, terminated=True,
                           signals=self._signals(prev), outcome=outcome)
 
     def _state_key(self) -> str:

@@ -293,7 +293,6 @@ class SWEEnv(TurngymEnv):
             signals["resolved"] = 1.0 if resolved else 0.0
             return Transition(
                 obs=truncate("\n".join(outputs)) + ("\nResolved." if resolved else "\nNot resolved." + (f" ({progress.reason})" if progress.reason else "")),
-                reward=1.0 if resolved else 0.0,
                 terminated=True,
                 signals=signals,
                 outcome={
