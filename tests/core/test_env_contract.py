@@ -17,7 +17,7 @@ from turngym.core import (
     Transition,
     TurngymEnv,
 )
-from turngym.core.errors import InfraError
+from turngym.core.errors import InfraError, TaskError
 
 
 class CounterEnv(TurngymEnv):
@@ -48,7 +48,6 @@ class CounterEnv(TurngymEnv):
         done = self.state["n"] >= self.state["target"]
         return Transition(
             obs=str(self.state["n"]),
-            reward=1.0 if done else 0.0,
             terminated=done,
             signals={"closer": 1.0},
             outcome={"reward": 1.0, "success": True} if done else None,
@@ -57,7 +56,7 @@ class CounterEnv(TurngymEnv):
     def _state_key(self):
         return f"n={self.state['n']}"
 
-    def oracle_action(self):
+    def _oracle_action(self):
         return "+1"
 
 
@@ -215,3 +214,93 @@ def test_text_space_contains_any_unicode():
     assert not env.observation_space.contains(b"bytes")
     assert isinstance(env.action_space.sample(), str)
     assert isinstance(env.action_space, gymnasium.spaces.Text)
+
+
+class _WordTask(Task):
+    """A task type of its own, to exercise the base's task-type check."""
+
+
+class PoolEnv(TurngymEnv[_WordTask, dict]):
+    """A test double: a fixed task pool, a state signal ("progress") and an outcome reward of 0.5."""
+
+    reward_spec = RewardSpec(
+        signals=(
+            Signal("progress", 0, 1, "verifiable", "letters typed so far", potential=True),
+            Signal("typed", 0, 1, "verifiable", "a letter was typed"),
+        ),
+        outcome="0.5 when the word is typed",
+        outcome_range=(0.0, 0.5),
+        success_threshold=0.5,
+    )
+    task_type = _WordTask
+    default_max_turns = 8
+
+    def __init__(self, words=("ab", "abc"), **kwargs):
+        super().__init__(**kwargs)
+        self._set_task_pool([_WordTask(id=f"word/{w}", prompt=w, gold=w) for w in words] if words is not None else None)
+
+    def _reset(self, task, options):
+        self.state = {"n": 0}
+        return task.prompt
+
+    def _state_signals(self):
+        return {"progress": self.state["n"] / len(self.current_task.gold)}
+
+    def _step(self, action):
+        word = self.current_task.gold
+        if action != word[self.state["n"]]:
+            return Transition(obs="wrong letter", valid=False, invalid_reason=f"type {word[self.state['n']]!r}")
+        self.state["n"] += 1
+        if self.state["n"] == len(word):
+            return Transition(obs="done", terminated=True, signals={"typed": 1.0}, outcome={"reward": 0.5, "success": True})
+        return Transition(obs="ok", signals={"typed": 1.0})
+
+    def _state_key(self):
+        return f"{self.current_task.id}:{self.state['n']}"
+
+    def _oracle_action(self):
+        return self.current_task.gold[self.state["n"]]
+
+
+def test_pool_env_passes_check_env():
+    turngym.check_env(PoolEnv())
+
+
+def test_task_pool_lookup_and_unknown_ids():
+    env = PoolEnv()
+    obs, info = env.reset(options={"task": "word/abc"})
+    assert obs == "abc" and info["task_id"] == "word/abc"
+    with pytest.raises(TaskError, match=r"unknown task id 'word/zz' \(this env has 2 tasks"):
+        env.reset(options={"task": "word/zz"})
+    with pytest.raises(ConfigError, match="tasks is empty"):
+        PoolEnv(words=())
+    with pytest.raises(ConfigError, match="does not generate tasks"):
+        PoolEnv(words=None).reset(seed=0)
+
+
+def test_wrong_task_type_is_one_task_error():
+    env = PoolEnv()
+    with pytest.raises(TaskError, match="PoolEnv needs a _WordTask, got Task"):
+        env.reset(options={"task": Task(id="x", prompt="x")})
+    with pytest.raises(ConfigError, match="must hold _WordTask"):
+        env._set_task_pool([Task(id="x", prompt="x")])
+
+
+def test_oracle_and_current_task_before_reset_raise_reset_needed():
+    env = PoolEnv()
+    with pytest.raises(ResetNeeded, match="reset"):
+        env.oracle_action()
+    with pytest.raises(ResetNeeded, match="reset"):
+        _ = env.current_task
+
+
+def test_state_signals_on_every_stepped_turn_and_reward_from_outcome():
+    env = PoolEnv(invalid_action_penalty=-0.25)
+    env.reset(options={"task": "word/ab"})
+    _, r, *_, info = env.step("a")
+    assert info["signals"] == {"progress": 0.5, "typed": 1.0} and r == 0.0
+    _, r, *_, info = env.step("x")  # invalid: the family sent no signals, the state signal is still there
+    assert info["signals"] == {"progress": 0.5, "typed": 0.0} and r == -0.25
+    _, r, term, _, info = env.step("b")
+    assert term and info["signals"]["progress"] == 1.0
+    assert r == info["outcome"]["reward"] == 0.5  # written once, in the outcome

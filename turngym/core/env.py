@@ -14,19 +14,29 @@ owns what every family would otherwise re-implement, and get subtly wrong:
 * exact ``snapshot()`` / ``restore()`` including the RNG, so branches from one turn continue
   identically.
 
-A family implements six small hooks: :meth:`_sample_task`, :meth:`_task_from_id`,
-:meth:`_reset`, :meth:`_step`, :meth:`_state_key`, and :meth:`oracle_action`; and it may
-override :meth:`_get_state` / :meth:`_set_state` when a deep copy of ``self.state`` is not the
-cheapest exact copy.
+* a fixed task pool (``tasks=``) with id lookup, and the task-type check on every reset (one
+  error, :class:`~turngym.core.errors.TaskError`, whatever the family);
+* the not-reset error (:class:`~turngym.core.errors.ResetNeeded`) for ``step`` and the oracle;
+* the state signals (potentials such as ``progress``) on every turn a family steps, so no branch
+  of ``_step`` can forget them;
+* the terminal reward, taken from the outcome (a family writes it once, in ``outcome``).
+
+The class is generic in the family's task and state types, ``TurngymEnv[MathTask, MathState]``,
+so ``self.current_task`` and ``self.state`` are typed without casts. A family implements
+:meth:`_reset`, :meth:`_step`, :meth:`_state_key` and :meth:`_oracle_action`; generated tasks
+come from :meth:`_generate_task` / :meth:`_regenerate_task` (or only ``tasks=``); it may
+override :meth:`_state_signals`, :meth:`_outcome_on_truncation`, and :meth:`_get_state` /
+:meth:`_set_state` when a deep copy of ``self.state`` is not the cheapest exact copy
+(``immutable_state = True`` makes a snapshot a reference).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import gymnasium as gym
 import numpy as np
@@ -36,7 +46,12 @@ from turngym.core.spaces import TextSpace
 from turngym.core.spec import RewardSpec
 from turngym.core.task import Task
 
-__all__ = ["TurngymEnv", "Transition", "EnvSnapshot", "InvalidActionPolicy", "INFO_KEYS"]
+__all__ = ["TurngymEnv", "Transition", "EnvSnapshot", "InvalidActionPolicy", "INFO_KEYS", "TaskT", "StateT"]
+
+#: The family's task type (a :class:`Task` subclass).
+TaskT = TypeVar("TaskT", bound=Task)
+#: The family's episode state type (what ``self.state`` holds).
+StateT = TypeVar("StateT")
 
 #: Keys present in every ``step`` info dict (``outcome`` is added on the final turn).
 INFO_KEYS = ("turn", "signals", "state_key", "action_valid", "invalid_reason", "infra_error")
@@ -61,12 +76,15 @@ class InvalidActionPolicy(StrEnum):
 class Transition:
     """What a family's :meth:`TurngymEnv._step` returns for one turn.
 
+    There is no reward field: the env's reward is the outcome's ``reward`` on the turn that
+    carries an ``outcome`` (0 on every other turn), plus the invalid-action penalty, both added
+    by the base class. Per-turn feedback goes in ``signals``.
+
     Attributes:
         obs: the observation text shown to the agent next.
-        reward: this turn's reward from the env (the outcome reward on the final turn);
-            the base class adds the invalid-action penalty.
         terminated: the task ended (solved, failed, bought, submitted).
-        signals: this turn's process signals; undeclared-but-omitted ones default to 0.
+        signals: this turn's event signals; state signals come from
+            :meth:`TurngymEnv._state_signals`, declared-but-omitted ones are 0.
         valid: False if the action could not be parsed or applied.
         invalid_reason: why, in words the agent can act on.
         outcome: on the final turn, ``{"reward": r, "success": bool, ...components}``.
@@ -74,7 +92,6 @@ class Transition:
     """
 
     obs: str
-    reward: float = 0.0
     terminated: bool = False
     signals: Mapping[str, float] | None = None
     valid: bool = True
@@ -96,7 +113,7 @@ class EnvSnapshot:
     payload: Any = field(repr=False)
 
 
-class TurngymEnv(gym.Env[str, str]):
+class TurngymEnv(gym.Env[str, str], Generic[TaskT, StateT]):
     """Base class of every turngym environment (text in, text out, signals every turn).
 
     Arguments accepted by every env:
@@ -109,6 +126,11 @@ class TurngymEnv(gym.Env[str, str]):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
     reward_spec: ClassVar[RewardSpec]
+    #: The task class this env plays; ``reset`` refuses any other (TaskError).
+    task_type: ClassVar[type[Task]] = Task
+    #: True when ``self.state`` is never mutated in place (frozen dataclasses): a snapshot is
+    #: then a reference, not a copy.
+    immutable_state: ClassVar[bool] = False
     default_max_turns: ClassVar[int] = 20
     #: Instructions for the agent: the action grammar, with examples. Agents put this in the
     #: system message; ``turngym play`` prints it.
@@ -148,29 +170,80 @@ class TurngymEnv(gym.Env[str, str]):
         self.render_mode = render_mode
         self.observation_space = TextSpace(max_obs_chars)
         self.action_space = TextSpace(max_action_chars)
-        self.task: Task | None = None
-        self.state: Any = None
+        self.task: TaskT | None = None
+        #: The fixed task pool (``tasks=``), or None when tasks are generated.
+        self.tasks: tuple[TaskT, ...] | None = None
+        self._by_id: dict[str, TaskT] = {}
+        self.state: StateT
         self.turn = 0
         self._done = True
         self._last_obs = ""
         self._zero_signals = self.reward_spec.zeros()
 
+    # ------------------------------------------------------------------ tasks
+    def _set_task_pool(self, tasks: Iterable[Task] | None, *, empty: str = "tasks is empty") -> None:
+        """Play only ``tasks`` (None: generate tasks); ``empty`` is the error for an empty pool."""
+        if tasks is None:
+            self.tasks, self._by_id = None, {}
+            return
+        pool = tuple(tasks)
+        if not pool:
+            raise ConfigError(empty)
+        wrong = next((t for t in pool if not isinstance(t, self.task_type)), None)
+        if wrong is not None:
+            raise ConfigError(
+                f"tasks= must hold {self.task_type.__name__} objects for {type(self).__name__}, got {type(wrong).__name__}"
+            )
+        self.tasks = cast(tuple[TaskT, ...], pool)
+        self._by_id = {t.id: t for t in self.tasks}
+
+    def _sample_task(self, rng: np.random.Generator) -> TaskT:
+        """A task drawn with ``rng`` only: from the pool if there is one, else generated."""
+        if self.tasks is not None:
+            return self.tasks[int(rng.integers(len(self.tasks)))]
+        return self._generate_task(rng)
+
+    def _task_from_id(self, task_id: str) -> TaskT:
+        """The pool's task called ``task_id``, else :meth:`_regenerate_task`."""
+        task = self._by_id.get(task_id)
+        return task if task is not None else self._regenerate_task(task_id)
+
+    def _unknown_task(self, task_id: str) -> TaskError:
+        """The error for a task id this env cannot look up or regenerate."""
+        example = f" (this env has {len(self.tasks)} tasks, e.g. {self.tasks[0].id!r})" if self.tasks else ""
+        return TaskError(f"{type(self).__name__}: unknown task id {task_id!r}{example}")
+
+    @property
+    def current_task(self) -> TaskT:
+        """The task of the episode in progress (:class:`ResetNeeded` before the first reset)."""
+        if self.task is None:
+            raise ResetNeeded(f"{type(self).__name__} has no episode yet: call env.reset() first")
+        return self.task
+
     # ------------------------------------------------------------------ hooks for families
-    def _sample_task(self, rng: np.random.Generator) -> Task:
-        """Draw a task using only ``rng`` (the env's own seeded generator)."""
-        raise NotImplementedError
+    def _generate_task(self, rng: np.random.Generator) -> TaskT:
+        """Generate a task using only ``rng`` (families without a generator need ``tasks=``)."""
+        raise ConfigError(f"{type(self).__name__} does not generate tasks: pass tasks=")
 
-    def _task_from_id(self, task_id: str) -> Task:
-        """Look up or regenerate the task called ``task_id``; raise TaskError if unknown."""
-        raise TaskError(f"{type(self).__name__} cannot look up tasks by id; pass a Task object")
+    def _regenerate_task(self, task_id: str) -> TaskT:
+        """Rebuild the task called ``task_id`` that is not in the pool; TaskError if unknown."""
+        raise self._unknown_task(task_id)
 
-    def _reset(self, task: Task, options: Mapping[str, Any]) -> str:
+    def _reset(self, task: TaskT, options: Mapping[str, Any]) -> str:
         """Set ``self.state`` for a fresh episode on ``task``; return the first observation."""
         raise NotImplementedError
 
     def _step(self, action: str) -> Transition:
         """Apply one action to ``self.state``."""
         raise NotImplementedError
+
+    def _state_signals(self) -> Mapping[str, float]:
+        """The signals that are a function of the state alone (potentials such as ``progress``).
+
+        Read after every turn the family steps (valid or not) and sent with the turn's event
+        signals, which override them. Default: none.
+        """
+        return {}
 
     def _state_key(self) -> str:
         """A canonical key of the current state without history (see core.hashing)."""
@@ -180,17 +253,26 @@ class TurngymEnv(gym.Env[str, str]):
         """The outcome when the turn budget runs out before the task ends."""
         return {"reward": 0.0, "success": False, "reason": "max_turns"}
 
-    def _get_state(self) -> Any:
+    def _get_state(self) -> StateT:
         """An exact, independent copy of the family state (default: deep copy)."""
-        return copy.deepcopy(self.state)
+        return self.state if self.immutable_state else copy.deepcopy(self.state)
 
-    def _set_state(self, payload: Any) -> None:
+    def _set_state(self, payload: StateT) -> None:
         """Install a copy made by :meth:`_get_state` (must not alias the snapshot)."""
-        self.state = copy.deepcopy(payload)
+        self.state = payload if self.immutable_state else copy.deepcopy(payload)
+
+    def _oracle_action(self) -> str:
+        """The oracle's next action (called only during an episode)."""
+        raise NotImplementedError
 
     def oracle_action(self) -> str:
-        """The next action of a scripted policy that solves the current task."""
-        raise NotImplementedError
+        """The next action of a scripted policy that solves the current task.
+
+        Raises :class:`ResetNeeded` before the first ``reset``.
+        """
+        if self.task is None:
+            raise ResetNeeded("oracle_action() needs an episode: call env.reset() first")
+        return self._oracle_action()
 
     def sample_action(self, rng: np.random.Generator) -> str:
         """A random action drawn from the family's grammar (for random agents and checks).
@@ -229,10 +311,12 @@ class TurngymEnv(gym.Env[str, str]):
             task = self._task_from_id(task)
         elif not isinstance(task, Task):
             raise ConfigError(f"options['task'] must be a Task or a task id string, got {type(task).__name__}")
-        self.task = task
+        if not isinstance(task, self.task_type):
+            raise TaskError(f"{type(self).__name__} needs a {self.task_type.__name__}, got {type(task).__name__}")
+        self.task = cast(TaskT, task)
         self.turn = 0
         self._done = False
-        obs = self._reset(task, options)
+        obs = self._reset(self.task, options)
         self._last_obs = obs
         return obs, {"turn": 0, "task_id": task.id, "state_key": self._state_key()}
 
@@ -242,6 +326,7 @@ class TurngymEnv(gym.Env[str, str]):
                 "step() called on a finished episode (or before reset()); call env.reset() first"
             )
         self.turn += 1
+        signals = dict(self._zero_signals)
         if not isinstance(action, str):
             t = Transition(
                 obs=f"Invalid action: expected text, got {type(action).__name__}.",
@@ -253,10 +338,12 @@ class TurngymEnv(gym.Env[str, str]):
                 t = self._step(action)
             except InfraError as exc:
                 t = Transition(obs=f"[environment infrastructure error: {exc}]", terminated=True, infra_error=str(exc))
+            else:
+                signals.update(self._state_signals())
 
-        reward = t.reward
         terminated = t.terminated
         outcome = t.outcome
+        reward = float(outcome.get("reward", 0.0)) if outcome is not None else 0.0
         if not t.valid:
             if self.invalid_action_policy is not InvalidActionPolicy.CONTINUE:
                 reward += self.invalid_action_penalty
@@ -265,7 +352,6 @@ class TurngymEnv(gym.Env[str, str]):
                 outcome = {"reward": 0.0, "success": False, "reason": "invalid_action"}
         truncated = not terminated and self.turn >= self.max_turns
 
-        signals = dict(self._zero_signals)
         if t.signals:
             signals.update(t.signals)
         info: dict[str, Any] = {
@@ -315,9 +401,9 @@ class TurngymEnv(gym.Env[str, str]):
         if not isinstance(snap, EnvSnapshot) or snap.env_class != type(self).__qualname__:
             got = snap.env_class if isinstance(snap, EnvSnapshot) else type(snap).__name__
             raise SnapshotError(f"cannot restore a {got} snapshot into {type(self).__qualname__}")
-        self.task = snap.task
+        self.task = cast("TaskT | None", snap.task)
         self.turn = snap.turn
         self._done = snap.done
         self._last_obs = snap.last_obs
         self.np_random.bit_generator.state = copy.deepcopy(dict(snap.rng_state))
-        self._set_state(snap.payload)
+        self._set_state(cast(StateT, snap.payload))

@@ -493,7 +493,6 @@ class ToolsEnv(TurngymEnv):
             success = all(st.verdicts)
             return Transition(
                 obs=f"The conversation is over: {sum(st.verdicts)}/{task.n_turns} turns done as requested.",
-                reward=1.0 if success else 0.0,
                 terminated=True,
                 signals=signals,
                 outcome=self._outcome(success, final_state_match=state_match),
