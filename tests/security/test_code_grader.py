@@ -610,3 +610,41 @@ def test_a_daemon_of_one_solution_cannot_stop_the_next_ones_in_a_batch(sandbox):
     if isinstance(sandbox, BubblewrapSandbox) and evs and sandbox.splits_uids and os.geteuid() == 0:
         assert [e.n_passed for e in evs[1:]] == [5, 5], [(e.n_passed, e.load_error) for e in evs]
         assert took < 6.0, took
+
+
+_PLANT_AND_PROBE = (
+    "import os, signal\n"
+    "for name in ('_json', 'json', 'base64', 'binascii', 'linecache', 'traceback', 'array', 'types', 'tokenize', 'marshal'):\n"
+    "    with open(name + '.py', 'w') as fh:\n"
+    "        fh.write('import os\\nos._exit(7)\\n')\n"
+    "def f(x):\n"
+    "    try:\n"
+    "        os.close(os.open(f'/proc/{os.getppid()}/mem', os.O_RDWR))\n"
+    "        got = 'zygote memory writable'\n"
+    "    except OSError as e:\n"
+    "        got = e.errno\n"
+    "    if KILL and x == 2:\n"
+    "        os.kill(os.getppid(), signal.SIGKILL)\n"
+    "    return got\n"
+)
+
+
+def test_one_solution_cannot_take_over_the_zygote_that_forks_the_next_ones(sandbox):
+    """A batch's solutions share one zygote. A solution must not be able to write its memory
+    (``/proc/PPID/mem``: it would run code in every later solution's process), nor plant
+    modules in the working dir that the zygote or later solutions import -- also after it
+    killed the zygote and a fresh interpreter replaced it."""
+    tests = tuple((f"t{i}", f"f({i})", str(i)) for i in range(3))
+    good = "def f(x):\n    return x\n"
+    evs = evaluate_many(sandbox, [
+        Problem("plant", "KILL = False\n" + _PLANT_AND_PROBE, "f", tests),
+        Problem("kill", "KILL = True\n" + _PLANT_AND_PROBE, "f", tests),
+        Problem("probe", "KILL = False\n" + _PLANT_AND_PROBE, "f", tests),
+        Problem("good", good, "f", tests),
+        Problem("good_bytes", "def f(x):\n    return x if x else x\n", "f", tests),
+    ], per_test_s=1.0)
+    for ev in evs[:3]:
+        assert ev.n_passed == 0
+        assert not any("writable" in (r.error or "") for r in ev.results), [r.error for r in ev.results]
+    assert "got 13" in (evs[2].results[0].error or ""), evs[2].results[0].error  # EACCES in the fresh zygote
+    assert [ev.n_passed for ev in evs[3:]] == [3, 3], [(ev.load_error, [r.error for r in ev.results]) for ev in evs[3:]]

@@ -181,8 +181,27 @@ def _reply(sock, reply, req):
                      "message": f"the answer could not be sent ({type(exc).__name__}: {exc})"[:500]})
 
 
+def _set_nondumpable():
+    """prctl(PR_SET_DUMPABLE, 0): an interpreter started afresh is dumpable again."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+
+
 def main():
-    """The zygote: fork one process per ``(socket, pipe)`` pair received on fd 3."""
+    """The zygote: fork one process per ``(socket, pipe)`` pair received on fd 3.
+
+    It serves every solution of a batch, so no solution may change it: it is non-dumpable (a
+    solution cannot write its memory through ``/proc``; forked solutions inherit that), and
+    nothing is imported from the working dir, where a solution may have planted modules (the
+    path entry for it leaves ``sys.path``; a zygote started afresh started in "/").
+    """
+    workdir = os.environ.pop(wire.WORKDIR_ENV, None)
+    if workdir is not None:  # a fresh interpreter (the grader replaced a killed zygote)
+        _set_nondumpable()
+        os.chdir(workdir)
+    cwd = os.getcwd()
+    sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != cwd]
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     ctl = _socket.socket(fileno=_CTL_FD)
     ctl.sendall(b"R")

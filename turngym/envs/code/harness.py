@@ -266,8 +266,14 @@ class _Grader:
                         drop_privileges(self.run_uid)
                     except OSError:
                         os._exit(126)  # never run a solution that could reach the grader
-                    _set_dumpable(1)  # the uid change cleared it; the zygote holds no secret
+                # The zygote stays non-dumpable (inherited from this process, kept by the uid
+                # change), and so are the solutions it forks: a solution cannot write the
+                # zygote's memory (/proc/PID/mem) to take over the next solutions it forks.
                 if self.input_read:
+                    # A fresh interpreter starts in "/": no start-up import may come from the
+                    # working dir, where an earlier solution may have planted modules.
+                    os.environ[wire.WORKDIR_ENV] = os.getcwd()
+                    os.chdir("/")
                     os.execv(self.zygote_argv[0], self.zygote_argv)
                 else:
                     exec(compile(self.zygote_argv[-1], "<zygote>", "exec"), {"__name__": "__zygote__"})
@@ -695,8 +701,8 @@ def _trusted_imports():
 def main(candidate_source):
     run_uid = int(os.environ.pop(UNTRUSTED_UID_ENV, "0") or 0) or None
     grader = _Grader(_zygote_argv(candidate_source), 2.0, 600, run_uid=run_uid)
+    _set_dumpable(0)  # before the fork: the zygote inherits it
     grader.spawn_zygote()  # a plain fork: this process does not hold its input yet
-    _set_dumpable(0)
     _trusted_imports()
     grader.input_read = True
     try:

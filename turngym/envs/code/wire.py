@@ -21,6 +21,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_FRAME",
     "PAYLOAD_FILE",
+    "WORKDIR_ENV",
     "encode_obj",
     "decode_obj",
     "encode",
@@ -37,6 +38,8 @@ MAX_FRAME = 1 << 20
 #: before any solution code runs, so the hidden tests never pass through a process the
 #: solution can read.
 PAYLOAD_FILE = ".turngym-grader.json"
+#: Environment variable that tells a zygote started afresh (in "/") where the working dir is.
+WORKDIR_ENV = "TURNGYM_GRADER_WORKDIR"
 
 _TAGS = {list: "L", tuple: "T", set: "S", frozenset: "F"}
 
