@@ -11,11 +11,10 @@ from typing import Any
 import numpy as np
 
 from turngym.core.env import Transition, TurngymEnv
-from turngym.core.errors import ConfigError, TaskError
+from turngym.core.errors import ConfigError
 from turngym.core.hashing import state_hash
 from turngym.core.parsing import parse_tag
 from turngym.core.spec import RewardSpec, Signal
-from turngym.core.task import Task
 from turngym.envs.math import oracle
 from turngym.envs.math.calculator import calculate, format_number
 from turngym.envs.math.tasks import MAX_STEPS, MathTask, generate_task, load_gsm8k, task_from_generated_id
@@ -45,7 +44,7 @@ class MathState:
     calls: frozenset[str] = frozenset()
 
 
-class MathEnv(TurngymEnv):
+class MathEnv(TurngymEnv[MathTask, MathState]):
     """Multi-step arithmetic word problems with a calculator tool.
 
     ## Description
@@ -111,6 +110,8 @@ class MathEnv(TurngymEnv):
         outcome="1 if the final answer equals the gold answer as a number, else 0",
     )
     default_max_turns = 10
+    task_type = MathTask
+    immutable_state = True
     system_prompt = SYSTEM_PROMPT
     stop_strings = ("</calc>", "</answer>")
 
@@ -126,37 +127,29 @@ class MathEnv(TurngymEnv):
         if not 1 <= min_steps <= max_steps <= MAX_STEPS:
             raise ConfigError(f"need 1 <= min_steps <= max_steps <= {MAX_STEPS}, got {min_steps}, {max_steps}")
         self.min_steps, self.max_steps = min_steps, max_steps
-        if isinstance(tasks, (str, Path)):
-            tasks = load_gsm8k(tasks)
-        self.tasks: tuple[MathTask, ...] | None = tuple(tasks) if tasks is not None else None
-        if self.tasks is not None and not self.tasks:
-            raise ConfigError("tasks is empty")
-        self._by_id = {t.id: t for t in self.tasks} if self.tasks else {}
-        self.state: MathState = MathState()
+        self._set_task_pool(load_gsm8k(tasks) if isinstance(tasks, (str, Path)) else tasks)
+        self.state = MathState()
 
     # -- tasks -------------------------------------------------------------------------
-    def _sample_task(self, rng: np.random.Generator) -> MathTask:
-        if self.tasks is not None:
-            return self.tasks[int(rng.integers(len(self.tasks)))]
+    def _generate_task(self, rng: np.random.Generator) -> MathTask:
         steps = int(rng.integers(self.min_steps, self.max_steps + 1))
         return generate_task(int(rng.integers(1 << 31)), steps)
 
-    def _task_from_id(self, task_id: str) -> MathTask:
-        if task_id in self._by_id:
-            return self._by_id[task_id]
+    def _regenerate_task(self, task_id: str) -> MathTask:
         if task_id.startswith("math/gen/"):
             return task_from_generated_id(task_id)
-        raise TaskError(f"unknown math task id {task_id!r}")
+        raise self._unknown_task(task_id)
 
     # -- episode ---------------------------------------------------------------------------
-    def _reset(self, task: Task, options: Mapping[str, Any]) -> str:
-        if not isinstance(task, MathTask):
-            raise ConfigError(f"MathEnv needs a MathTask, got {type(task).__name__}")
+    def _reset(self, task: MathTask, options: Mapping[str, Any]) -> str:
         self.state = MathState()
         return task.prompt
 
+    def _state_signals(self) -> dict[str, float]:
+        return {"progress": self.state.hit.bit_count() / len(self.current_task.chain_values)}
+
     def _step(self, action: str) -> Transition:
-        task: MathTask = self.task  # type: ignore[assignment]
+        task = self.current_task
         parsed = parse_tag(action, _TAGS, max_body=1000)
         chain = task.chain_values
         n = len(chain)
@@ -165,7 +158,6 @@ class MathEnv(TurngymEnv):
                 obs=f"Invalid action: {parsed.error}. Use <calc>EXPR</calc> or <answer>NUMBER</answer>.",
                 valid=False,
                 invalid_reason=parsed.error,
-                signals={"progress": self.state.hit.bit_count() / n},
             )
         act = parsed.value
         assert act is not None
@@ -183,7 +175,7 @@ class MathEnv(TurngymEnv):
             return Transition(
                 obs=obs,
                 terminated=True,
-                signals={"answer_correct": reward, "progress": hit.bit_count() / n},
+                signals={"answer_correct": reward},
                 outcome=outcome,
             )
         value, error = calculate(act.body)
@@ -191,10 +183,7 @@ class MathEnv(TurngymEnv):
         calls = self.state.calls if repeat else self.state.calls | {act.body}
         if error is not None:
             self.state = MathState(self.state.hit, calls)
-            return Transition(
-                obs=f"<error>{error}</error>",
-                signals={"repeat_call": repeat, "progress": self.state.hit.bit_count() / n},
-            )
+            return Transition(obs=f"<error>{error}</error>", signals={"repeat_call": repeat})
         hit = self.state.hit
         new = 0.0
         i = first_unhit(chain, hit, value)
@@ -204,20 +193,14 @@ class MathEnv(TurngymEnv):
         self.state = MathState(hit, calls)
         return Transition(
             obs=f"<result>{format_number(value)}</result>",
-            signals={"tool_ok": 1.0, "new_intermediate": new, "repeat_call": repeat, "progress": hit.bit_count() / n},
+            signals={"tool_ok": 1.0, "new_intermediate": new, "repeat_call": repeat},
         )
 
     def _state_key(self) -> str:
         return state_hash((self.task.id if self.task else "", self.state.hit))
 
-    def _get_state(self) -> MathState:
-        return self.state  # immutable
-
-    def _set_state(self, payload: MathState) -> None:
-        self.state = payload
-
     # -- policies --------------------------------------------------------------------------
-    def oracle_action(self) -> str:
+    def _oracle_action(self) -> str:
         return oracle.oracle_action(self)
 
     def faithfulness(self, episode: Any) -> float | None:
