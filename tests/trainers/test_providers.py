@@ -66,17 +66,22 @@ def test_a_provider_returning_the_wrong_number_of_values_is_named(custom_input) 
         fill_inputs("by_turns", eps, to_turn_table(eps), None)
 
 
-def test_gae_is_refused_until_a_value_provider_exists() -> None:
-    assert missing_inputs("gae") == ["value"]
-    with pytest.raises(ConfigError, match="'value'.*register_provider"):
-        TrainConfig(algo="gae")
-    with pytest.raises(ConfigError, match="'value', which no provider fills"):
-        fill_inputs("gae", [], {"episode": np.zeros(0)}, None)
-    register_provider("value", lambda ctx: np.zeros(len(ctx.table["episode"])))  # e.g. a learned critic
-    try:
-        assert TrainConfig(algo="gae").algo == "gae"
+def test_gae_reads_the_learned_critic_and_is_refused_without_a_value_provider() -> None:
+    from types import SimpleNamespace
+
+    assert missing_inputs("gae") == []  # built in: the trainer's learned critic (turngym.trainers.critic)
+    assert TrainConfig(algo="gae").critic_kind == "shared"
+    with pytest.raises(ConfigError, match="critic='shared'"):  # a trainer without a critic: the fix is named
+        fill_inputs("gae", _episodes(), to_turn_table(_episodes()), SimpleNamespace(critic=None))
+    saved = PROVIDERS.pop("value")
+    try:  # the generic refusal of an input nobody fills
+        assert missing_inputs("gae") == ["value"]
+        with pytest.raises(ConfigError, match="'value'.*register_provider"):
+            TrainConfig(algo="gae")
+        with pytest.raises(ConfigError, match="'value', which no provider fills"):
+            fill_inputs("gae", [], {"episode": np.zeros(0)}, None)
     finally:
-        PROVIDERS.pop("value")
+        PROVIDERS["value"] = saved
 
 
 def test_the_process_provider_reads_the_trainers_process_shaper() -> None:
