@@ -15,7 +15,6 @@ from turngym.core.errors import ConfigError, TaskError
 from turngym.core.hashing import state_hash
 from turngym.core.parsing import parse_tag
 from turngym.core.spec import RewardSpec, Signal
-from turngym.core.task import Task
 from turngym.envs.search import oracle
 from turngym.envs.search.kb import KnowledgeBase, build_kb
 from turngym.envs.search.retrieval import (
@@ -85,7 +84,7 @@ def _corpus_retriever(kind: str, path: str, mtime: float) -> Retriever:
     return BM25Retriever(passages) if kind == "bm25" else DenseRetriever(passages)
 
 
-class SearchQAEnv(TurngymEnv):
+class SearchQAEnv(TurngymEnv[SearchTask, SearchState]):
     """Multi-hop question answering over a local corpus with a search tool (Search-R1 protocol).
 
     ## Description
@@ -172,6 +171,8 @@ class SearchQAEnv(TurngymEnv):
         outcome="1 if the answer exactly matches the gold answer or an alias after SQuAD normalisation, else 0",
     )
     default_max_turns = 10
+    task_type = SearchTask
+    immutable_state = True
     system_prompt = SYSTEM_PROMPT
     #: generation stops after one complete action (Search-R1 stops at </search> too)
     stop_strings = ("</search>", "</answer>")
@@ -203,10 +204,7 @@ class SearchQAEnv(TurngymEnv):
         self.min_hops, self.max_hops = min_hops, max_hops
         self.comparison_rate = comparison_rate
         self.top_k = top_k
-        self.tasks: tuple[SearchTask, ...] | None = as_tasks(tasks, format=qa_format) if tasks is not None else None
-        if self.tasks is not None and not self.tasks:
-            raise ConfigError("tasks is empty")
-        self._by_id = {t.id: t for t in self.tasks} if self.tasks else {}
+        self._set_task_pool(as_tasks(tasks, format=qa_format) if tasks is not None else None)
         self.kb: KnowledgeBase | None = None
         if corpus is None:
             self.kb = build_kb(kb_seed, kb_entities)
@@ -231,19 +229,15 @@ class SearchQAEnv(TurngymEnv):
         return shared_retriever(retriever, kb_seed, kb_entities)
 
     # -- tasks -------------------------------------------------------------------------
-    def _sample_task(self, rng: np.random.Generator) -> SearchTask:
-        if self.tasks is not None:
-            return self.tasks[int(rng.integers(len(self.tasks)))]
-        assert self.kb is not None
+    def _generate_task(self, rng: np.random.Generator) -> SearchTask:
+        assert self.kb is not None  # a corpus= env needs tasks=
         hops = int(rng.integers(self.min_hops, self.max_hops + 1))
         return generate_task(self.kb, int(rng.integers(1 << 31)), hops, comparison_rate=self.comparison_rate)
 
-    def _task_from_id(self, task_id: str) -> SearchTask:
-        if task_id in self._by_id:
-            return self._by_id[task_id]
+    def _regenerate_task(self, task_id: str) -> SearchTask:
         parsed = parse_task_id(task_id)
         if parsed is None or self.kb is None:
-            raise TaskError(f"unknown search task id {task_id!r}")
+            raise self._unknown_task(task_id)
         kb_seed, kb_entities, hops, seed = parsed
         if (kb_seed, kb_entities) != (self.kb.seed, self.kb.size):
             raise TaskError(
@@ -253,9 +247,7 @@ class SearchQAEnv(TurngymEnv):
         return generate_task(self.kb, seed, hops, comparison_rate=self.comparison_rate)
 
     # -- episode ---------------------------------------------------------------------------
-    def _reset(self, task: Task, options: Mapping[str, Any]) -> str:
-        if not isinstance(task, SearchTask):
-            raise ConfigError(f"SearchQAEnv needs a SearchTask, got {type(task).__name__}")
+    def _reset(self, task: SearchTask, options: Mapping[str, Any]) -> str:
         meta = task.meta
         if self.kb is not None and meta.get("source") == "generated" and (
             (meta.get("kb_seed"), meta.get("kb_entities")) != (self.kb.seed, self.kb.size)
@@ -269,20 +261,21 @@ class SearchQAEnv(TurngymEnv):
         return f"Question: {task.prompt}"
 
     def _recall(self, found: frozenset[str]) -> float:
-        support = self.task.support  # type: ignore[union-attr]
+        support = self.current_task.support
         return len(found) / len(support) if support else 0.0
 
+    def _state_signals(self) -> dict[str, float]:
+        return {"support_recall": self._recall(self.state.found)}
+
     def _step(self, action: str) -> Transition:
-        task: SearchTask = self.task  # type: ignore[assignment]
+        task = self.current_task
         parsed = parse_tag(action, _TAGS, max_body=MAX_QUERY_CHARS)
-        recall = self._recall(self.state.found)
         if not parsed.ok:
             return Transition(
                 obs=f"\nInvalid action: {parsed.error}. To search, write <search> query </search>; "
                 "to answer, write <answer> answer </answer>.\n",
                 valid=False,
                 invalid_reason=parsed.error,
-                signals={"support_recall": recall},
             )
         act = parsed.value
         assert act is not None
@@ -293,9 +286,9 @@ class SearchQAEnv(TurngymEnv):
             return Transition(
                 obs="Correct." if em else "Incorrect.",
                 terminated=True,
-                signals={"answer_em": em, "answer_f1": f1, "support_recall": recall},
-                outcome={"reward": em, "success": bool(em), "em": em, "f1": f1, "answer": act.body,
-                         "gold": task.gold, "support_recall": recall, "distinct_queries": len(self.state.queries)},
+                signals={"answer_em": em, "answer_f1": f1},
+                outcome={"reward": em, "success": bool(em), "em": em, "f1": f1, "answer": act.body, "gold": task.gold,
+                         "support_recall": self._recall(self.state.found), "distinct_queries": len(self.state.queries)},
             )
         return self._search(task, act.body)
 
@@ -315,7 +308,6 @@ class SearchQAEnv(TurngymEnv):
             obs=f"\n\n<information>{text}</information>\n\n",
             signals={
                 "new_evidence": 1.0 if new else 0.0,
-                "support_recall": self._recall(found),
                 "answer_in_context": 1.0 if answer_in_text(task.answers, " ".join(h.passage.contents for h in hits)) else 0.0,
                 "repeat_query": 1.0 if nq in state.queries else 0.0,
                 "redundant_docs": redundant,
@@ -326,12 +318,6 @@ class SearchQAEnv(TurngymEnv):
         s = self.state
         return state_hash((self.task.id if self.task else "", tuple(sorted(s.seen)), tuple(sorted(s.queries))))
 
-    def _get_state(self) -> SearchState:
-        return self.state  # immutable
-
-    def _set_state(self, payload: SearchState) -> None:
-        self.state = payload
-
     def close(self) -> None:
         """Close the HTTP client of a remote retriever (local indexes are shared; kept)."""
         if isinstance(self.retriever, RemoteRetriever):
@@ -339,7 +325,7 @@ class SearchQAEnv(TurngymEnv):
         super().close()
 
     # -- policies --------------------------------------------------------------------------
-    def oracle_action(self) -> str:
+    def _oracle_action(self) -> str:
         return oracle.oracle_action(self)
 
     def sample_action(self, rng: np.random.Generator) -> str:
