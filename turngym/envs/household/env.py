@@ -8,10 +8,9 @@ from typing import Any
 import numpy as np
 
 from turngym.core.env import Transition, TurngymEnv
-from turngym.core.errors import ConfigError, TaskError
+from turngym.core.errors import ConfigError
 from turngym.core.hashing import state_hash
 from turngym.core.spec import RewardSpec, Signal
-from turngym.core.task import Task
 from turngym.envs.household import oracle, verifier
 from turngym.envs.household.parsing import normalize
 from turngym.envs.household.tasks import EVAL_SEED_BASE, SPLITS, TASK_TYPES, HouseholdTask, generate_task, task_from_id
@@ -52,7 +51,7 @@ _SIGNALS = (
 )
 
 
-class HouseholdEnv(TurngymEnv):
+class HouseholdEnv(TurngymEnv[HouseholdTask, HouseholdState | None]):
     """ALFWorld-style household tasks in a seeded, generated text world.
 
     ## Description
@@ -139,6 +138,7 @@ class HouseholdEnv(TurngymEnv):
         outcome="1 when every goal condition of the task holds (the episode then terminates), else 0",
     )
     default_max_turns = 50
+    task_type = HouseholdTask
     system_prompt = SYSTEM_PROMPT
     #: ALFWorld commands are one line: generation stops at the end of it
     stop_strings = ("\n",)
@@ -164,32 +164,23 @@ class HouseholdEnv(TurngymEnv):
         if not diffs or any(d not in (1, 2, 3) for d in diffs):
             raise ConfigError(f"difficulties must be a non-empty subset of (1, 2, 3), got {diffs!r}")
         self.split, self.task_types, self.difficulties = split, types, diffs
-        self.tasks: tuple[HouseholdTask, ...] | None = tuple(tasks) if tasks is not None else None
-        if self.tasks is not None and not self.tasks:
-            raise ConfigError("tasks is empty: pass at least one HouseholdTask, or None to generate")
-        self._by_id = {t.id: t for t in self.tasks} if self.tasks else {}
+        self._set_task_pool(tasks, empty="tasks is empty: pass at least one HouseholdTask, or None to generate")
         self.show_admissible = bool(show_admissible)
         self.world: World | None = None
-        self.state: HouseholdState | None = None
+        self.state = None
         self._full = 1
 
     # -- tasks -------------------------------------------------------------------------------
-    def _sample_task(self, rng: np.random.Generator) -> HouseholdTask:
-        if self.tasks is not None:
-            return self.tasks[int(rng.integers(len(self.tasks)))]
+    def _generate_task(self, rng: np.random.Generator) -> HouseholdTask:
         task_type = self.task_types[int(rng.integers(len(self.task_types)))]
         difficulty = self.difficulties[int(rng.integers(len(self.difficulties)))]
         return generate_task(int(rng.integers(EVAL_SEED_BASE)), task_type, self.split, difficulty)
 
-    def _task_from_id(self, task_id: str) -> HouseholdTask:
-        if task_id in self._by_id:
-            return self._by_id[task_id]
+    def _regenerate_task(self, task_id: str) -> HouseholdTask:
         return task_from_id(task_id)
 
     # -- episode -----------------------------------------------------------------------------
-    def _reset(self, task: Task, options: Mapping[str, Any]) -> str:
-        if not isinstance(task, HouseholdTask):
-            raise TaskError(f"HouseholdEnv needs a HouseholdTask, got {type(task).__name__}")
+    def _reset(self, task: HouseholdTask, options: Mapping[str, Any]) -> str:
         self.world = w = compile_world(task)
         self.state = initial_state(w)
         self._full = verifier.full_mask(w.task_type)
@@ -198,7 +189,12 @@ class HouseholdEnv(TurngymEnv):
     def _with_actions(self, text: str) -> str:
         if not self.show_admissible:
             return text
-        return f"{text}\n\nAdmissible actions: {', '.join(admissible(self.world, self.state))}"  # type: ignore[arg-type]
+        return f"{text}\n\nAdmissible actions: {', '.join(self.admissible_actions())}"
+
+    def _state_signals(self) -> dict[str, float]:
+        w, s = self.world, self.state
+        assert w is not None and s is not None
+        return {"progress": s.conds.bit_count() / verifier.n_conditions(w.task_type)}
 
     def _step(self, action: str) -> Transition:
         w, s = self.world, self.state
@@ -208,14 +204,13 @@ class HouseholdEnv(TurngymEnv):
         if op is None:
             command = normalize(action)
             op = lookup(w, s, command)
-        n = verifier.n_conditions(w.task_type)
         if op is None:
             reason = explain_invalid(w, s, command)
             return Transition(
                 obs=self._with_actions(f"Nothing happens. {reason}"),
                 valid=False,
                 invalid_reason=reason,
-                signals={"invalid_action": 1.0, "progress": s.conds.bit_count() / n},
+                signals={"invalid_action": 1.0},
             )
         before = (s.seen, s.picked, s.changed, s.conds)
         key0 = s.world_key()
@@ -272,9 +267,8 @@ class HouseholdEnv(TurngymEnv):
             return []
         return admissible(self.world, self.state)
 
-    def oracle_action(self) -> str:
-        if self.world is None or self.state is None:
-            raise TaskError("oracle_action() needs an episode: call env.reset() first")
+    def _oracle_action(self) -> str:
+        assert self.world is not None and self.state is not None
         return oracle.oracle_action(self.world, self.state)
 
     def sample_action(self, rng: np.random.Generator) -> str:
