@@ -12,7 +12,6 @@ from turngym.core.env import Transition, TurngymEnv
 from turngym.core.errors import ConfigError, TaskError
 from turngym.core.hashing import state_hash
 from turngym.core.spec import RewardSpec, Signal
-from turngym.core.task import Task
 from turngym.envs.shop import oracle, pages
 from turngym.envs.shop.catalog import Catalog, Product, get_catalog
 from turngym.envs.shop.parsing import parse_action
@@ -56,7 +55,7 @@ class ShopState:
     visited: frozenset[int] = frozenset()
 
 
-class ShopEnv(TurngymEnv):
+class ShopEnv(TurngymEnv[ShopTask, ShopState]):
     """WebShop, offline and fast: search a catalog, pick options, buy.
 
     ## Description
@@ -160,6 +159,8 @@ class ShopEnv(TurngymEnv):
         success_threshold=1.0,
     )
     default_max_turns = 15
+    task_type = ShopTask
+    immutable_state = True
     system_prompt = SYSTEM_PROMPT
     #: generation stops after one complete search[...] / click[...] action
     stop_strings = ("]",)
@@ -195,34 +196,24 @@ class ShopEnv(TurngymEnv):
                 float(distractor_density if distractor_density is not None else density),
             )
         self.catalog = catalog
-        self.tasks: tuple[ShopTask, ...] | None = tuple(tasks) if tasks is not None else None
-        if self.tasks is not None:
-            if not self.tasks:
-                raise ConfigError("tasks is empty")
-            stray = [t.id for t in self.tasks if t.catalog not in ("", catalog.key) or catalog.index_of(t.asin) is None][:3]
-            if stray:
-                raise ConfigError(f"tasks from another catalog or naming products missing from the catalog {catalog.key!r}: {stray}")
-        self._by_id = {t.id: t for t in self.tasks} if self.tasks else {}
+        self._set_task_pool(tasks)
+        stray = [t.id for t in self.tasks or () if t.catalog not in ("", catalog.key) or catalog.index_of(t.asin) is None][:3]
+        if stray:
+            raise ConfigError(f"tasks from another catalog or naming products missing from the catalog {catalog.key!r}: {stray}")
         self.state = ShopState()
         self._goal_index = -1
         self._goal_terms: frozenset[str] = frozenset()
         self._potential_cache: dict[tuple[int, tuple[tuple[str, str], ...]], float] = {}
 
     # -- tasks -------------------------------------------------------------------------
-    def _sample_task(self, rng: np.random.Generator) -> ShopTask:
-        if self.tasks is not None:
-            return self.tasks[int(rng.integers(len(self.tasks)))]
+    def _generate_task(self, rng: np.random.Generator) -> ShopTask:
         return generate_task(self.catalog, int(rng.integers(1 << 31)), self.paraphrase)
 
-    def _task_from_id(self, task_id: str) -> ShopTask:
-        if task_id in self._by_id:
-            return self._by_id[task_id]
+    def _regenerate_task(self, task_id: str) -> ShopTask:
         return task_from_generated_id(self.catalog, task_id)
 
     # -- episode -----------------------------------------------------------------------
-    def _reset(self, task: Task, options: Mapping[str, Any]) -> str:
-        if not isinstance(task, ShopTask):
-            raise ConfigError(f"ShopEnv needs a ShopTask, got {type(task).__name__}")
+    def _reset(self, task: ShopTask, options: Mapping[str, Any]) -> str:
         if task.catalog not in ("", self.catalog.key):
             raise TaskError(
                 f"task {task.id!r} was drawn from catalog {task.catalog!r} but this env uses {self.catalog.key!r}; "
@@ -239,7 +230,8 @@ class ShopEnv(TurngymEnv):
 
     @property
     def goal(self) -> ShopTask:
-        return self.task  # type: ignore[return-value]
+        """The task of the episode: what to buy."""
+        return self.current_task
 
     def product(self, i: int) -> Product:
         """The catalog product at index ``i``."""
@@ -281,27 +273,20 @@ class ShopEnv(TurngymEnv):
                 self._potential_cache[key] = value
         return value
 
-    def _signals(self, prev: ShopState, **events: float) -> dict[str, float]:
+    def _state_signals(self) -> dict[str, float]:
         s = self.state
         rr = 0.0
         if s.results and self._goal_index in s.results:
             rr = 1.0 / (s.results.index(self._goal_index) + 1)
         on_page = 1.0 if s.page == "results" and self._goal_index in self._on_page() else 0.0
-        return {
-            "potential": s.potential,
-            "delta_potential": s.potential - prev.potential,
-            "goal_rank_rr": rr,
-            "goal_on_page": on_page,
-            **events,
-        }
+        return {"potential": s.potential, "goal_rank_rr": rr, "goal_on_page": on_page}
+
+    def _signals(self, prev: ShopState, **events: float) -> dict[str, float]:
+        """This turn's events and the change of the potential since ``prev``."""
+        return {"delta_potential": self.state.potential - prev.potential, **events}
 
     def _invalid(self, reason: str) -> Transition:
-        return Transition(
-            obs=f"Invalid action: {reason}\n\n{self._render()}",
-            valid=False,
-            invalid_reason=reason,
-            signals=self._signals(self.state),
-        )
+        return Transition(obs=f"Invalid action: {reason}\n\n{self._render()}", valid=False, invalid_reason=reason)
 
     def _step(self, action: str) -> Transition:
         parsed = parse_action(action)
@@ -411,9 +396,6 @@ class ShopEnv(TurngymEnv):
         asin = self.product(s.item).asin if s.item >= 0 else ""
         return state_hash((task_id, s.page, asin, s.chosen))
 
-    def _get_state(self) -> ShopState:
-        return self.state  # immutable
-
     def _set_state(self, payload: ShopState) -> None:
         self.state = payload
         if self.task is not None:  # the snapshot may come from another task's episode
@@ -423,7 +405,7 @@ class ShopEnv(TurngymEnv):
             self._potential_cache.clear()
 
     # -- policies ----------------------------------------------------------------------
-    def oracle_action(self) -> str:
+    def _oracle_action(self) -> str:
         return oracle.oracle_action(self)
 
     def sample_action(self, rng: np.random.Generator) -> str:
