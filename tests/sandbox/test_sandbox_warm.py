@@ -172,3 +172,26 @@ def test_a_worker_killed_by_the_sessions_memory_limit_is_the_programs_failure():
             assert w.run("print('next')").stdout == "next\n"
     finally:
         sb.close()
+
+
+def test_without_a_working_trusted_launch_sessions_keep_one_uid(monkeypatch):
+    """A trusted launch that does not get CAP_SETUID (here: the kept set minus it, as an old
+    setpriv would leave it) is found at construction: sessions then keep one uid instead of
+    handing out a second one their trusted programs could not switch to."""
+    import turngym.sandbox.local as local
+
+    if os.geteuid() != 0:
+        pytest.skip("a second uid is only handed out as root")
+    monkeypatch.setattr(local, "_TRUSTED_CAPS", ("kill",))
+    monkeypatch.setattr(BubblewrapSandbox, "_trusted_probed", {})
+    try:
+        with pytest.warns(RuntimeWarning, match="CAP_SETUID"):
+            sb = BubblewrapSandbox(FAST)
+    except SandboxUnavailable as exc:
+        pytest.skip(f"bubblewrap unavailable: {exc}")
+    try:
+        assert not sb.splits_uids
+        with sb.open_session() as s:
+            assert s.run_uid is None
+    finally:
+        sb.close()

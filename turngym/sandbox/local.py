@@ -754,6 +754,8 @@ class BubblewrapSandbox(_LocalSandbox):
             except SandboxError as exc:
                 self._probed[key] = str(exc)
         err = self._probed[key]
+        if err is None and self.splits_uids:
+            self.splits_uids = self._trusted_launch_works(key)
         if err is not None:
             self.close()
             raise SandboxUnavailable(
@@ -761,6 +763,27 @@ class BubblewrapSandbox(_LocalSandbox):
                 "(sysctl kernel.unprivileged_userns_clone=1) or the container forbids them; "
                 "use make_sandbox('docker') or make_sandbox('rlimit')."
             )
+
+
+    _trusted_probed: ClassVar[dict[tuple[str, ...], bool]] = {}
+
+    def _trusted_launch_works(self, key: tuple[str, ...]) -> bool:
+        """A trusted launch really holds the capabilities to switch to the untrusted uid (an
+        old ``setpriv`` without ambient capabilities does not): else sessions keep one uid."""
+        if key not in self._trusted_probed:
+            ok = False
+            try:
+                with self.open_session(Limits(wall_s=10)) as s:
+                    res = s.run_trusted(["/bin/sh", "-c", 'grep "^CapEff:" /proc/self/status; echo "uid=$TURNGYM_UNTRUSTED_UID"'])
+                eff = res.stdout.split()[1] if res.exit_code == 0 and len(res.stdout.split()) > 1 else "0"
+                ok = int(eff, 16) & (1 << 7) != 0 and f"uid={s.run_uid}" in res.stdout  # CAP_SETUID
+            except (SandboxError, ValueError):
+                ok = False
+            if not ok:
+                warnings.warn("bubblewrap: a trusted launch did not get CAP_SETUID (setpriv too old?); sessions keep "
+                              "one uid, and code a grader runs can signal the grader", RuntimeWarning, stacklevel=3)
+            self._trusted_probed[key] = ok
+        return self._trusted_probed[key]
 
 
 def seccomp_on(wanted: bool) -> bool:
