@@ -492,3 +492,29 @@ def test_a_registered_estimator_declares_a_new_input_column() -> None:
         _DECLARED.discard("difficulty")
     assert estimator_inputs("gigpo") == ("state_before",) and estimator_inputs("papo") == ("process",)
     assert estimator_inputs("igpo") == ("info_gain",) and estimator_inputs("gae") == ("value",) and estimator_inputs("grpo") == ()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_object_ids_group_like_a_dict_whether_rows_share_objects_or_not(seed: int) -> None:
+    """Rows holding the same str object, equal strings in fresh objects, other hashables and
+    colliding hashes: codes group exactly as a dict would, ordered or not."""
+    from turngym.trainers.advantages._ids import factorize
+
+    class Colliding(str):
+        def __hash__(self) -> int:
+            return 11
+
+    rng = np.random.default_rng(seed)
+    pool = [f"id-{i}" for i in range(int(rng.integers(1, 40)))]
+    values = []
+    for _ in range(int(rng.integers(1, 400))):
+        v = pool[int(rng.integers(len(pool)))]
+        kind = rng.random()
+        values.append(v if kind < 0.5 else "".join(list(v)) if kind < 0.8 else (v, 1) if kind < 0.9 else Colliding(v[-1]))
+    arr = np.empty(len(values), object)
+    arr[:] = values
+    seen: dict = {}
+    want = [seen.setdefault(v, len(seen)) for v in values]
+    assert factorize(arr, "x").tolist() == want
+    loose = factorize(arr, "x", ordered=False)
+    assert len({(a, b) for a, b in zip(loose.tolist(), want)}) == len(set(want)) == len(set(loose.tolist()))

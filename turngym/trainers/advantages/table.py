@@ -107,7 +107,7 @@ class TurnTableError(ConfigError):
 
 def _codes(values: Any, column: str) -> np.ndarray:
     try:
-        return factorize(values, column)
+        return factorize(values, column, ordered=False)  # grouping only: the numbering does not matter
     except IdError as exc:
         raise TurnTableError(str(exc)) from exc
 
