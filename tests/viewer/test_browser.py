@@ -70,8 +70,8 @@ class Browser:
     def cmd(self, method: str, **params: Any) -> dict[str, Any]:
         self.n += 1
         self.ws.send(json.dumps({"id": self.n, "method": method, "params": params}))
-        while True:
-            msg = json.loads(self.ws.recv(timeout=30))
+        while True:  # generous: a page whose server is busy tokenizing blocks evaluation on a loaded CI machine
+            msg = json.loads(self.ws.recv(timeout=120))
             if msg.get("id") == self.n:
                 if "error" in msg:
                     raise RuntimeError(f"{method}: {msg['error']}")
@@ -82,7 +82,7 @@ class Browser:
         return self.cmd("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)["result"].get("value")
 
     def wait_load(self, url_part: str) -> None:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.js("document.readyState") == "complete" and url_part in (self.js("location.href") or ""):
                 return

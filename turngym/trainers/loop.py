@@ -40,9 +40,10 @@ from turngym.trainers.config import TrainConfig
 from turngym.trainers.rundir import ResumePoint, RunDir
 from turngym.trainers.tracking import NullTracker, Tracker, episode_rows, open_tracker, require_backends
 
-__all__ = ["Trainer", "TrainResult", "train"]
+__all__ = ["EVAL_SEED", "Trainer", "TrainResult", "train"]
 
-_EVAL_SEED = 10_000_000
+EVAL_SEED = 10_000_000
+"""First task seed of the held-out evaluation tasks (``task_pool=0``); studies evaluate on the same ones."""
 _DEMO_SEED = 20_000_000
 _TRAIN_SEED = 30_000_000
 
@@ -199,8 +200,8 @@ class Trainer:
         if n == 0:
             return float("nan")
         pool = self.config.task_pool
-        seeds = [i % pool for i in range(n)] if pool else [_EVAL_SEED + i for i in range(n)]
-        eps = self._rollout(seeds, group_size=1, policy_seed=self.config.seed + _EVAL_SEED)
+        seeds = [i % pool for i in range(n)] if pool else [EVAL_SEED + i for i in range(n)]
+        eps = self._rollout(seeds, group_size=1, policy_seed=self.config.seed + EVAL_SEED)
         self.last_eval_episodes = eps  # for callers that want more than the success rate
         eps = [e for e in eps if not e.infra_error]
         return float(np.mean([e.success for e in eps])) if eps else float("nan")
