@@ -298,7 +298,7 @@ def warm_start(cfg: StudyConfig, env: str, seed: int) -> Path:
 def run_one(cfg: StudyConfig, spec: RunSpec, steps: int) -> dict[str, Any]:
     """Train one run from its (env, seed)'s shared warm start, evaluate it on the pool and on
     held-out tasks; write ``study.json``."""
-    from turngym.trainers.loop import _EVAL_SEED, Trainer
+    from turngym.trainers.loop import EVAL_SEED, Trainer
 
     out = cfg.out / "runs" / spec.name
     preset = ENV_PRESETS[spec.env]
@@ -311,7 +311,7 @@ def run_one(cfg: StudyConfig, spec: RunSpec, steps: int) -> dict[str, Any]:
     # held out: the unseen split, or fresh task seeds of the same env
     heldout_id = preset.heldout_env_id or preset.env_id
     trainer.config = replace(train_cfg, env_id=heldout_id, task_pool=0)
-    held_eps = trainer._rollout([_EVAL_SEED + i for i in range(cfg.heldout_episodes)], group_size=1, policy_seed=train_cfg.seed + _EVAL_SEED)
+    held_eps = trainer._rollout([EVAL_SEED + i for i in range(cfg.heldout_episodes)], group_size=1, policy_seed=train_cfg.seed + EVAL_SEED)
     held = _episode_stats(held_eps, heldout_id, train_cfg.env_kwargs)
     record = {
         "name": spec.name, "claim": spec.claim, "env": spec.env, "env_id": preset.env_id, "heldout_env_id": heldout_id,
