@@ -15,7 +15,6 @@ from turngym.core.errors import ConfigError, TaskError
 from turngym.core.hashing import state_hash
 from turngym.core.parsing import ToolCall
 from turngym.core.spec import RewardSpec, Signal
-from turngym.core.task import Task
 from turngym.envs.tools.backend import Backend
 from turngym.envs.tools.oracle import oracle_message
 from turngym.envs.tools.parsing import Reply, parse_message
@@ -81,7 +80,7 @@ class ToolsState:
     progress: float = 0.0
 
 
-class ToolsEnv(TurngymEnv):
+class ToolsEnv(TurngymEnv[ToolsTask, ToolsState | None]):
     """Multi-turn tool calling against stateful APIs, with BFCL's per-turn state check.
 
     ## Description
@@ -238,6 +237,7 @@ class ToolsEnv(TurngymEnv):
         outcome="1 if every user turn passed BFCL's per-turn check (final state = gold, all answers given), else 0",
     )
     default_max_turns = 40
+    task_type = ToolsTask
     system_prompt = SYSTEM_PROMPT
 
     def __init__(
@@ -265,26 +265,19 @@ class ToolsEnv(TurngymEnv):
             if not cats or unknown:
                 raise ConfigError(f"categories must be a non-empty subset of {BFCL_CATEGORIES}, got {cats!r}")
             self._bfcl_tasks = load_bfcl_tasks(cats)
-        self.tasks: tuple[ToolsTask, ...] | None = None
-        if tasks is not None:
-            resolved = tuple(t if isinstance(t, ToolsTask) else self._task_from_id(t) for t in tasks)
-            if not resolved:
-                raise ConfigError("tasks is empty")
-            self.tasks = resolved
+        self._set_task_pool(None if tasks is None else [t if isinstance(t, ToolsTask) else self._task_from_id(t) for t in tasks])
         self._gold: OrderedDict[str, tuple[ToolsTask, GoldTrace]] = OrderedDict()
         self._tool_cache: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[str, Tool]] = {}
-        self.state: ToolsState | None = None
+        self.state = None
 
     # -- tasks -------------------------------------------------------------------------------
-    def _sample_task(self, rng: np.random.Generator) -> ToolsTask:
-        if self.tasks is not None:
-            return self.tasks[int(rng.integers(len(self.tasks)))]
+    def _generate_task(self, rng: np.random.Generator) -> ToolsTask:
         source = self.sources[int(rng.integers(len(self.sources)))]
         if source == "store":
             return generate_store_task(int(rng.integers(1 << 31)))
         return self._bfcl_tasks[int(rng.integers(len(self._bfcl_tasks)))]
 
-    def _task_from_id(self, task_id: str) -> ToolsTask:
+    def _regenerate_task(self, task_id: str) -> ToolsTask:
         if task_id.startswith(STORE_ID_PREFIX):
             return store_task_from_id(task_id)
         if task_id.startswith("bfcl/"):
@@ -322,7 +315,7 @@ class ToolsEnv(TurngymEnv):
 
     def available_tools(self, task: ToolsTask | None = None, turn: int | None = None) -> dict[str, Tool]:
         """The tools offered at ``turn`` of ``task`` (default: now), by name."""
-        task = task or self.task  # type: ignore[assignment]
+        task = task or self.task
         if task is None:
             return {}
         turn = self.state.turn if turn is None and self.state is not None else (turn or 0)
@@ -341,9 +334,7 @@ class ToolsEnv(TurngymEnv):
         return f"<tools>\n{lines}\n</tools>"
 
     # -- episode -----------------------------------------------------------------------------
-    def _reset(self, task: Task, options: Mapping[str, Any]) -> str:
-        if not isinstance(task, ToolsTask):
-            raise ConfigError(f"ToolsEnv needs a ToolsTask, got {type(task).__name__}")
+    def _reset(self, task: ToolsTask, options: Mapping[str, Any]) -> str:
         if not task.turns or len(task.gold) != task.n_turns:
             raise TaskError(f"task {task.id!r} needs one gold call tuple per user turn")
         gold = self.gold_trace(task)
@@ -362,17 +353,18 @@ class ToolsEnv(TurngymEnv):
     def _strict(self, task: ToolsTask) -> bool:
         return self.strict_types if self.strict_types is not None else task.source != "bfcl"
 
+    def _state_signals(self) -> dict[str, float]:
+        assert self.state is not None
+        return {"progress": self.state.progress}
+
     def _step(self, action: str) -> Transition:
-        st = self.state
-        task: ToolsTask = self.task  # type: ignore[assignment]
-        assert st is not None
         parsed = parse_message(action)
         if not parsed.ok:
             return self._invalid(f"invalid tool call: {parsed.error}", parsed.error or "", forbidden=False)
+        assert parsed.value is not None
         if isinstance(parsed.value, Reply):
             return self._end_turn(parsed.value.text)
-        calls: tuple[ToolCall, ...] = parsed.value  # type: ignore[assignment]
-        return self._call(task, calls)
+        return self._call(self.current_task, parsed.value)
 
     def _invalid(self, obs: str, reason: str, *, forbidden: bool) -> Transition:
         st = self.state
@@ -382,7 +374,7 @@ class ToolsEnv(TurngymEnv):
             "(a list for several), or reply in plain text to end your turn.",
             valid=False,
             invalid_reason=reason,
-            signals={"progress": st.progress, "forbidden_action": 1.0 if forbidden else 0.0},
+            signals={"forbidden_action": 1.0 if forbidden else 0.0},
         )
 
     def _call(self, task: ToolsTask, calls: tuple[ToolCall, ...]) -> Transition:
@@ -458,13 +450,11 @@ class ToolsEnv(TurngymEnv):
                 "exec_ok": n_ok / len(calls),
                 "forbidden_action": 1.0 if forbidden else 0.0,
                 "unneeded_call": unneeded / len(calls),
-                "progress": st.progress,
             },
         )
 
     def _end_turn(self, message: str) -> Transition:
-        st = self.state
-        task: ToolsTask = self.task  # type: ignore[assignment]
+        st, task = self.state, self.current_task
         assert st is not None
         gold = self.gold_trace(task)
         k = st.turn
@@ -484,7 +474,6 @@ class ToolsEnv(TurngymEnv):
         st.turn += 1
         st.calls_in_turn = 0
         signals = {
-            "progress": st.progress,
             "state_match": 1.0 if state_match else 0.0,
             "answers_given": answered,
             "turn_passed": 1.0 if passed else 0.0,
@@ -503,8 +492,7 @@ class ToolsEnv(TurngymEnv):
         return Transition(obs=obs, signals=signals)
 
     def _outcome(self, success: bool, *, final_state_match: bool, reason: str = "completed") -> dict[str, Any]:
-        st = self.state
-        task: ToolsTask = self.task  # type: ignore[assignment]
+        st, task = self.state, self.current_task
         assert st is not None
         return {
             "reward": 1.0 if success else 0.0,
@@ -521,7 +509,7 @@ class ToolsEnv(TurngymEnv):
     def _outcome_on_truncation(self) -> dict[str, Any]:
         st = self.state
         assert st is not None
-        final = st.backend.same_state(self.gold_trace(self.task).states[-1])  # type: ignore[arg-type]
+        final = st.backend.same_state(self.gold_trace(self.current_task).states[-1])
         return self._outcome(False, final_state_match=final, reason="max_turns")
 
     def _state_key(self) -> str:
@@ -531,8 +519,7 @@ class ToolsEnv(TurngymEnv):
         turn, agree on whether a call was made in it, on which of its gold results are still
         missing (BFCL's response rule) and on whether every earlier turn passed.
         """
-        st = self.state
-        task: ToolsTask | None = self.task  # type: ignore[assignment]
+        st, task = self.state, self.task
         if st is None or task is None:
             return state_hash("empty")
         pending: tuple[str, ...] = ()
@@ -569,11 +556,11 @@ class ToolsEnv(TurngymEnv):
         )
 
     # -- scripted policies -------------------------------------------------------------------
-    def oracle_action(self) -> str:
-        st = self.state
-        if st is None or self.task is None or st.turn >= self.task.n_turns:  # type: ignore[attr-defined]
+    def _oracle_action(self) -> str:
+        st, task = self.state, self.current_task
+        if st is None or st.turn >= task.n_turns:
             return "Done."
-        return oracle_message(self.task, st.turn, st.calls_in_turn)  # type: ignore[arg-type]
+        return oracle_message(task, st.turn, st.calls_in_turn)
 
     def sample_action(self, rng: np.random.Generator) -> str:
         """A random call to a random offered tool with random arguments, or (20%) a reply."""
