@@ -139,14 +139,14 @@ def _setup_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="model name for openai: agents")
     p.add_argument("--temperature", type=float, help="sampling temperature (model agents; 0 = greedy)")
     p.add_argument("--top-p", type=float, help="nucleus sampling mass (model agents)")
-    p.add_argument("--max-new-tokens", type=int, help="tokens per action (model agents)")
+    p.add_argument("--max-new-tokens", type=int, help="tokens per action (model agents; default: the env's own budget)")
     p.add_argument("--concurrency", type=int, help="requests in flight (openai agents)")
     p.add_argument("--device", help="torch device for hf agents (default: cuda if available, else cpu)")
     p.add_argument("--threads", type=int, help="torch CPU threads for hf agents (1 is often faster on a busy machine)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--out", type=Path, help="write episodes.jsonl, summary.json, report.md and report.html here")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr (it is shown by default, also with --json)")
 
 
 def _run_eval(args: argparse.Namespace) -> int:
@@ -173,7 +173,13 @@ def _run_eval(args: argparse.Namespace) -> int:
     agent = make_agent(args.agent, **options)
     judge = turngym.make(args.env_id, **env_kwargs)  # the family's faithfulness hook
     total = args.episodes * args.group
-    bar = tqdm(total=total, desc=f"{args.agent} on {args.env_id}", unit="ep", disable=args.quiet or args.json, file=sys.stderr)
+    # Progress goes to stderr even with --json (stdout stays machine-readable): a model eval can
+    # run for minutes and silence looks like a hang. Not a terminal: a line every 10 s at most.
+    bar = tqdm(
+        total=total, desc=f"{args.agent} on {args.env_id}", unit="ep", disable=args.quiet, file=sys.stderr,
+        mininterval=0.5 if sys.stderr.isatty() else 10.0,
+    )
+    bar.agent_stats = getattr(agent, "stats", None)
     t0 = time.perf_counter()
     episodes = run_episodes(
         lambda: turngym.make(args.env_id, **env_kwargs),
@@ -188,13 +194,18 @@ def _run_eval(args: argparse.Namespace) -> int:
     )
     wall = time.perf_counter() - t0
     if not bar.disable:
-        bar.set_postfix(turns=getattr(bar, "turns", 0))
+        bar.set_postfix(_progress_postfix(bar), refresh=True)
     bar.close()
     summary = summarize(episodes, env_id=args.env_id, agent=args.agent, faithfulness=judge.faithfulness)
     if summary.faithfulness is None and type(judge).faithfulness is not turngym.TurngymEnv.faithfulness:
         summary.extra["faithfulness"] = "n/a (no successful episodes)"
     summary.extra["wall_s"] = round(wall, 2)
     summary.extra["turns_per_s"] = round(sum(len(ep.turns) for ep in episodes) / wall, 2) if wall > 0 else None
+    stats = getattr(agent, "stats", None)
+    if stats is not None and stats.tokens:
+        summary.extra["generated_tokens"] = stats.tokens
+        summary.extra["generate_s"] = round(stats.seconds, 2)
+        summary.extra["tokens_per_s"] = round(stats.tokens_per_s, 1)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         save_episodes(episodes, args.out / "episodes.jsonl")
@@ -217,9 +228,19 @@ def _count_turn(bar: Any) -> None:
 
     bar.turns = getattr(bar, "turns", 0) + 1
     now = time.monotonic()
-    if not bar.disable and now - getattr(bar, "last_turn_draw", 0.0) > 0.5:
+    if not bar.disable and now - getattr(bar, "last_turn_draw", 0.0) > bar.mininterval:
         bar.last_turn_draw = now
-        bar.set_postfix(turns=bar.turns)
+        bar.set_postfix(_progress_postfix(bar))
+
+
+def _progress_postfix(bar: Any) -> dict[str, Any]:
+    """Turns done, and for token-generating agents the tokens generated and tokens/s."""
+    post: dict[str, Any] = {"turns": getattr(bar, "turns", 0)}
+    stats = getattr(bar, "agent_stats", None)
+    if stats is not None and stats.tokens:
+        post["tok"] = stats.tokens
+        post["tok/s"] = f"{stats.tokens_per_s:.1f}"
+    return post
 
 
 def _markdown(s: Any) -> str:

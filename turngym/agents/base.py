@@ -36,6 +36,9 @@ class AgentInput:
             policies put these ids verbatim into the next prompt instead of re-tokenizing the
             text, so the prompt a model saw is exactly what training renders
             (see :mod:`turngym.agents.render`).
+        max_new_tokens: the env's token budget for one action (``env.max_new_tokens``), sized to
+            its grammar; a generating policy uses it unless it was given its own limit. A short
+            budget is what keeps a small model that rambles from costing ~100 tokens per turn.
     """
 
     messages: list[Message]
@@ -43,6 +46,7 @@ class AgentInput:
     episode_id: str = ""
     stop: tuple[str, ...] = ()
     action_token_ids: list[list[int] | None] = field(default_factory=list)
+    max_new_tokens: int | None = None
 
 
 @dataclass

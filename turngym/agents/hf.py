@@ -28,6 +28,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,9 +39,20 @@ from turngym.agents.base import Action, AgentInput
 from turngym.agents.render import ChatRenderer
 from turngym.core.errors import ConfigError
 
-__all__ = ["Generation", "HFPolicy", "SMOLLM2_GGUF", "resolve_model_path", "smollm2_dir", "smollm2_tokenizer"]
+__all__ = [
+    "DEFAULT_MAX_NEW_TOKENS",
+    "Generation",
+    "GenerationStats",
+    "HFPolicy",
+    "SMOLLM2_GGUF",
+    "resolve_model_path",
+    "smollm2_dir",
+    "smollm2_tokenizer",
+]
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MAX_NEW_TOKENS = 128
+"""Tokens per action when neither the policy nor the env sets a budget."""
 
 
 @dataclass
@@ -61,6 +73,33 @@ class Generation:
     finish_reason: str
     stop: str | None = None
     prompt_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class GenerationStats:
+    """Running totals of what a policy generated, for progress lines (tokens/s) and reports.
+
+    Attributes:
+        calls: ``generate`` calls.
+        actions: continuations sampled.
+        tokens: generated tokens.
+        seconds: wall time spent in ``generate``.
+    """
+
+    calls: int = 0
+    actions: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+
+    def add(self, gens: Sequence[Generation], seconds: float) -> None:
+        self.calls += 1
+        self.actions += len(gens)
+        self.tokens += sum(len(g.token_ids) for g in gens)
+        self.seconds += seconds
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
 def smollm2_dir(cache_dir: str | Path | None = None) -> Path:
@@ -300,7 +339,9 @@ class HFPolicy:
         tokenizer: its tokenizer (with a chat template).
         temperature: sampling temperature; 0 = greedy.
         top_p: nucleus sampling mass (1.0 = off).
-        max_new_tokens: per action.
+        max_new_tokens: per action; None (the default) takes each env's own budget
+            (``AgentInput.max_new_tokens``, sized to its action grammar), else
+            :data:`DEFAULT_MAX_NEW_TOKENS`. A number here overrides every env's budget.
         seed: seeds this policy's own torch generator (same seed + same inputs ⇒ same actions).
         max_batch_size: rows per forward pass; larger ``act`` batches are split.
         prefix_cache_mb: memory for keys/values kept between turns (0 disables prefix reuse).
@@ -316,7 +357,7 @@ class HFPolicy:
         *,
         temperature: float = 1.0,
         top_p: float = 1.0,
-        max_new_tokens: int = 128,
+        max_new_tokens: int | None = None,
         seed: int = 0,
         max_batch_size: int = 64,
         prefix_cache_mb: int = 2048,
@@ -324,7 +365,7 @@ class HFPolicy:
     ) -> None:
         import torch
 
-        if temperature < 0 or not 0 < top_p <= 1 or max_new_tokens < 1 or max_batch_size < 1:
+        if temperature < 0 or not 0 < top_p <= 1 or (max_new_tokens is not None and max_new_tokens < 1) or max_batch_size < 1:
             raise ConfigError(
                 f"need temperature >= 0, 0 < top_p <= 1, max_new_tokens >= 1, max_batch_size >= 1; got "
                 f"{temperature}, {top_p}, {max_new_tokens}, {max_batch_size}"
@@ -334,7 +375,7 @@ class HFPolicy:
         self.renderer = ChatRenderer(tokenizer)
         self.temperature = float(temperature)
         self.top_p = float(top_p)
-        self.max_new_tokens = int(max_new_tokens)
+        self.max_new_tokens = None if max_new_tokens is None else int(max_new_tokens)
         self.max_batch_size = int(max_batch_size)
         self.name = name
         self.device = next(model.parameters()).device
@@ -347,6 +388,7 @@ class HFPolicy:
         self.max_positions = getattr(model.config, "max_position_embeddings", None)
         self._prefix = PrefixCache(int(prefix_cache_mb) << 20)
         self._weights_seen = self._weights_version()
+        self.stats = GenerationStats()
 
     @classmethod
     def from_pretrained(
@@ -387,7 +429,8 @@ class HFPolicy:
             # The previous turn's sequence ends one token before the end of its generated ids
             # (the last sampled token was never fed back), which is what the cache holds.
             reusable.append(r.spans[-1][1] - 1 if r.spans and r.generated[-1] else 0)
-        gens = self.generate(prompts, [inp.stop for inp in batch], reusable)
+        limits = [self.max_new_tokens or inp.max_new_tokens or DEFAULT_MAX_NEW_TOKENS for inp in batch]
+        gens = self.generate(prompts, [inp.stop for inp in batch], reusable, limits)
         return [
             Action(
                 g.text,
@@ -405,8 +448,12 @@ class HFPolicy:
         prompts: Sequence[Sequence[int]],
         stops: Sequence[Sequence[str]] | None = None,
         reusable: Sequence[int] | None = None,
+        max_new_tokens: Sequence[int] | None = None,
     ) -> list[Generation]:
         """Sample one continuation per prompt (token ids in, token ids + log-probs out).
+
+        ``max_new_tokens[i]``: prompt ``i``'s token budget (default: the policy's, else
+        :data:`DEFAULT_MAX_NEW_TOKENS`); rows with different budgets share one batch.
 
         ``reusable[i]``: the length of a prefix of prompt ``i`` that may be cached — a
         sequence this policy produced before, i.e. an earlier ``prompt + token_ids[:-1]``
@@ -420,24 +467,34 @@ class HFPolicy:
         self.model.eval()  # a trainer may have left it in train mode (dropout)
         stops = list(stops) if stops is not None else [()] * len(prompts)
         reuse = list(reusable) if reusable is not None else [0] * len(prompts)
+        default = self.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+        limits = [int(m) for m in max_new_tokens] if max_new_tokens is not None else [default] * len(prompts)
+        if any(m < 1 for m in limits):
+            raise ConfigError(f"max_new_tokens must be >= 1 for every prompt, got {min(limits)}")
         out: list[Generation] = []
+        t0 = time.perf_counter()
         for i in range(0, len(prompts), self.max_batch_size):
             j = i + self.max_batch_size
-            out += self._generate_batch(prompts[i:j], stops[i:j], reuse[i:j])
+            out += self._generate_batch(prompts[i:j], stops[i:j], reuse[i:j], limits[i:j])
+        self.stats.add(out, time.perf_counter() - t0)
         return out
 
     def _generate_batch(
-        self, prompts: Sequence[Sequence[int]], stops: Sequence[Sequence[str]], reusable: Sequence[int]
+        self,
+        prompts: Sequence[Sequence[int]],
+        stops: Sequence[Sequence[str]],
+        reusable: Sequence[int],
+        limits: Sequence[int],
     ) -> list[Generation]:
         import torch
 
         n = len(prompts)
         if n == 0:
             return []
-        longest = max(map(len, prompts))
-        if self.max_positions is not None and longest + self.max_new_tokens > self.max_positions:
+        longest, budget = max(zip(map(len, prompts), limits, strict=True), key=sum)
+        if self.max_positions is not None and longest + budget > self.max_positions:
             raise ConfigError(
-                f"a prompt of {longest} tokens + max_new_tokens={self.max_new_tokens} exceeds the model's "
+                f"a prompt of {longest} tokens + max_new_tokens={budget} exceeds the model's "
                 f"{self.max_positions} positions; keep fewer turns in the prompt (history=k) or lower max_new_tokens"
             )
         dev = self.device
@@ -473,7 +530,7 @@ class HFPolicy:
                 input_ids=ids, attention_mask=attn, position_ids=pos[:, -dmax:], past_key_values=past, use_cache=True
             )
             past = out.past_key_values
-            for _ in range(self.max_new_tokens):
+            for _ in range(max(limits)):
                 token, logprob = self._sample(out.logits[:, -1, :])
                 keep: list[int] = []
                 for b, r in enumerate(rows):
@@ -487,7 +544,7 @@ class HFPolicy:
                         finish[r] = ("eos", None)
                     elif (hit := self._stop_hit(gen_ids[r], stops[r], window[r])) is not None:
                         finish[r] = ("stop", hit)
-                    elif len(gen_ids[r]) < self.max_new_tokens:
+                    elif len(gen_ids[r]) < limits[r]:
                         keep.append(b)
                         continue
                     done.add(r)  # the cache holds the prompt and all but the last token

@@ -12,12 +12,11 @@ from typing import Any, Literal
 import numpy as np
 
 from turngym.core.env import Transition, TurngymEnv
-from turngym.core.errors import ConfigError, TaskError
+from turngym.core.errors import ConfigError
 from turngym.core.hashing import state_hash
 from turngym.core.spec import RewardSpec, Signal
-from turngym.core.task import Task
 from turngym.envs.code import oracle
-from turngym.envs.code.parsing import CodeAction, parse_code_action
+from turngym.envs.code.parsing import parse_code_action
 from turngym.envs.code.runner import Evaluation, Problem, evaluate
 from turngym.envs.code.tasks import CodeTask, load_builtin_tasks, load_humaneval, load_mbpp
 from turngym.envs.code.verifier import failed_evaluation, feedback, outcome, syntax_error, turn_signals
@@ -57,7 +56,7 @@ class CodeState:
     passed: tuple[bool, ...] | None = None
 
 
-class CodeEnv(TurngymEnv):
+class CodeEnv(TurngymEnv[CodeTask, CodeState]):
     """Function synthesis with hidden unit tests, run in a sandbox.
 
     ## Description
@@ -141,7 +140,11 @@ class CodeEnv(TurngymEnv):
         outcome="1 if the submitted solution passes every hidden test, else 0",
     )
     default_max_turns = 8
+    task_type = CodeTask
+    immutable_state = True
     system_prompt = SYSTEM_PROMPT
+    stop_strings = ("</run>",)  # a snippet ends with its tag; a solution block ends at end of turn
+    max_new_tokens = 384  # a whole function with helpers
 
     def __init__(
         self,
@@ -167,10 +170,7 @@ class CodeEnv(TurngymEnv):
             loaded = load_mbpp(tasks)
         else:
             loaded = list(tasks)
-        if not loaded:
-            raise ConfigError(f"no code tasks selected (tasks={tasks!r}, levels={levels!r})")
-        self.tasks: tuple[CodeTask, ...] = tuple(loaded)
-        self._by_id = {t.id: t for t in self.tasks}
+        self._set_task_pool(loaded, empty=f"no code tasks selected (tasks={tasks!r}, levels={levels!r})")
         self._sandbox_spec = sandbox
         self._sandbox: Sandbox | None = sandbox if isinstance(sandbox, Sandbox) else None
         self._owns_sandbox = not isinstance(sandbox, Sandbox)
@@ -242,7 +242,7 @@ class CodeEnv(TurngymEnv):
         return value
 
     def _evaluate(self, code: str) -> tuple[Evaluation, bool]:
-        task: CodeTask = self.task  # type: ignore[assignment]
+        task = self.current_task
         err = syntax_error(code)
         if err is not None:
             return failed_evaluation([t[0] for t in task.tests], err), False
@@ -253,46 +253,30 @@ class CodeEnv(TurngymEnv):
         ))
         return ev, True
 
-    # -- tasks -------------------------------------------------------------------------------
-    def _sample_task(self, rng: np.random.Generator) -> CodeTask:
-        return self.tasks[int(rng.integers(len(self.tasks)))]
-
-    def _task_from_id(self, task_id: str) -> CodeTask:
-        try:
-            return self._by_id[task_id]
-        except KeyError:
-            raise TaskError(f"unknown code task id {task_id!r} (this env has {len(self.tasks)} tasks, e.g. {self.tasks[0].id!r})") from None
-
     # -- episode -----------------------------------------------------------------------------
-    def _reset(self, task: Task, options: Mapping[str, Any]) -> str:
-        if not isinstance(task, CodeTask):
-            raise ConfigError(f"CodeEnv needs a CodeTask, got {type(task).__name__}")
+    def _reset(self, task: CodeTask, options: Mapping[str, Any]) -> str:
         self.state = CodeState()
         return (
             f"Write the Python function `{task.entry_point}` ({len(task.tests)} hidden tests):\n\n"
             f"```python\n{task.prompt.rstrip()}\n```"
         )
 
-    def _pass_rate(self) -> float:
+    def _state_signals(self) -> dict[str, float]:
         p = self.state.passed
-        return sum(p) / len(p) if p else 0.0
+        return {"pass_rate": sum(p) / len(p) if p else 0.0}
 
     def _step(self, action: str) -> Transition:
         parsed = parse_code_action(action)
         if not parsed.ok:
-            return Transition(
-                obs=f"Invalid action: {parsed.error}.",
-                valid=False,
-                invalid_reason=parsed.error,
-                signals={"pass_rate": self._pass_rate()},
-            )
-        act: CodeAction = parsed.value  # type: ignore[assignment]
+            return Transition(obs=f"Invalid action: {parsed.error}.", valid=False, invalid_reason=parsed.error)
+        act = parsed.value
+        assert act is not None
         if act.kind == "run":
             return self._run_snippet(act.code or "")
         if act.kind == "submit" and act.code is None:
             if self.state.solution is None:
                 reason = "nothing to submit yet: send your solution in a ```python block first"
-                return Transition(obs=f"Invalid action: {reason}.", valid=False, invalid_reason=reason, signals={"pass_rate": 0.0})
+                return Transition(obs=f"Invalid action: {reason}.", valid=False, invalid_reason=reason)
             return self._finish(self.state.solution, reuse=True)
         if act.kind == "submit":
             return self._finish(act.code or "", reuse=False)
@@ -311,9 +295,8 @@ class CodeEnv(TurngymEnv):
 
     def _run_snippet(self, code: str) -> Transition:
         err = syntax_error(code)
-        rate = self._pass_rate()
         if err is not None:
-            return Transition(obs=f"Your snippet does not compile:\n{err}", signals={"parses": 0.0, "pass_rate": rate})
+            return Transition(obs=f"Your snippet does not compile:\n{err}", signals={"parses": 0.0})
         files = {"solution.py": self.state.solution or ""}
         res: RunResult = self._memoized(
             "run", (self.state.solution or "") + "\x00" + code,
@@ -324,21 +307,15 @@ class CodeEnv(TurngymEnv):
         cap = self.max_feedback_chars
         if len(body) > cap:
             body = body[: cap - 20] + "\n...[truncated]"
-        return Transition(obs=f"{head}\n{body}".rstrip(), signals={"parses": 1.0, "runs": 1.0 if res.ok else 0.0, "pass_rate": rate})
+        return Transition(obs=f"{head}\n{body}".rstrip(), signals={"parses": 1.0, "runs": 1.0 if res.ok else 0.0})
 
     def _state_key(self) -> str:
         # The test verdict vector, not the code text: two solutions that pass the same tests
         # leave the agent in the same position (what GiGPO's anchor states need).
         return state_hash((self.task.id if self.task else "", self.state.passed))
 
-    def _get_state(self) -> CodeState:
-        return self.state  # immutable
-
-    def _set_state(self, payload: CodeState) -> None:
-        self.state = payload
-
     # -- policies ------------------------------------------------------------------------------
-    def oracle_action(self) -> str:
+    def _oracle_action(self) -> str:
         return oracle.oracle_action(self)
 
     def sample_action(self, rng: np.random.Generator) -> str:
@@ -348,7 +325,7 @@ class CodeEnv(TurngymEnv):
         It never reads ``task.gold``: a random baseline that submits (mutations of) the gold
         solution is no floor, and baselines must score what an uninformed agent would.
         """
-        task: CodeTask = self.task  # type: ignore[assignment]
+        task = self.task
         name = task.entry_point if task else "f"
         u = rng.random()
         if u < 0.5:

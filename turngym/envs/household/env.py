@@ -29,14 +29,21 @@ from turngym.envs.household.world import (
 __all__ = ["HouseholdEnv", "SYSTEM_PROMPT"]
 
 SYSTEM_PROMPT = """\
-You are in a household. Complete the task by typing one command per turn, exactly as listed
-under "Admissible actions". Commands:
+You are in a household. Complete the task by writing one command per message, copied exactly from
+the "Admissible actions" list, and nothing else. Commands:
   go to RECEPTACLE | open RECEPTACLE | close RECEPTACLE | examine RECEPTACLE
   take OBJECT from RECEPTACLE | put OBJECT in/on RECEPTACLE
   clean OBJECT with sinkbasin N | heat OBJECT with microwave N | cool OBJECT with fridge N
   use desklamp N | examine OBJECT | inventory | look
 You can carry one object at a time; closed receptacles must be opened first.
-Example: go to countertop 1"""
+Example (task: put a mug on the desk):
+You: go to countertop 1
+Reply: You arrive at countertop 1. On the countertop 1, you see a mug 1. Admissible actions: ...
+You: take mug 1 from countertop 1
+Reply: You pick up the mug 1 from the countertop 1. Admissible actions: ...
+You: go to desk 1
+Reply: You arrive at desk 1. ... Admissible actions: ...
+You: put mug 1 in/on desk 1"""
 
 _SIGNALS = (
     Signal("target_seen", 0, 1, "verifiable", "a not-yet-seen object of the goal type came into view (up to the number needed)", weight=0.05),
@@ -142,6 +149,7 @@ class HouseholdEnv(TurngymEnv[HouseholdTask, HouseholdState | None]):
     system_prompt = SYSTEM_PROMPT
     #: ALFWorld commands are one line: generation stops at the end of it
     stop_strings = ("\n",)
+    max_new_tokens = 24  # one command line, e.g. "put mug 1 in/on desk 1"
 
     def __init__(
         self,

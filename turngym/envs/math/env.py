@@ -26,11 +26,17 @@ _TAGS = ("calc", "answer")
 _NUM = re.compile(r"\d+")
 
 SYSTEM_PROMPT = """\
-Solve the math word problem. You can use a calculator as often as you like:
-write <calc>EXPRESSION</calc> (numbers, + - * / // % **, parentheses, and sqrt abs round min max floor ceil)
-and you will receive <result>VALUE</result>. When you know the answer, write <answer>NUMBER</answer>.
-One action per message; only the first <calc> or <answer> in a message counts.
-Example: <calc>12 * 7 - 5</calc>"""
+Solve the math word problem with a calculator. Write exactly one action per message, nothing else:
+<calc>EXPRESSION</calc> computes an expression (numbers, + - * / // % **, parentheses, sqrt abs round min max
+floor ceil) and you receive <result>VALUE</result>.
+<answer>NUMBER</answer> gives the final answer and ends the episode.
+Example:
+Problem: Ann has 4 bags of 6 apples. She eats 5 apples. How many apples are left?
+You: <calc>4 * 6</calc>
+Reply: <result>24</result>
+You: <calc>24 - 5</calc>
+Reply: <result>19</result>
+You: <answer>19</answer>"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +120,7 @@ class MathEnv(TurngymEnv[MathTask, MathState]):
     immutable_state = True
     system_prompt = SYSTEM_PROMPT
     stop_strings = ("</calc>", "</answer>")
+    max_new_tokens = 40  # one tag with a short expression; a model that rambles is cut off early
 
     def __init__(
         self,

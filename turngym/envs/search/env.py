@@ -41,14 +41,18 @@ _TAGS = ("search", "answer")
 MAX_QUERY_CHARS = 1000
 
 SYSTEM_PROMPT = """\
-Answer the question using a search engine over an encyclopedia. The answer is not something you
-can know in advance: look it up. Questions may need several lookups, one fact at a time.
-To search, write <search> query </search>; the top passages come back inside
-<information> ... </information>. Search as often as you need. When you know the answer,
-write it, short and without explanation, as <answer> answer </answer>; this ends the episode.
-You may think before acting (e.g. inside <think> ... </think>); only the first <search> or
-<answer> in a message counts.
-Example: <search> Vellamir Press founded </search>"""
+Answer the question using a search engine over an encyclopedia of made-up facts: you cannot know the
+answer in advance, look it up. Write exactly one action per message, nothing else:
+<search> QUERY </search> searches; the top passages come back inside <information> ... </information>.
+<answer> ANSWER </answer> gives the answer, short and without explanation, and ends the episode.
+Questions may need several searches, one fact at a time. Only the first <search> or <answer> counts.
+Example:
+Question: In what year was the publisher of Blue Harbor founded?
+You: <search> Blue Harbor publisher </search>
+Reply: <information>Doc 1(Title: "Blue Harbor") Blue Harbor was published by Vellamir Press.</information>
+You: <search> Vellamir Press founded </search>
+Reply: <information>Doc 1(Title: "Vellamir Press") Vellamir Press was founded in 1921.</information>
+You: <answer> 1921 </answer>"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +180,7 @@ class SearchQAEnv(TurngymEnv[SearchTask, SearchState]):
     system_prompt = SYSTEM_PROMPT
     #: generation stops after one complete action (Search-R1 stops at </search> too)
     stop_strings = ("</search>", "</answer>")
+    max_new_tokens = 40  # one short query or answer in its tag
 
     def __init__(
         self,

@@ -29,11 +29,19 @@ DIFFICULTIES: dict[str, tuple[int, float, int]] = {
 
 SYSTEM_PROMPT = """\
 You are shopping on WebShop. Find and buy the product that best matches the instruction.
-Actions (one per message): search[QUERY] on the search page, or click[BUTTON] where BUTTON is
-one of the "Available actions" listed under the page (a product id, an option value such as a
-color or size, "next >", "< prev", "back to search", "description", "buy now", ...).
+Write exactly one action per message, nothing else: search[QUERY] on the search page, or
+click[BUTTON] where BUTTON is one of the "Available actions" listed under the page (a product id,
+an option value such as a color or size, next >, < prev, back to search, description, buy now).
 Choose the options the instruction asks for before you click[buy now].
-Example: search[sulfate free shampoo lavender]"""
+Example:
+Instruction: find me a red cotton t-shirt, size large, price lower than 30.00 dollars
+You: search[red cotton t-shirt]
+Reply: ... [B0TS1RT0A1] Red Cotton T-Shirt $19.99 ... Available actions: click[b0ts1rt0a1], ...
+You: click[b0ts1rt0a1]
+Reply: ... size: [small] [large] ... Available actions: click[small], click[large], click[buy now], ...
+You: click[large]
+Reply: ... Selected: size: large ...
+You: click[buy now]"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +172,7 @@ class ShopEnv(TurngymEnv[ShopTask, ShopState]):
     system_prompt = SYSTEM_PROMPT
     #: generation stops after one complete search[...] / click[...] action
     stop_strings = ("]",)
+    max_new_tokens = 32  # search[a few words] or click[a button]
 
     def __init__(
         self,

@@ -34,8 +34,11 @@ You are fixing a bug in a Python repository. Call tools with JSON: {"name": TOOL
     f"- {t['function']['name']}({', '.join(t['function']['parameters']['properties'])}): {t['function']['description']}"
     for t in TOOLS
 ) + """
-Example: {"name": "search", "arguments": {"pattern": "def parse"}}
-When the tests pass, call submit. Do not edit the tests."""
+Write only the JSON of the call(s), nothing else. When the tests pass, call submit. Do not edit the tests.
+Example:
+You: {"name": "search", "arguments": {"pattern": "def parse"}}
+Reply: <tool_response> ... src/config.py:12: def parse(text): ... </tool_response>
+You: {"name": "view_file", "arguments": {"path": "src/config.py"}}"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +131,8 @@ class SWEEnv(TurngymEnv):
     )
     default_max_turns = 30
     system_prompt = SYSTEM_PROMPT
+    stop_strings = ("</tool_call>",)  # one <tool_call> block per message when the model uses that form
+    max_new_tokens = 256  # up to a few JSON calls, a replace with a short code edit
     tools = TOOLS
 
     def __init__(

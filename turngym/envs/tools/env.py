@@ -35,7 +35,11 @@ To call a tool, write JSON: {"name": "TOOL", "arguments": {...}}. For several ca
 To reply to the user, write plain text with no tool call: that ends your turn, and the user answers (or the
 conversation ends). Put any facts the user asked for in that reply. Follow the tools' policies.
 The tools you may use are listed in <tools> blocks; new ones may be added during the conversation.
-Example: [{"name": "get_order", "arguments": {"order_id": "O1003"}}]"""
+Example:
+User: Where is my order O1003? My email is ann@example.com.
+You: [{"name": "identify_customer", "arguments": {"email": "ann@example.com"}}, {"name": "get_order", "arguments": {"order_id": "O1003"}}]
+Reply: <tool_response> ... </tool_response> <tool_response> {"status": "shipped", ...} </tool_response>
+You: Your order O1003 has shipped."""
 
 _STORE_TOOLS = {t["function"]["name"]: t for t in STORE_TOOLS}
 #: Gold replays kept per env: all 800 BFCL tasks fit (about 50 MB), generated store tasks rotate.
@@ -239,6 +243,8 @@ class ToolsEnv(TurngymEnv[ToolsTask, ToolsState | None]):
     default_max_turns = 40
     task_type = ToolsTask
     system_prompt = SYSTEM_PROMPT
+    stop_strings = ("</tool_call>",)  # one <tool_call> block per message when the model uses that form
+    max_new_tokens = 160  # a JSON list of a few calls, or a short reply to the user
 
     def __init__(
         self,

@@ -1,0 +1,101 @@
+"""Per-env action budgets, stop strings and generation stats of the HF backend (tiny model: fast)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import turngym
+from turngym.agents import AgentInput
+from turngym.agents.base import Action
+from turngym.agents.hf import DEFAULT_MAX_NEW_TOKENS, HFPolicy
+from turngym.rollout import run_episodes
+
+PROMPT = [{"role": "user", "content": "Hugo has 5 crates with 20 apples in each. How many apples?"}]
+
+FAMILIES = [
+    "turngym.envs.math.env:MathEnv",
+    "turngym.envs.search.env:SearchQAEnv",
+    "turngym.envs.shop.env:ShopEnv",
+    "turngym.envs.household.env:HouseholdEnv",
+    "turngym.envs.tools.env:ToolsEnv",
+    "turngym.envs.code.env:CodeEnv",
+    "turngym.envs.swe.env:SWEEnv",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny() -> HFPolicy:
+    return HFPolicy.from_pretrained("tiny", temperature=0.0)
+
+
+def test_each_row_gets_its_own_budget_in_one_batch(tiny: HFPolicy) -> None:
+    # A 1-token budget cannot hold any action, so that row must end on "length" after one token,
+    # while the other row in the same batch keeps generating past it.
+    budgets = [1, 9]
+    actions = tiny.act([AgentInput(PROMPT, max_new_tokens=m) for m in budgets])
+    assert len(actions[0].token_ids) == 1 and actions[0].meta["finish_reason"] == "length"
+    assert 1 < len(actions[1].token_ids) <= 9
+    for a in actions:
+        assert len(a.token_ids) == len(a.logprobs)
+
+
+def test_a_policy_limit_overrides_the_env_budget(tiny: HFPolicy) -> None:
+    capped = HFPolicy(tiny.model, tiny.tokenizer, temperature=0.0, max_new_tokens=2)
+    [a] = capped.act([AgentInput(PROMPT, max_new_tokens=50)])
+    assert len(a.token_ids) <= 2
+    assert HFPolicy(tiny.model, tiny.tokenizer).max_new_tokens is None  # default: defer to the env
+    [b] = tiny.act([AgentInput(PROMPT)])  # neither sets one: the module default
+    assert len(b.token_ids) <= DEFAULT_MAX_NEW_TOKENS
+
+
+def test_stats_count_every_generated_token(tiny: HFPolicy) -> None:
+    policy = HFPolicy(tiny.model, tiny.tokenizer, temperature=1.0, seed=3)
+    actions = policy.act([AgentInput(PROMPT, max_new_tokens=6) for _ in range(5)])
+    assert policy.stats.tokens == sum(len(a.token_ids) for a in actions) > 0
+    assert policy.stats.actions == 5 and policy.stats.calls == 1
+    assert policy.stats.seconds > 0 and policy.stats.tokens_per_s > 0
+
+
+@pytest.mark.parametrize("path", FAMILIES)
+def test_every_family_declares_stop_strings_and_a_budget(path: str) -> None:
+    import importlib
+
+    module, _, name = path.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    assert cls.stop_strings and all(isinstance(s, str) and s for s in cls.stop_strings)
+    assert isinstance(cls.max_new_tokens, int) and 8 <= cls.max_new_tokens <= 512
+    assert "Example" in cls.system_prompt  # one worked example a small model can copy
+
+
+class _Recorder:
+    """Test double: records what the rollout hands the policy, answers with a fixed action."""
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.seen: list[AgentInput] = []
+
+    def act(self, batch: list[AgentInput]) -> list[Action]:
+        self.seen += batch
+        return [Action("<answer>0</answer>") for _ in batch]
+
+
+def test_rollouts_pass_the_env_budget_and_stops_to_the_policy() -> None:
+    from turngym.envs.math.env import MathEnv
+
+    rec = _Recorder()
+    run_episodes(lambda: turngym.make("turngym/Math-v0"), rec, [0, 1], group_size=2)
+    assert len(rec.seen) == 4
+    assert all(i.max_new_tokens == MathEnv.max_new_tokens and i.stop == MathEnv.stop_strings for i in rec.seen)
+
+
+def test_eval_shows_progress_with_tokens_per_s_even_with_json(capsys: pytest.CaptureFixture[str]) -> None:
+    from turngym.cli import main
+
+    assert main(["eval", "turngym/Math-v0", "--agent", "hf:tiny", "--episodes", "2", "--json"]) == 0
+    out, err = capsys.readouterr()
+    summary = json.loads(out)  # stdout stays pure JSON
+    assert "tok/s" in err and "hf:tiny on turngym/Math-v0" in err
+    assert summary["extra"]["generated_tokens"] > 0 and summary["extra"]["tokens_per_s"] > 0
