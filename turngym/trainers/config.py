@@ -120,6 +120,15 @@ class TrainConfig:
     are too small to amortize thread synchronization, and on a busy machine extra OpenMP
     threads spin against other processes (10× slower measured on a loaded 2-core box)."""
 
+    engine: str = "hf"
+    """Rollout engine: ``"hf"`` (the trained torch model samples) or ``"vllm"`` (a vLLM engine
+    samples; the trainer's weights, LoRA merged, are pushed into it after every update, and the
+    loss is importance-corrected against the engine's log-probs: :mod:`turngym.trainers.engine`)."""
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    """``vllm.LLM`` keywords for ``engine="vllm"`` (``dtype``, ``kv_cache_gb``, ``enforce_eager``, ...)."""
+    tis_cap: float = 2.0
+    """Truncation ``C`` of the per-token importance ratio ``min(π_trainer / π_engine, C)`` (``engine="vllm"``)."""
+
     critic: str = "auto"
     """Learned turn-level critic (:mod:`turngym.trainers.critic`): ``"shared"`` (a value head on the
     policy's hidden state at each turn boundary), ``"separate"`` (a copy of the policy's trunk with
@@ -186,6 +195,10 @@ class TrainConfig:
             raise ConfigError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, {self.clip_high}")
         if self.temperature <= 0:
             raise ConfigError("temperature must be > 0 for RL (log-probs of greedy actions are not a policy's)")
+        if self.engine not in ("hf", "vllm"):
+            raise ConfigError(f"engine must be 'hf' or 'vllm', got {self.engine!r}")
+        if self.tis_cap <= 0:
+            raise ConfigError(f"tis_cap must be > 0 (2 is common), got {self.tis_cap}")
         if self.groups_per_step * self.group_size % self.minibatches:
             raise ConfigError(f"minibatches={self.minibatches} must divide the {self.groups_per_step * self.group_size} episodes per step")
 

@@ -169,6 +169,10 @@ class Trainer:
     def _policy(self, *, seed: int) -> Any:
         from turngym.agents.hf import HFPolicy
 
+        if self.config.engine == "vllm":
+            self._engine_sync()
+            return self.engine.policy(temperature=self.config.temperature, max_new_tokens=self.config.max_new_tokens,
+                                      seed=seed, name=f"vllm:{self.config.model}")
         return HFPolicy(
             self.model,
             self.tokenizer,
@@ -192,6 +196,17 @@ class Trainer:
             history=self.config.history,
             env_id=self.config.env_id,
         )
+
+    def _engine_sync(self) -> Any:
+        """Start the vLLM rollout engine on first use and push the trainer's weights into it if they
+        changed since the last push (after an update, the warm start, a resumed checkpoint).
+        Returns the push's :class:`~turngym.trainers.engine.SyncStats`, or None when up to date."""
+        from turngym.trainers.engine import RolloutEngine, sync_if_stale
+
+        if getattr(self, "engine", None) is None:
+            self.engine = RolloutEngine(self._model_path(), seed=self.config.seed, engine_kwargs=self.config.engine_kwargs)
+            self.log(f"vLLM engine started in {self.engine.start_seconds:.0f} s")
+        return sync_if_stale(self.engine, self.model)
 
     def evaluate(self, n: int | None = None) -> float:
         """Success rate of the current policy, sampling at ``temperature``: on held-out task seeds,
@@ -291,6 +306,7 @@ class Trainer:
         from turngym.trainers.advantages import compute_advantages, estimator_inputs
         from turngym.trainers.batch import collate, table_token_advantages, token_logprobs
         from turngym.trainers.critic import whiten
+        from turngym.trainers.engine import recompute_logprobs, sample_mismatch, tis_pg_loss, use_trainer_old
         from turngym.trainers.losses import clipped_pg_loss, kl_penalty
         from turngym.trainers.providers import fill_inputs
 
@@ -320,10 +336,15 @@ class Trainer:
             adv = whiten(adv)
         self._last_rl_batch = (episodes, np.split(adv, np.flatnonzero(table["last"])[:-1] + 1))
         tok_adv = table_token_advantages(samples, table, adv)
+        engine_stats: dict[str, float] = {}
+        if cfg.engine == "vllm":  # π_old is the trainer's; the engine's log-probs only weight the tokens (TIS)
+            trainer_old = recompute_logprobs(self.model, samples, self.pad_id, self.device, micro_batch_size=cfg.micro_batch_size,
+                                             autocast=self._autocast)
+            engine_stats = sample_mismatch(samples, trainer_old, cap=cfg.tis_cap)
         self.model.train()
         if self.critic is not None:
             self.critic.train()
-        stats: dict[str, list[float]] = {"loss": [], "pg_loss": [], "kl": [], "clip_frac": [], "ratio": [], "grad_norm": []}
+        stats: dict[str, list[float]] = {"loss": [], "pg_loss": [], "kl": [], "clip_frac": [], "ratio": [], "grad_norm": [], "tis_weight": []}
         order = np.arange(len(samples))
         for epoch in range(cfg.ppo_epochs):
             _rng(cfg.seed, 3, step, epoch).shuffle(order)
@@ -342,7 +363,13 @@ class Trainer:
                             value_loss, vdiag = self.critic.loss(self.model, batch, [critic_targets[i] for i in chunk])
                             stats.setdefault("value_loss", []).append(float(value_loss.item()))
                             stats.setdefault("value_clip_frac", []).append(vdiag["value_clip_frac"])
-                    pg, diag = clipped_pg_loss(logp, batch.old_logp_next, batch.adv_next, batch.mask_next, clip_low=cfg.clip_low, clip_high=cfg.clip_high)
+                    if cfg.engine == "vllm":
+                        engine_logp = use_trainer_old(batch, [trainer_old[i] for i in chunk])
+                        pg, diag = tis_pg_loss(logp, batch.old_logp_next, engine_logp, batch.adv_next, batch.mask_next,
+                                               clip_low=cfg.clip_low, clip_high=cfg.clip_high, cap=cfg.tis_cap)
+                        stats["tis_weight"].append(diag["tis_weight"])
+                    else:
+                        pg, diag = clipped_pg_loss(logp, batch.old_logp_next, batch.adv_next, batch.mask_next, clip_low=cfg.clip_low, clip_high=cfg.clip_high)
                     loss = pg
                     if value_loss is not None:
                         loss = loss + cfg.value_coef * value_loss
@@ -362,6 +389,9 @@ class Trainer:
                 opt.step()
                 if self.critic is not None:
                     stats.setdefault("critic_grad_norm", []).append(self.critic.step())
+        sync = self._engine_sync() if cfg.engine == "vllm" else None  # the next rollout samples the updated weights
+        if sync is not None:
+            engine_stats |= {"sync_s": round(sync.seconds, 3), "sync_mb": round(sync.bytes / 2**20, 1)}
 
         returns = np.array([ep.total_reward for ep in episodes])
         return {
@@ -378,6 +408,7 @@ class Trainer:
             **critic_stats,
             "episodes": len(episodes),
             "tokens": int(sum(sum(s.loss_mask) for s in samples)),
+            **engine_stats,
             "rollout_s": round(t_rollout, 2),
             "step_s": round(time.perf_counter() - t0, 2),
         }
