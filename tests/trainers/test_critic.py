@@ -8,6 +8,22 @@ import pytest
 
 from turngym.trainers.critic import explained_variance, lambda_returns, whiten
 
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One torch thread, like the trainer (``TrainConfig.threads``): the tiny model's matrices are
+    too small for threads, and on a busy machine extra threads spin against other processes."""
+    try:
+        import torch
+    except ImportError:
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 # Three episodes of different lengths, rows deliberately out of turn order.
 TURNS = {
     "episode": [0, 0, 0, 1, 1, 2, 0],
@@ -111,9 +127,6 @@ def test_the_shared_value_head_learns_a_known_value_function() -> None:
     from turngym.trainers.config import TrainConfig
     from turngym.trainers.critic import TurnCritic, fit_critic
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the tiny model's matrices are too small for threads; on a busy box they spin
-    request_cleanup = lambda: torch.set_num_threads(threads)  # noqa: E731
     torch.manual_seed(0)
     path = build_tiny_model(config=TinyModelConfig(**TrainConfig().tiny_model))
     tok = transformers.AutoTokenizer.from_pretrained(path)
@@ -147,7 +160,6 @@ def test_the_shared_value_head_learns_a_known_value_function() -> None:
     losses = fit_critic(critic, model, samples[train], returns[train], steps=40, batch_size=8, pad_id=pad,
                         policy_optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3))
     final = ev()
-    request_cleanup()
     assert losses[-1] < losses[0]
     assert final >= 0.75 * position_only, (final, position_only)
 
@@ -257,3 +269,34 @@ def test_critic_config_errors_say_the_fix() -> None:
         TrainConfig(critic="big")
     assert TrainConfig(algo="gae").critic_kind == "shared" and TrainConfig().critic_kind is None
     assert TrainConfig(algo="grpo", critic="separate").critic_kind == "separate"
+
+
+def test_the_value_provider_fills_gae_s_column_from_a_trainer_s_critic() -> None:
+    """Outside the built-in loop (which fills ``value`` itself), ``fill_inputs`` asks the provider,
+    which renders the episodes and reads the trainer's critic: the same values, row for row."""
+    from types import SimpleNamespace
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from turngym.agents.tiny import TinyModelConfig, build_tiny_model
+    from turngym.rollout import to_turn_table
+    from turngym.trainers.config import TrainConfig
+    from turngym.trainers.critic import TurnCritic
+    from turngym.trainers.providers import fill_inputs
+
+    path = build_tiny_model(config=TinyModelConfig(**TrainConfig().tiny_model))
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path)
+    eps, ChatRenderer, render_episode = _oracle_math(4)
+    renderer = ChatRenderer(tok)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        critic = TurnCritic(model, kind="shared", seed=3)
+        torch.nn.init.normal_(critic.head.weight)  # values that differ by state, so a misaligned row would show
+    trainer = SimpleNamespace(critic=critic, model=model, renderer=renderer, pad_id=tok.pad_token_id, device="cpu",
+                              config=SimpleNamespace(micro_batch_size=3))
+    table = to_turn_table(eps)
+    fill_inputs("gae", eps, table, trainer)
+    want = critic.values(model, [render_episode(e, renderer) for e in eps], pad_id=tok.pad_token_id, device="cpu")
+    assert len(set(np.round(table["value"], 6))) > 4
+    np.testing.assert_allclose(table["value"], np.concatenate(want), rtol=1e-5, atol=1e-6)

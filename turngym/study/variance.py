@@ -64,7 +64,7 @@ class VarianceConfig:
     mc: int = 200
     """Monte Carlo rollouts per value estimate of the ground truth."""
     seed: int = 0
-    critic_steps: int = 300
+    critic_steps: int = 150
     """Minibatches the learned critic is fitted for (0 = no critic estimators)."""
     critic_repeats: int = 4
     """Group rollouts per task the critic is fitted on (fresh ones, not the scored rows)."""
