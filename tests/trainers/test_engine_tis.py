@@ -87,3 +87,30 @@ def test_lora_weights_are_pushed_merged_under_the_base_names() -> None:
         assert torch.allclose(t.float(), merged[name].float(), atol=1e-2), name
         changed += not torch.equal(merged[name], original[name])
     assert changed > 0  # the merge changed some weights: the adapters reached the pushed tensors
+
+
+def test_gpu_check_refuses_a_machine_without_cuda_by_saying_so(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: scripts/gpu_check.py would run the real check")
+    path = Path(__file__).parents[2] / "scripts" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--json"]) == 2
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert report["ok"] is False and "no CUDA GPU" in report["error"] and "scripts/ci_vllm.sh" in report["error"]
+    assert "no CUDA GPU" in err
+
+
+def test_engine_config_fields_are_validated() -> None:
+    from turngym.trainers import TrainConfig
+
+    with pytest.raises(ConfigError, match="engine must be 'hf' or 'vllm'"):
+        TrainConfig(engine="sglang")
+    with pytest.raises(ConfigError, match="tis_cap"):
+        TrainConfig(engine="vllm", tis_cap=0)
