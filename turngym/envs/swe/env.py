@@ -12,10 +12,9 @@ from typing import Any
 import numpy as np
 
 from turngym.core.env import Transition, TurngymEnv
-from turngym.core.errors import ConfigError, TaskError
+from turngym.core.errors import ConfigError
 from turngym.core.parsing import parse_tool_calls
 from turngym.core.spec import RewardSpec, Signal
-from turngym.core.task import Task
 from turngym.envs.swe import oracle, swebench, testing
 from turngym.envs.swe import swebench as swebench_mod  # the constructor's `swebench` argument shadows the name
 from turngym.envs.swe.repos import Tree, load_repo
@@ -56,7 +55,7 @@ class SWEState:
     tested: bool = False
 
 
-class SWEEnv(TurngymEnv):
+class SWEEnv(TurngymEnv[SWETask, SWEState | None]):
     """Repair a real repository whose suite an injected bug broke.
 
     ## Description
@@ -130,6 +129,8 @@ class SWEEnv(TurngymEnv):
         outcome="1 if at submit all FAIL_TO_PASS tests pass and no PASS_TO_PASS test fails (SWE-bench), else 0",
     )
     default_max_turns = 30
+    task_type = SWETask
+    immutable_state = True
     system_prompt = SYSTEM_PROMPT
     stop_strings = ("</tool_call>",)  # one <tool_call> block per message when the model uses that form
     max_new_tokens = 256  # up to a few JSON calls, a replace with a short code edit
@@ -161,15 +162,10 @@ class SWEEnv(TurngymEnv):
             loaded = load_tasks(tasks)
         if repos is not None:
             loaded = [t for t in loaded if t.repo in set(repos)]
-        if not loaded:
-            raise ConfigError("no SWE tasks selected (check tasks= and repos=)")
-        for t in loaded:
-            if not isinstance(t, SWETask):
-                raise ConfigError(f"tasks= must hold SWETask objects, got {type(t).__name__}")
+        self._set_task_pool(loaded, empty="no SWE tasks selected (check tasks= and repos=)")
+        for t in self.tasks or ():
             check_task(t, shipped=t.id not in self._trees)
-        self.tasks: tuple[SWETask, ...] = tuple(loaded)
-        self._by_id = {t.id: t for t in self.tasks}
-        self.state: SWEState | None = None
+        self.state = None
 
     @staticmethod
     def _check_backend(backend: str) -> None:
@@ -223,31 +219,20 @@ class SWEEnv(TurngymEnv):
         """The repository with the gold patch applied."""
         return self._trees[task.id][1] if task.id in self._trees else load_repo(task.repo)
 
-    # -- tasks -------------------------------------------------------------------------
-    def _sample_task(self, rng: np.random.Generator) -> SWETask:
-        return self.tasks[int(rng.integers(len(self.tasks)))]
-
-    def _task_from_id(self, task_id: str) -> SWETask:
-        try:
-            return self._by_id[task_id]
-        except KeyError:
-            raise TaskError(f"unknown SWE task id {task_id!r}") from None
-
     # -- episode ---------------------------------------------------------------------------
-    def _reset(self, task: Task, options: Mapping[str, Any]) -> str:
-        if not isinstance(task, SWETask):
-            raise ConfigError(f"SWEEnv needs an SWETask, got {type(task).__name__}")
+    def _reset(self, task: SWETask, options: Mapping[str, Any]) -> str:
         # By construction (validated at generation; SWE-bench's definition) the starting tree
         # fails every FAIL_TO_PASS test and passes every PASS_TO_PASS one: no run needed.
         self.state = SWEState(self.start_tree(task), Progress(0.0, 0.0, True))
         return task.prompt
 
-    def _signals(self, progress: Progress, **extra: float) -> dict[str, float]:
+    def _state_signals(self) -> dict[str, float]:
+        assert self.state is not None
+        progress = self.state.progress
         return {
             "f2p_passing": progress.f2p_passing,
             "p2p_failing": progress.p2p_failing,
             "imports_ok": 1.0 if progress.imports_ok else 0.0,
-            **extra,
         }
 
     def _step(self, action: str) -> Transition:
@@ -255,7 +240,7 @@ class SWEEnv(TurngymEnv):
             return self._step_tools(action)
 
     def _step_tools(self, action: str) -> Transition:
-        task: SWETask = self.task  # type: ignore[assignment]
+        task = self.current_task
         state = self.state
         assert state is not None
         parsed = parse_tool_calls(action, max_calls=MAX_CALLS_PER_TURN)
@@ -268,7 +253,6 @@ class SWEEnv(TurngymEnv):
                 obs=f"Invalid tool call: {problem}",
                 valid=False,
                 invalid_reason=problem,
-                signals=self._signals(state.progress),
             )
         outputs: list[str] = []
         all_ok, touched, submitted = True, False, False
@@ -292,7 +276,7 @@ class SWEEnv(TurngymEnv):
                 break
         progress = state.progress if tree is state.tree else measure(task, tree, self.start_tree(task))
         self.state = replace(state, tree=tree, progress=progress, viewed=viewed, tested=tested)
-        signals = self._signals(progress, tool_ok=1.0 if all_ok else 0.0, touched_buggy_function=1.0 if touched else 0.0)
+        signals = {"tool_ok": 1.0 if all_ok else 0.0, "touched_buggy_function": 1.0 if touched else 0.0}
         if submitted:
             resolved = progress.resolved
             signals["resolved"] = 1.0 if resolved else 0.0
@@ -313,14 +297,8 @@ class SWEEnv(TurngymEnv):
     def _state_key(self) -> str:
         return self.state.tree.digest[:16] if self.state is not None else "none"
 
-    def _get_state(self) -> SWEState | None:
-        return self.state  # immutable
-
-    def _set_state(self, payload: SWEState | None) -> None:
-        self.state = payload
-
     # -- policies --------------------------------------------------------------------------
-    def oracle_action(self) -> str:
+    def _oracle_action(self) -> str:
         return oracle.oracle_action(self)
 
     def sample_action(self, rng: np.random.Generator) -> str:
