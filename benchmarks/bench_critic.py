@@ -30,13 +30,15 @@ ARMS = (("gigpo", {"algo": "gigpo", "algo_params": {"gamma": 0.95}}),
         ("gae_separate", {"algo": "gae", "critic": "separate", "algo_params": {"gamma": 0.95, "lam": 0.95}}))
 
 
-def run(env: str, steps: int, seed: int, groups: int, group_size: int) -> dict[str, Any]:
+def run(env: str, steps: int, seed: int, groups: int, group_size: int, warmup_steps: int | None = None) -> dict[str, Any]:
     from turngym.study.credit import ENV_PRESETS, RunSpec, StudyConfig, _train_config
     from turngym.trainers.loop import Trainer
 
     preset = ENV_PRESETS[env]
     study = StudyConfig(envs=(env,), groups_per_step=groups, group_size=group_size, eval_episodes=0)
     base = replace(_train_config(study, RunSpec("bench", env, "grpo", seed), steps), eval_episodes=0)
+    if warmup_steps is not None:  # a shorter warm start: the cost per step hardly depends on how good the policy is
+        base = replace(base, warmup_steps=warmup_steps)
     out: dict[str, Any] = {"env": preset.env_id, "steps": steps, "seed": seed, "episodes_per_step": groups * group_size, "arms": {}}
     with tempfile.TemporaryDirectory() as tmp:
         warm = Trainer(base, Path(tmp) / "warm", progress=False, log=None).warm_start_only(Path(tmp) / "warm-model")
@@ -67,9 +69,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--groups", type=int, default=8)
     ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--warmup-steps", type=int, default=None, help="imitation steps of the warm start (default: the study's)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    res = run(args.env, args.steps, args.seed, args.groups, args.group_size)
+    res = run(args.env, args.steps, args.seed, args.groups, args.group_size, args.warmup_steps)
     if args.json:
         print(json.dumps(res, indent=1))
         return

@@ -2,7 +2,7 @@
 
 ``OUT/runs/<claim>/<run>/metrics.jsonl`` (one line per RL step, from the trainer),
 ``OUT/runs/<claim>/<run>/study.json`` (pool and held-out evaluations), ``OUT/variance.json``
-(claim 2) and ``OUT/wall.json`` → ``OUT/report.md``, ``OUT/summary.json`` (the aggregated
+(claim 2), ``OUT/wall.json`` and an optional ``OUT/note.md`` (shown at the top) → ``OUT/report.md``, ``OUT/summary.json`` (the aggregated
 numbers of every table) and ``OUT/*.png`` (learning curves: mean over seeds, band = ± std).
 Re-running :func:`write_report` on the same directory reproduces the report exactly.
 """
@@ -193,6 +193,8 @@ def _results_table(runs: list[dict[str, Any]]) -> tuple[list[str], list[dict[str
 def write_report(out: Path, *, command: str, note: str = "") -> Path:
     """Aggregate ``out``'s metrics files into ``report.md``, ``summary.json`` and PNGs."""
     out = Path(out)
+    if not note and (out / "note.md").exists():  # what the study's author must say about its files (runs taken from another study...)
+        note = (out / "note.md").read_text().strip()
     cfg = json.loads((out / "study_config.json").read_text()) if (out / "study_config.json").exists() else {}
     runs = load_runs(out)
     wall = json.loads((out / "wall.json").read_text())["seconds"] if (out / "wall.json").exists() else float("nan")
