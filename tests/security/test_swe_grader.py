@@ -282,11 +282,104 @@ def test_the_code_under_test_cannot_forge_or_drop_its_verdict(env, task, name):
     _assert_contained(info)  # and, above all, no InfraError: a failed episode, never a dropped one
 
 
-def test_early_exits_say_why(env, task):
+@pytest.fixture(scope="module")
+def splits_uids() -> bool:
+    """Whether the default sandbox gives the package's process a uid of its own (bubblewrap as root)."""
+    from turngym.sandbox import SandboxUnavailable, make_sandbox
+
+    try:
+        sandbox = make_sandbox("auto")
+    except SandboxUnavailable:
+        return False
+    try:
+        return bool(getattr(sandbox, "splits_uids", False))
+    finally:
+        sandbox.close()
+
+
+def test_early_exits_say_why(env, task, splits_uids):
     info = _play(env, task, {task.path: task.buggy_source + IMPORT_TIME["exit0_without_report"]})
     assert "the package's process ended" in info["outcome"]["reason"]
     info = _play(env, task, {task.path: task.buggy_source + IMPORT_TIME["kill_the_grader_parent"]})
-    assert "stopped before it reported" in info["outcome"]["reason"]
+    if splits_uids:  # the kill fails (EPERM): the package does not import, the grader reports
+        assert "stopped before it reported" not in info["outcome"]["reason"], info["outcome"]
+    else:
+        assert "stopped before it reported" in info["outcome"]["reason"]
+
+
+#: What the package's code does to its grader (the candidate's parent). Each must fail with EPERM
+#: where the package has a uid of its own; a success raises, so the package breaks.
+GRADER_ATTACKS = {
+    "sigstop": "os.kill(os.getppid(), signal.SIGSTOP)",
+    "sigkill": "os.kill(os.getppid(), signal.SIGKILL)",
+    "renice": "os.setpriority(os.PRIO_PROCESS, os.getppid(), 19)",
+    "prlimit_cpu": "resource.prlimit(os.getppid(), resource.RLIMIT_CPU, (1, 1))",
+}
+
+
+def _grader_attack(what: str, when: str) -> str:
+    """Code appended to the package: the attack at import time or inside the first ``LRUCache.get``."""
+    body = ("import os as _os_, signal as _signal_, resource as _resource_\n"
+            "def _attack_the_grader():\n"
+            "    os, signal, resource = _os_, _signal_, _resource_\n"
+            f"    try:\n        {GRADER_ATTACKS[what]}\n"
+            "    except PermissionError:\n        return\n"
+            "    raise RuntimeError('the package reached its grader')\n")
+    if when == "import":
+        return body + "_attack_the_grader()\n"
+    return body + ("_orig_get = LRUCache.get\n"
+                   "def _get(self, *a, **k):\n    _attack_the_grader()\n    return _orig_get(self, *a, **k)\n"
+                   "LRUCache.get = _get\n")
+
+
+@pytest.mark.parametrize("when", ["import", "test"])
+@pytest.mark.parametrize("what", sorted(GRADER_ATTACKS))
+def test_the_package_cannot_stop_kill_or_throttle_its_grader(env, task, splits_uids, what, when):
+    """With a uid of its own the package's SIGSTOP/SIGKILL/renice/prlimit of the grader fails:
+    the step ends at once with the real verdicts (the buggy code fails, the fix resolves), where
+    one uid would stall the step to its wall budget or lose the verdict."""
+    import time
+
+    if not splits_uids:
+        pytest.skip("the sandbox gives the package no uid of its own here (not bubblewrap as root)")
+    attack = _grader_attack(what, when)
+    t0 = time.perf_counter()
+    info = _play(env, task, {task.path: task.buggy_source + attack})
+    took = time.perf_counter() - t0
+    _assert_contained(info)
+    assert info["signals"]["imports_ok"] == 1.0, info["outcome"]  # the grader reported real verdicts
+    assert took < 15, took  # the grader's own wall budget is 30 s (+5 in the sandbox)
+    fixed = task.buggy_source.replace(task.gold_old, task.gold_new, 1)
+    t0 = time.perf_counter()
+    info = _play(env, task, {task.path: fixed + attack})
+    assert info["infra_error"] is None and info["reward"] == 1.0, info["outcome"]
+    assert time.perf_counter() - t0 < 15
+
+
+def test_the_package_runs_as_the_untrusted_uid_with_no_capabilities_and_run_tests_is_not_trusted(task, splits_uids):
+    """The split grader's package process has no capability and another uid than its grader; the
+    agent's own ``run_tests`` (in-process pytest) is never a trusted launch: no capability either."""
+    if not splits_uids:
+        pytest.skip("the sandbox gives the package no uid of its own here (not bubblewrap as root)")
+    probe = ("import os as _o\n"
+             "_CAPS = {l.split(':')[0]: int(l.split()[1], 16) for l in open('/proc/self/status') if l.startswith('Cap')}\n"
+             "_IDS = (_o.getuid(), _o.getppid(), _o.stat('/proc/%d' % _o.getppid()).st_uid)\n"
+             "LRUCache.probe = staticmethod(lambda: (sorted(_CAPS.items()), _IDS))\n")
+    check = ("from lrucache import LRUCache\n\n"
+             "def test_probe():\n"
+             "    caps, (uid, ppid, parent_uid) = LRUCache.probe()\n"
+             "    assert all(v == 0 for _, v in caps), caps\n"
+             "    assert uid == parent_uid + 1, (uid, parent_uid)\n")
+    tree = load_repo(task.repo).with_file(task.path, load_repo(task.repo)[task.path] + probe)
+    run = testing.run_pytest(tree.with_file("tests/test_probe.py", check), ["tests/test_probe.py"], split=True,
+                             test_dirs=("tests",))
+    assert run.passed == {"tests/test_probe.py::test_probe"}, (run.problem, run.messages)
+    in_process = ("import os\n\ndef test_no_caps():\n"
+                  "    caps = [l for l in open('/proc/self/status') if l.startswith('Cap')]\n"
+                  "    assert all(int(l.split()[1], 16) == 0 for l in caps), caps\n"
+                  "    assert 'TURNGYM_UNTRUSTED_UID' not in os.environ\n")
+    run = testing.run_pytest(tree.with_file("tests/test_caps.py", in_process), ["tests/test_caps.py"])
+    assert run.passed == {"tests/test_caps.py::test_no_caps"}, (run.problem, run.messages)
 
 
 @pytest.mark.parametrize("name", sorted(FORGERIES))

@@ -30,9 +30,22 @@ the agent's package is never imported here:
   at the deadline whatever happens. pytest's own report hooks run here and build the only
   verdict line, ``NONCE <json>``, on a stdout the candidate never holds.
 
+* Where the sandbox gives the session a second, untrusted uid (``TURNGYM_UNTRUSTED_UID``: a
+  trusted launch, bubblewrap as root), this process keeps the session uid and the
+  capabilities to switch uids and to kill, and the candidate drops to the untrusted uid with
+  every capability set emptied before it reads a request, so before any of the package's
+  code runs. The candidate, and anything it starts, then cannot signal, stop, renice,
+  ``prlimit`` or ptrace this process (``EPERM``); this process can still kill it. The
+  candidate reports its uid in a first frame, and only then is the banner written: a
+  candidate that could not start (or changed uid but kept capabilities) is the
+  infrastructure's fault, never a verdict. Where the drop fails and the uid is unchanged, the
+  run keeps one uid, as the sandbox does when a trusted launch lacks the capabilities, and
+  says so in the verdict (``uid_warning``).
+
 What the candidate can still do is behave: answer each call however its code says (that is
-the package under test). It can kill this process (same uid), which ends the run with no
-verdict line: the host scores that as the agent's failure.
+the package under test). With one uid (Docker, bubblewrap in a user namespace) it can also
+kill or stop this process, which ends the run with no verdict line (killed) or at the wall
+budget (stopped): the host scores both as the agent's failure.
 """
 
 import builtins
@@ -317,8 +330,50 @@ def _flush():
             pass
 
 
-def _candidate(sock, out_w, root, nstd):
+_PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+UNTRUSTED_UID_ENV = "TURNGYM_UNTRUSTED_UID"
+
+
+def _drop_privileges(uid):
+    """Become ``uid`` (keeping the gid, which owns the workdir) with no capability in any set;
+    raises OSError if any step fails."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in range(64):  # the bounding set (EINVAL past the last capability)
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:
+            raise OSError(ctypes.get_errno(), "cannot drop the capability bounding set")
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    gid = os.getgid()
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+    if libc.capset(header, (ctypes.c_uint32 * 6)()) != 0:
+        raise OSError(ctypes.get_errno(), "cannot clear the capability sets")
+    if os.getresuid() != (uid, uid, uid):
+        raise OSError(1, "the uid did not change")
+
+
+def _become_untrusted(run_uid):
+    """The candidate's first step: the untrusted uid where there is one. Returns a warning
+    ("" when dropped or when there is no second uid); exits when the uid changed but the
+    capabilities could not be cleared (never run the package with capabilities)."""
+    if run_uid is None:
+        return ""
+    before = os.getresuid()
+    try:
+        _drop_privileges(run_uid)
+        return ""
+    except (OSError, AttributeError) as exc:
+        if os.getresuid() != before:
+            os._exit(126)
+        return f"the package's process could not drop to the untrusted uid {run_uid} ({exc}); it keeps the grader's uid"
+
+
+def _candidate(sock, out_w, root, nstd, run_uid=None):
     """The forked child: owns a socket and an output pipe, imports the agent's package on request."""
+    warning = _become_untrusted(run_uid)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT,
                 signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
@@ -335,6 +390,7 @@ def _candidate(sock, out_w, root, nstd):
     sys.stderr = sys.stdout
     sys.path.insert(nstd, root)
     server = _Server(socket.socket(fileno=3))
+    _send(server.sock, {"uid": os.getuid(), "warning": warning})
     while True:
         try:
             req = _recv(server.sock)
@@ -884,8 +940,8 @@ def main():
         sys.stderr.write(f"the SWE grader cannot import pytest from its site dirs {cfg['site']!r}\n")
         sys.stderr.flush()
         os._exit(3)
-    os.write(1, BANNER)
     _no_dump()
+    run_uid = int(os.environ.pop(UNTRUSTED_UID_ENV, "0") or 0) or None
     root = os.getcwd()
     test_dirs = set(cfg.get("test_dirs") or ["tests"])
     proxied = _tree_modules(root, test_dirs)
@@ -898,11 +954,28 @@ def main():
         mine.close()
         os.close(out_r)
         try:
-            _candidate(theirs, out_w, root, nstd)
+            _candidate(theirs, out_w, root, nstd, run_uid)
         finally:
             os._exit(0)
     theirs.close()
     os.close(out_w)
+    try:  # the candidate's first frame, sent before it runs any of the package's code
+        hello = _recv(mine, time.monotonic() + 30)
+        if type(hello.get("uid")) is not int or type(hello.get("warning")) is not str:
+            raise ValueError(f"unexpected first frame {hello!r}"[:200])
+    except (OSError, EOFError, TimeoutError, ValueError) as exc:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        sys.stderr.write(f"the SWE grader's candidate process did not start ({exc!r})\n")
+        sys.stderr.flush()
+        os._exit(3)
+    uid_warning = hello["warning"]
+    if uid_warning:
+        sys.stderr.write(f"[grader] {uid_warning}\n")
+        sys.stderr.flush()
+    os.write(1, BANNER)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_IGN)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
@@ -954,7 +1027,8 @@ def main():
             records = list(reporter.records)
             text = console.decode("utf-8", "replace") + cand_out.decode("utf-8", "replace")
             out = {"records": records, "forged": 0, "timed_out": timed_out or _client.timed_out,
-                   "status": None, "console": text, "fatal": _client.fatal}
+                   "status": None, "console": text, "fatal": _client.fatal,
+                   "uid_warning": uid_warning}
             _write_all(result_fd, (nonce + " " + json.dumps(out) + "\n").encode())
 
     watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), lambda: (report(True), os._exit(0)))

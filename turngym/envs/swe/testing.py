@@ -17,6 +17,15 @@ decides what a verdict is worth:
   protections below. A split run's result may answer an in-process question about the same
   tree (cache), never the other way round.
 
+Where the sandbox gives a session a second uid (bubblewrap as root), the split grader is a
+*trusted* launch: the process that judges keeps the session uid and the capabilities to
+switch uids and kill, and the package's process drops to the untrusted uid with none, so the
+agent's code cannot stop, kill, renice or ``prlimit`` the grader (a stalled grader would only
+wait out its wall budget). In-process runs (the agent's ``run_tests``) are never trusted
+launches: they run with no capabilities in a session of their own. With one uid (Docker, a
+user namespace) the package can still stop or kill the grader: a run that then ends with no
+verdict scores 0, never a forged pass.
+
 What the tree cannot change in either runner, by construction:
 
 * **which pytest runs** — ``python -I -S -B`` ignores ``PYTHON*`` variables, user site,
@@ -67,6 +76,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -187,8 +197,17 @@ class SandboxExecutor:
             except (ConfigError, OSError) as exc:  # the agent's tree (e.g. a file where a dir must be)
                 return RawRun(None, "", "", tree_error=str(exc))
             py = self._sandbox.python
-            res = session.run(grader_argv(py.executable, py.path, config), stdin=stdin,
-                              env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+            argv = grader_argv(py.executable, py.path, config)
+            env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+            if config.get("mode") == "split" and getattr(session, "run_uid", None) is not None:
+                # a trusted launch: the grader keeps the session uid and the capabilities to
+                # drop its candidate (the package) to the untrusted uid. The launch needs stdin
+                # (the nonce), which the public run_trusted does not take.
+                res = session._execute(argv, stdin=stdin, limits=session.limits, env=env, trusted=True)
+            else:
+                # one uid (Docker, a user namespace), and every in-process run: the agent's own
+                # run_tests runs as the session uid with no capabilities, in a session of its own
+                res = session.run(argv, stdin=stdin, env=env)
         return RawRun(res.exit_code, res.stdout, res.stderr, res.limit_hit)
 
     def close(self) -> None:
@@ -327,6 +346,8 @@ def _interpret(raw: RawRun, nonce: str, canary_id: str | None, duration: float) 
     except ValueError:  # cut short: the parent was killed while writing it
         return TestRun(frozenset(), frozenset(), (), False, False, "", duration,
                        aborted="the grader's report was cut short (the code under test killed it or exhausted a limit)")
+    if payload.get("uid_warning"):
+        _warn_one_uid(str(payload["uid_warning"]))
     console = _stable(str(payload.get("console", ""))[-4000:])
     phases: dict[str, dict[str, str]] = {}
     messages: dict[str, str] = {}
@@ -377,6 +398,13 @@ def _interpret(raw: RawRun, nonce: str, canary_id: str | None, duration: float) 
     return TestRun(frozenset(passed), frozenset(failed), tuple(sorted(messages.items())), collection_error,
                    bool(payload.get("timed_out")), console, duration, aborted=aborted if not payload.get("timed_out") else "",
                    tampering=tampered)
+
+
+@lru_cache(maxsize=1)
+def _warn_one_uid(why: str) -> None:
+    """Once per process, as the sandbox warns when a trusted launch lacks the capabilities."""
+    warnings.warn(f"SWE split grader: {why}; the package can stop or kill its grader (a stalled run scores 0 "
+                  "after the wall budget)", RuntimeWarning, stacklevel=3)
 
 
 _CACHE: OrderedDict[tuple[str, str, tuple[str, ...], bool, bool], TestRun] = OrderedDict()
