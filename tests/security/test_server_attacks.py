@@ -10,7 +10,10 @@ outcome. Traffic goes to 127.0.0.1 only and every loop is bounded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -30,6 +33,7 @@ from turngym.server.client import AsyncRemoteEnv, RemoteEnv
 from turngym.server.protocol import dumps, loads
 from turngym.server.testing import GilHoldingTestEnv, ServerThread
 
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MATH, CODE, SWE, SEARCH = "turngym/Math-v0", "turngym/Code-v0", "turngym/SWE-v0", "turngym/SearchQA-v0"
 
 
@@ -394,3 +398,242 @@ def test_openenv_step_past_its_deadline_is_an_invalid_final_turn():
         obs = reply["data"]["observation"]
         assert reply["data"]["done"] and obs["terminated"] and obs["action_valid"] is False
         assert obs["invalid_reason"].startswith("step_timeout") and obs["infra_error"] is None
+
+
+# ------------------------------------------------------------------ who is blamed when a worker dies
+def _play_concurrently(srv, plays: dict[str, tuple[str, float]]) -> dict[str, tuple]:
+    """Open one session per name, reset all, then send each its action after its delay (s); the step results."""
+    envs = {name: RemoteEnv(srv.url, MATH) for name in plays}
+    for env in envs.values():
+        env.reset(seed=0)
+    results: dict[str, tuple] = {}
+
+    def play(name: str) -> None:
+        action, delay = plays[name]
+        time.sleep(delay)
+        results[name] = envs[name].step(action)
+
+    threads = [threading.Thread(target=play, args=(name,)) for name in plays]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for env in envs.values():
+        env.close()
+    return results
+
+
+def _agent_failure(step: tuple, reason: str) -> bool:
+    *_, term, _, info = step
+    return (term and info["action_valid"] is False and info["infra_error"] is None
+            and info["outcome"]["reason"] == reason and info["invalid_reason"].startswith(reason))
+
+
+def _infra(step: tuple) -> str:
+    *_, term, _, info = step
+    assert term and info["action_valid"] is True and info["outcome"]["reason"] == "infra_error", info
+    return info["infra_error"]
+
+
+def test_deadline_blame_lands_on_the_step_that_burns_the_worker_not_on_the_one_it_starved():
+    # the innocent step starts first and waits without the GIL; the hostile one then holds the GIL,
+    # so the innocent step cannot finish and its deadline comes first: it must not be charged
+    with _hold_server() as srv:
+        probe = HealthProbe(srv.http_url, 3.5)
+        time.sleep(0.3)
+        res = _play_concurrently(srv, {"innocent": ("<sleep>0.5</sleep>", 0.0), "hostile": ("<hold>30</hold>", 0.25)})
+        assert max(probe.result()) < 1.0
+    assert _agent_failure(res["hostile"], "step_timeout"), res["hostile"][4]
+    why = _infra(res["innocent"])
+    assert "another session's step ran past" in why and "not this agent's failure" in why
+
+
+def test_time_queued_behind_other_steps_does_not_count_toward_a_deadline():
+    # one thread per worker: the second step waits 1.4 s for the first, then runs 1.4 s (deadline 2 s)
+    with _hold_server(threads=1) as srv:
+        res = _play_concurrently(srv, {"first": ("<sleep>1.4</sleep>", 0.0), "second": ("<sleep>1.4</sleep>", 0.1)})
+    for name in ("first", "second"):
+        obs, _, _, _, info = res[name]
+        assert info["infra_error"] is None and info["action_valid"] is True, (name, info)
+        assert obs == "<result>2</result>"
+
+
+@pytest.mark.parametrize("crash", ["<crash>SIGSEGV</crash>", "<crash>SIGABRT</crash>", "<exit>3</exit>"])
+def test_a_step_that_crashes_its_worker_is_that_agents_failure_and_only_that_agents(crash):
+    with _hold_server(request_timeout_s=10.0) as srv:
+        idle = RemoteEnv(srv.url, MATH)  # same worker, between calls
+        idle.reset(seed=0)
+        plays = {"crasher": (crash, 0.3), "busy": ("<sleep>2</sleep>", 0.0)}
+        if crash.startswith("<exit>"):  # no crash report names a thread: blame needs the crasher to run alone
+            plays = {"crasher": (crash, 0.0)}
+        res = _play_concurrently(srv, plays)
+        assert _agent_failure(res["crasher"], "worker_crash"), res["crasher"][4]
+        if "busy" in res:
+            assert "crashed it" in _infra(res["busy"])
+        assert "not this agent's failure" in _infra(idle.step("<calc>1+1</calc>"))
+        idle.reset(seed=1)  # a fresh worker serves it
+        assert idle.step("<calc>2*3</calc>")[0] == "<result>6</result>"
+        idle.close()
+
+
+def test_a_worker_killed_from_outside_is_an_infra_error_for_every_session_on_it():
+    with _hold_server(request_timeout_s=10.0) as srv:
+        pid = srv.manager._procs.workers[0].proc.pid
+        threading.Timer(0.8, os.kill, (pid, signal.SIGKILL)).start()
+        res = _play_concurrently(srv, {"a": ("<sleep>3</sleep>", 0.0), "b": ("<sleep>3</sleep>", 0.1)})
+    for step in res.values():
+        assert "killed from outside the server" in _infra(step)
+
+
+def test_a_step_that_takes_its_worker_over_the_memory_limit_is_that_agents_failure():
+    with _hold_server(request_timeout_s=10.0, worker_memory_mb=400) as srv:
+        res = _play_concurrently(srv, {"hog": ("<alloc>900</alloc>", 0.3), "busy": ("<sleep>2</sleep>", 0.0)})
+    assert _agent_failure(res["hog"], "memory_limit"), res["hog"][4]
+    assert "memory limit" in _infra(res["busy"])
+
+
+# ------------------------------------------------------------------------------- the token's secrecy
+_PEEK = """
+import sys
+from turngym.server.client import RemoteEnv
+from turngym.server.serve import read_token
+from turngym.server.testing import GilHoldingTestEnv, ServerThread
+
+token = read_token()  # from $TURNGYM_TOKEN, as an operator passes it
+with ServerThread(factories={"turngym/Math-v0": GilHoldingTestEnv}, processes=1, token=token) as srv:
+    env = RemoteEnv(srv.url, "turngym/Math-v0", token=token)
+    env.reset(seed=0)
+    print(env.step("<peek>" + sys.stdin.read().strip() + "</peek>")[0])
+    env.close()
+"""
+
+
+def test_env_workers_cannot_read_the_servers_token():
+    # a fresh process (so a fresh forkserver), started with the token in its environment
+    env = {**os.environ, "TURNGYM_TOKEN": TOKEN, "PYTHONPATH": _ROOT}
+    out = subprocess.run([sys.executable, "-c", _PEEK], input=TOKEN, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    # not in the worker's own, the forkserver's or the server's environment or command line
+    assert out.stdout.strip().splitlines()[-1] == "<found></found>", out.stdout
+
+
+def _descendants(root: int) -> list[int]:
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    parents[int(entry)] = int(f.read().rsplit(b")", 1)[1].split()[1])
+    found, frontier = [root], [root]
+    while frontier:
+        frontier = [p for p, pp in parents.items() if pp in frontier]
+        found += frontier
+    return found
+
+
+def _visible_in(pids: list[int], needle: bytes) -> list[str]:
+    seen = []
+    for pid in pids:
+        for name in ("environ", "cmdline"):
+            with contextlib.suppress(OSError):
+                with open(f"/proc/{pid}/{name}", "rb") as f:
+                    if needle in f.read():
+                        seen.append(f"{pid}/{name}")
+    return seen
+
+
+@pytest.mark.parametrize("how", ["env", "file", "flag"])
+def test_turngym_serve_keeps_its_token_out_of_ps_and_every_processes_environment(how, tmp_path):
+    port = _free_port()
+    secret = f"tok-{how}-{os.getpid()}-{time.monotonic_ns()}"
+    args = [sys.executable, "-m", "turngym.cli", "serve", MATH, "--port", str(port), "--processes", "2"]
+    env = {**{k: v for k, v in os.environ.items() if k != "TURNGYM_TOKEN"}, "PYTHONPATH": _ROOT}
+    if how == "env":
+        env["TURNGYM_TOKEN"] = secret
+    elif how == "file":
+        (tmp_path / "token").write_text(secret + "\n")
+        args += ["--token-file", str(tmp_path / "token")]
+    else:
+        args += ["--token", secret]
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_healthy(port, proc)
+        pids = _descendants(proc.pid)
+        assert len(pids) >= 4, pids  # the server, the forkserver, two env workers
+        assert _visible_in(pids, secret.encode()) == []
+        with pytest.raises(ConfigError, match="requires a token"):
+            RemoteEnv(f"ws://127.0.0.1:{port}", MATH, retries=0)
+        remote = RemoteEnv(f"ws://127.0.0.1:{port}", MATH, token=secret)
+        remote.reset(seed=0)
+        assert remote.step("<calc>2+2</calc>")[0] == "<result>4</result>"
+        remote.close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert ("shows in `ps`" in err) == (how == "flag"), err
+
+
+def _free_port() -> int:
+    from turngym.server.testing import free_port
+
+    return free_port()
+
+
+def _wait_healthy(port: int, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return
+        time.sleep(0.2)
+    raise AssertionError("the server did not start")
+
+
+# --------------------------------------------------------------------- scripts without a main guard
+_UNGUARDED = '''
+import sys
+import turngym.server
+turngym.server.serve(["turngym/Math-v0"], port=int(sys.argv[1]), processes=2)
+'''
+
+_UNGUARDED_OWN_ENV = '''
+import sys, time
+from turngym.envs.math.env import MathEnv
+from turngym.server.testing import ServerThread
+
+class MyEnv(MathEnv):
+    pass
+
+with ServerThread(factories={"turngym/Math-v0": MyEnv}, processes=1):
+    time.sleep(60)
+'''
+
+
+def test_a_script_without_a_main_guard_serves_registry_envs(tmp_path):
+    script = tmp_path / "serve_math.py"
+    script.write_text(_UNGUARDED)
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, str(script), str(port)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": _ROOT})
+    try:
+        _wait_healthy(port, proc)
+        remote = RemoteEnv(f"ws://127.0.0.1:{port}", MATH)
+        remote.reset(seed=0)
+        assert remote.step("<calc>2+2</calc>")[0] == "<result>4</result>"
+        remote.close()
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).json()["workers_alive"] == 2
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+
+
+def test_a_script_without_a_main_guard_whose_env_lives_in_it_fails_fast_naming_the_fix(tmp_path):
+    script = tmp_path / "serve_own.py"
+    script.write_text(_UNGUARDED_OWN_ENV)
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": _ROOT})
+    assert proc.returncode != 0 and time.monotonic() - t0 < 60
+    assert 'if __name__ == "__main__":' in proc.stderr.splitlines()[-1], proc.stderr[-2000:]

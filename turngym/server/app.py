@@ -270,7 +270,11 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await manager.start()
+        try:
+            await manager.start()
+        except Exception as exc:  # kept for whoever started the server (uvicorn only logs it)
+            manager.startup_error = exc
+            raise
         try:
             yield
         finally:

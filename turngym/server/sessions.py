@@ -9,11 +9,14 @@ shutdown closes every env exactly once. Client ``kwargs`` pass the operator's
 How env calls run (``executor``):
 
 * ``"process"`` (default): in a pool of worker processes (:mod:`turngym.server.workers`),
-  each session pinned to one. A call past ``request_timeout_s`` gets its worker killed,
+  each session pinned to one. A call running past ``request_timeout_s`` (counted from when
+  it actually started in its worker, not from when it was queued) gets its worker killed,
   whatever it was doing (a GIL-holding verifier included), so no action can stall other
-  sessions or the health check. A ``step`` past its deadline is the *agent's* failure: the
-  step is answered as an invalid action that ends the episode; sessions that shared the
-  killed worker are told (an infrastructure error) and closed.
+  sessions or the health check. A ``step`` that overran (or crashed its worker, or took it
+  over its memory limit) is the *agent's* failure: the step is answered as an invalid action
+  that ends the episode; sessions that shared the killed worker are told (an infrastructure
+  error, not their agent's fault) and closed. :mod:`turngym.server.workers` says how the
+  server decides which call is to blame.
 * ``"thread"``: on a thread pool. A slow env (a sandbox, a retriever) never stalls the event
   loop, but a step that holds the GIL stalls the whole server, and an overrunning call is
   only abandoned (its thread runs on). For trusted workloads.
@@ -80,6 +83,9 @@ class ServerConfig:
         max_connections: open TCP connections at once (any kind); more are cut on arrival.
         max_per_client: open connections per client address; more are cut on arrival.
         max_message_bytes: the largest WebSocket frame or HTTP body accepted.
+        worker_memory_mb: a worker process (``process`` executor) whose resident memory passes
+            this is killed, and the running step that used the most CPU is charged with it as the
+            agent's failure; None: half of the machine's memory per worker, 0: no limit.
     """
 
     env_ids: tuple[str, ...]
@@ -99,6 +105,7 @@ class ServerConfig:
     max_connections: int | None = None
     max_per_client: int | None = None
     max_message_bytes: int = 8 << 20
+    worker_memory_mb: float | None = None
 
     def __post_init__(self) -> None:
         if not self.env_ids:
@@ -119,6 +126,8 @@ class ServerConfig:
                 raise ConfigError(f"{name} must be >= 1 or None, got {value}")
         if self.max_message_bytes < 1024:
             raise ConfigError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
+        if self.worker_memory_mb is not None and not (self.worker_memory_mb == 0 or self.worker_memory_mb >= 64):
+            raise ConfigError(f"worker_memory_mb must be 0 (no limit), >= 64 or None, got {self.worker_memory_mb}")
         if self.token is not None and len(self.token) < 8:
             raise ConfigError("token must be at least 8 characters (use e.g. `python -c 'import secrets; "
                               "print(secrets.token_urlsafe())'`)")
@@ -187,6 +196,8 @@ class SessionManager:
         self._procs: ProcessPool | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._cost: dict[str, CallCost] = {}
+        #: Why :meth:`start` failed, if it did (a misconfigured factory, a script without a main guard).
+        self.startup_error: BaseException | None = None
         self.stats = {"opened": 0, "closed": 0, "refused": 0, "timeouts": 0, "idle_closed": 0,
                       "worker_kills": 0, "lost_to_worker": 0, "refused_kwargs": 0}
 
@@ -198,7 +209,8 @@ class SessionManager:
             self.specs[env_id] = spec_to_wire(env, env_id)
             env.close()
         if self.config.executor == "process":
-            self._procs = ProcessPool(self.config.processes, self.factories, self.config.threads, self._lost)
+            self._procs = ProcessPool(self.config.processes, self.factories, self.config.threads, self._lost,
+                                      memory_mb=_worker_memory_mb(self.config))
             await self._procs.start()
         self._reaper = asyncio.get_running_loop().create_task(self._reap_idle())
 
@@ -368,7 +380,7 @@ class SessionManager:
             self.stats["worker_kills"] = self._procs.kills if self._procs is not None else 0
             session.broken = str(exc)  # the handler answers, then ends the session
             if op == "step":
-                return self._deadline_step(session, str(exc))
+                return self._deadline_step(session, str(exc), getattr(exc, "reason", "step_timeout"))
             raise RequestTimeout(str(exc)) from None
         except WorkerLost as exc:
             session.broken = str(exc)
@@ -404,12 +416,13 @@ class SessionManager:
             return await self.run(_timed, cost, fn)
         return await self.run(fn)
 
-    def _deadline_step(self, session: Session, why: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        """The answer to a step that overran its deadline: an invalid action that ends the episode.
+    def _deadline_step(self, session: Session, why: str,
+                       reason: str = "step_timeout") -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """The answer to a step that overran its deadline (or crashed its worker): an invalid final action.
 
         The action made the env run away (a parser on a pathological input, a verifier on an
-        astronomically large number), so it is the agent's failure, scored as the worst outcome;
-        it is not an ``infra_error``, which training would drop instead of learning from.
+        astronomically large number) or die, so it is the agent's failure, scored as the worst
+        outcome; it is not an ``infra_error``, which training would drop instead of learning from.
         """
         spec = session.spec or self.specs.get(session.env_id) or {}
         reward_spec = reward_spec_from_wire(spec["reward_spec"]) if "reward_spec" in spec else None
@@ -421,11 +434,11 @@ class SessionManager:
             "signals": reward_spec.zeros() if reward_spec is not None else {},
             "state_key": session.state_key,
             "action_valid": False,
-            "invalid_reason": f"step_timeout: the action made the step run past the server's deadline ({why})",
+            "invalid_reason": f"{reason}: {_REASONS.get(reason, 'the action killed the step')} ({why})",
             "infra_error": None,
-            "outcome": {"reward": worst, "success": False, "reason": "step_timeout"},
+            "outcome": {"reward": worst, "success": False, "reason": reason},
         }
-        obs = "[the action was stopped: the step ran past the server's time limit; the episode is over]"
+        obs = "[the action was stopped: the step ran past the server's limits; the episode is over]"
         return obs, worst, True, False, info
 
     def executor_of(self, env_id: str) -> str:
@@ -440,6 +453,23 @@ class SessionManager:
 
     def served(self) -> Sequence[str]:
         return tuple(self.factories)
+
+
+_REASONS = {
+    "step_timeout": "the action made the step run past the server's deadline",
+    "worker_crash": "the action made the env's worker process crash",
+    "memory_limit": "the action made the env's worker process go over its memory limit",
+}
+
+
+def _worker_memory_mb(config: ServerConfig) -> float | None:
+    if config.worker_memory_mb is not None:
+        return config.worker_memory_mb or None
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 20)
+    except (ValueError, OSError, AttributeError):
+        return None
+    return max(256.0, total / 2)
 
 
 #: Calls the server times before ``auto`` trusts an env's average.

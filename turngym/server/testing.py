@@ -8,6 +8,8 @@ True
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import sys
 import threading
@@ -33,18 +35,34 @@ def _math_env() -> Any:
     return MathEnv
 
 
-class GilHoldingTestEnv(_math_env()):  # type: ignore[misc]
-    """Test double: the math env, plus a ``<hold>SECONDS</hold>`` action that holds the GIL that long.
+def _arg(action: Any, tag: str) -> str | None:
+    if isinstance(action, str) and action.startswith(f"<{tag}>") and action.endswith(f"</{tag}>"):
+        return action[len(tag) + 2:-len(tag) - 3]
+    return None
 
-    A stand-in for the actions that freeze a server from inside one step (a quadratic
-    parser, a verifier on an astronomically large number): it raises the interpreter's
-    switch interval and spins, so no other thread of its process runs meanwhile, which is
-    what no thread time-out can interrupt. Module-level, so worker processes can build it.
+
+class GilHoldingTestEnv(_math_env()):  # type: ignore[misc]
+    """Test double: the math env, plus actions that play what a hostile action can make a step do.
+
+    * ``<hold>SECONDS</hold>`` holds the GIL that long: a stand-in for the actions that freeze
+      a server from inside one step (a quadratic parser, a verifier on an astronomically
+      large number). It raises the interpreter's switch interval and spins, so no other
+      thread of its process runs meanwhile, which is what no thread time-out can interrupt.
+    * ``<sleep>SECONDS</sleep>`` waits without the GIL (a step waiting on a sandbox).
+    * ``<crash>SIGNAL</crash>`` crashes the process with that signal (``SIGSEGV``, ``SIGABRT``),
+      ``<exit>CODE</exit>`` exits it: a step whose input breaks the env's process.
+    * ``<alloc>MB</alloc>`` allocates (and keeps) that much memory.
+    * ``<peek>NEEDLE</peek>`` answers where in its own and its parents' environment and
+      command line (``/proc``) NEEDLE appears, as ``<found>...</found>``.
+
+    Module-level, so worker processes can build it. Never serve it to real agents.
     """
 
+    _kept: list[bytearray] = []
+
     def step(self, action: Any) -> Any:
-        if isinstance(action, str) and action.startswith("<hold>") and action.endswith("</hold>"):
-            seconds = float(action[len("<hold>"):-len("</hold>")])
+        if (hold := _arg(action, "hold")) is not None:
+            seconds = float(hold)
             old = sys.getswitchinterval()
             sys.setswitchinterval(max(seconds * 2, 1.0))
             try:
@@ -54,7 +72,44 @@ class GilHoldingTestEnv(_math_env()):  # type: ignore[misc]
             finally:
                 sys.setswitchinterval(old)
             action = "<calc>1+1</calc>"
+        elif (nap := _arg(action, "sleep")) is not None:
+            time.sleep(float(nap))
+            action = "<calc>1+1</calc>"
+        elif (sig := _arg(action, "crash")) is not None:
+            signal.pthread_kill(threading.get_ident(), getattr(signal, sig))  # on this thread, as a real fault
+            time.sleep(5)
+        elif (code := _arg(action, "exit")) is not None:
+            os._exit(int(code))
+        elif (mb := _arg(action, "alloc")) is not None:
+            block = bytearray(int(float(mb) * (1 << 20)))
+            block[:: 4096] = b"x" * len(block[:: 4096])  # touch every page: resident, not just reserved
+            self._kept.append(block)
+            action = "<calc>1+1</calc>"
+        elif (needle := _arg(action, "peek")) is not None:
+            return f"<found>{','.join(_where_visible(needle.encode()))}</found>", 0.0, False, False, {}
         return super().step(action)
+
+
+def _where_visible(needle: bytes) -> list[str]:
+    """The ``/proc`` files of this process and its ancestors (up to 4) that contain ``needle``."""
+    found = []
+    pid = os.getpid()
+    for _ in range(5):
+        for name in ("environ", "cmdline"):
+            try:
+                with open(f"/proc/{pid}/{name}", "rb") as f:
+                    if needle in f.read():
+                        found.append(f"{pid}/{name}")
+            except OSError:
+                pass
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                pid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        if pid <= 1:
+            break
+    return found
 
 
 class ServerThread:
@@ -78,6 +133,9 @@ class ServerThread:
 
         from turngym.server.app import create_app
         from turngym.server.guard import uvicorn_options
+        from turngym.server.serve import refuse_in_worker_bootstrap
+
+        refuse_in_worker_bootstrap("ServerThread()")
 
         self.app = create_app(tuple(env_ids or ()), factories=factories, **config)
         self.port = port or free_port()
@@ -99,6 +157,9 @@ class ServerThread:
         deadline = time.monotonic() + timeout
         while not self.server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
+                error = self.manager.startup_error
+                if error is not None:
+                    raise error
                 raise InfraError(f"the test server on port {self.port} did not start")
             time.sleep(0.01)
         return self
