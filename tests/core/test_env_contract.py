@@ -202,6 +202,22 @@ def test_checker_catches_broken_envs():
             t.signals = {"closer": 5.0}
             return t
 
+    class DoubleReward(CounterEnv):  # pays the outcome twice on the final turn
+        def step(self, action):
+            obs, r, term, trunc, info = super().step(action)
+            return obs, r + (info["outcome"]["reward"] if "outcome" in info else 0.0), term, trunc, info
+
+    class OutOfRange(CounterEnv):
+        def _step(self, action):
+            t = super()._step(action)
+            if t.outcome is not None:
+                t.outcome = {"reward": 3.0, "success": True}
+            return t
+
+    with pytest.raises(turngym.EnvCheckError, match="not the outcome's reward"):
+        turngym.check_env(DoubleReward(), gymnasium_checks=False)
+    with pytest.raises(turngym.EnvCheckError, match="outside the declared outcome_range"):
+        turngym.check_env(OutOfRange(), gymnasium_checks=False)
     with pytest.raises(turngym.EnvCheckError, match="different episodes"):
         turngym.check_env(NonDeterministic(), gymnasium_checks=False)
     with pytest.raises(turngym.EnvCheckError, match="outside"):

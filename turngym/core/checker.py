@@ -136,8 +136,27 @@ class _Checker:
             oc = info["outcome"]
             if not isinstance(oc, dict) or "reward" not in oc or "success" not in oc:
                 self.fail(f"outcome must be a dict with 'reward' and 'success', got {oc!r}")
+            else:
+                self.check_outcome_reward(reward, oc, info)
         if info["turn"] > env.max_turns:
             self.fail(f"episode ran past max_turns={env.max_turns}")
+
+    def check_outcome_reward(self, reward: Any, oc: dict[str, Any], info: dict[str, Any]) -> None:
+        """The final turn's reward is the outcome's (plus the invalid-action penalty), counted once."""
+        env = self.env
+        lo, hi = env.reward_spec.outcome_range
+        if not isinstance(oc["reward"], (int, float)) or not lo <= oc["reward"] <= hi:
+            self.fail(f"outcome reward {oc['reward']!r} outside the declared outcome_range [{lo}, {hi}]")
+            return
+        penalty = getattr(env, "invalid_action_penalty", None)
+        policy = getattr(env, "invalid_action_policy", None)
+        if penalty is None or policy is None or not isinstance(reward, float):
+            return  # a duck-typed env that does not say how it penalizes
+        expected = float(oc["reward"])
+        if info["action_valid"] is False and str(getattr(policy, "value", policy)) != "continue":
+            expected += penalty
+        if not math.isclose(reward, expected, rel_tol=1e-9, abs_tol=1e-9):
+            self.fail(f"the final turn's reward {reward!r} is not the outcome's reward {oc['reward']!r} (+ penalty)")
 
     # -- the checks ------------------------------------------------------------------------
     def mixed_policy(self, rng: np.random.Generator) -> Callable[[int], str]:

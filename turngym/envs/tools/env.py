@@ -548,7 +548,8 @@ class ToolsEnv(TurngymEnv[ToolsTask, ToolsState | None]):
             progress=st.progress,
         )
 
-    def _set_state(self, payload: ToolsState) -> None:
+    def _set_state(self, payload: ToolsState | None) -> None:
+        assert payload is not None  # _get_state never snapshots a missing state
         self.state = ToolsState(
             backend=payload.backend.copy(),
             turn=payload.turn,
