@@ -26,7 +26,7 @@ import numpy as np
 
 from turngym.agents.base import Policy
 from turngym.core.errors import ConfigError, InfraError
-from turngym.rollout.runner import agent_input, new_episode, record_turn, unscored_episode
+from turngym.rollout.runner import agent_input, new_episode, record_turn, task_gold, unscored_episode
 from turngym.rollout.types import Episode
 
 __all__ = ["EnvWorker", "ActorEnv", "run_episodes_ray"]
@@ -49,8 +49,9 @@ class EnvWorker:
             "reward_spec": env.reward_spec,
         }
 
-    def reset(self, slot: int, seed: int | None, options: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
-        return self.envs[slot].reset(seed=seed, options=options)
+    def reset(self, slot: int, seed: int | None, options: dict[str, Any] | None) -> tuple[str, dict[str, Any], str | None]:
+        obs, info = self.envs[slot].reset(seed=seed, options=options)
+        return obs, info, task_gold(self.envs[slot])  # the gold travels with the episode, as in run_episodes
 
     def step_many(self, items: Sequence[tuple[int, str]]) -> list[tuple[str, float, bool, bool, dict[str, Any]]]:
         return [self.envs[slot].step(action) for slot, action in items]
@@ -201,14 +202,14 @@ def run_episodes_ray(
             try:
                 if proxy.dead:
                     raise InfraError(proxy.dead)
-                obs, info = ray.get(proxy.worker.reset.remote(proxy.slot, seeds[i], options))
+                obs, info, gold = ray.get(proxy.worker.reset.remote(proxy.slot, seeds[i], options))
             except (InfraError, ray.exceptions.RayActorError) as exc:
                 proxy.dead = proxy.dead or f"env worker died: {exc}"
                 finish(unscored_episode(f"{prefix}/{seeds[i]}", 0, env_id, seeds[i], proxy.dead), i)
                 continue
             # ids and groups exactly as run_episodes names them (group_size=1)
             group = f"{prefix}/{seeds[i]}" if tasks is None else f"{prefix}/{seeds[i]}/{info.get('task_id', i)}"
-            ep = new_episode(proxy, obs, info, episode_id=f"{group}/0", env_id=env_id, seed=seeds[i], group=group)
+            ep = new_episode(proxy, obs, info, episode_id=f"{group}/0", env_id=env_id, seed=seeds[i], group=group, gold=gold)
             active[slot] = (i, proxy, ep, info["state_key"], -1)
             return
 

@@ -20,19 +20,27 @@ from turngym.agents.base import Action, AgentInput, Policy
 from turngym.core.errors import ConfigError, InfraError
 from turngym.rollout.types import Episode, Turn
 
-__all__ = ["run_episodes", "record_turn", "new_episode", "unscored_episode"]
+__all__ = ["run_episodes", "record_turn", "new_episode", "task_gold", "unscored_episode"]
+
+
+def task_gold(env: Any) -> str | None:
+    """The gold answer of the task ``env`` was just reset to, as text (None if it has none)."""
+    gold = getattr(getattr(getattr(env, "unwrapped", env), "task", None), "gold", None)
+    return None if gold is None else str(gold)
 
 
 def new_episode(
-    env: Any, obs: str, info: dict[str, Any], *, episode_id: str, env_id: str, seed: int | None, group: str
+    env: Any, obs: str, info: dict[str, Any], *, episode_id: str, env_id: str, seed: int | None, group: str,
+    gold: str | None = None,
 ) -> Episode:
     """An empty :class:`Episode` for an env just reset (system prompt and stop strings from the env).
 
-    A local env's gold answer travels with the episode (``meta["gold"]``) for trainers that
-    score against it (IGPO's information gain); the policy never sees ``meta``.
+    The task's gold answer (``gold``, else read from a local env) travels with the episode in
+    ``meta["gold"]`` for trainers that score against it (IGPO's information gain); the policy
+    never sees ``meta``.
     """
     raw = getattr(env, "unwrapped", env)
-    gold = getattr(getattr(raw, "task", None), "gold", None)
+    gold = gold if gold is not None else task_gold(env)
     return Episode(
         episode_id=episode_id,
         env_id=env_id,
@@ -41,7 +49,7 @@ def new_episode(
         initial_observation=obs,
         system_prompt=getattr(raw, "system_prompt", ""),
         group=group,
-        meta={} if gold is None else {"gold": str(gold)},
+        meta={} if gold is None else {"gold": gold},
     )
 
 
