@@ -349,6 +349,8 @@ def test_the_package_cannot_stop_kill_or_throttle_its_grader(env, task, splits_u
     _assert_contained(info)
     assert info["signals"]["imports_ok"] == 1.0, info["outcome"]  # the grader reported real verdicts
     assert took < 15, took  # the grader's own wall budget is 30 s (+5 in the sandbox)
+    if what not in ("sigstop", "sigkill"):
+        return  # the fix resolving under attack is shown for the two signals (each run costs seconds of CI)
     fixed = task.buggy_source.replace(task.gold_old, task.gold_new, 1)
     t0 = time.perf_counter()
     info = _play(env, task, {task.path: fixed + attack})

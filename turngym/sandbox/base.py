@@ -225,10 +225,11 @@ class Session(ABC):
         self.write_files({_SCRIPT_NAME: source})
         return self.run([*py.argv(), _SCRIPT_NAME, *args], stdin=stdin, limits=limits, env=full_env)
 
-    def run_trusted(self, argv: Sequence[str], *, limits: Limits | None = None, env: Mapping[str, str] | None = None) -> RunResult:
+    def run_trusted(self, argv: Sequence[str], *, stdin: str | bytes | None = None, limits: Limits | None = None,
+                    env: Mapping[str, str] | None = None) -> RunResult:
         """Run a *trusted* program (a grader) that runs the code it judges under another uid
         where the backend can give it one (bubblewrap as root); elsewhere the same as :meth:`run`."""
-        return self.run(list(argv), limits=limits, env=env)
+        return self.run(list(argv), stdin=stdin, limits=limits, env=env)
 
     def run_trusted_python(self, source: str, *, limits: Limits | None = None) -> RunResult:
         """:meth:`run_trusted` for Python ``source`` (see :meth:`run_python`)."""

@@ -388,7 +388,8 @@ class LocalSession(Session):
         return result
 
     # -- commands ------------------------------------------------------------------------
-    def run_trusted(self, argv: Sequence[str], *, limits: Limits | None = None, env: Mapping[str, str] | None = None) -> RunResult:
+    def run_trusted(self, argv: Sequence[str], *, stdin: str | bytes | None = None, limits: Limits | None = None,
+                    env: Mapping[str, str] | None = None) -> RunResult:
         """Run a *trusted* program (a grader) that starts the code it judges as :attr:`run_uid`.
 
         Where the session has a second uid, the program keeps the capabilities to drop its
@@ -396,7 +397,8 @@ class LocalSession(Session):
         this is :meth:`run`.
         """
         self._check_open()
-        return self._execute(list(argv), stdin=None, limits=limits or self.limits, env=dict(env or {}), trusted=True)
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        return self._execute(list(argv), stdin=data, limits=limits or self.limits, env=dict(env or {}), trusted=True)
 
     def _execute(self, argv: Sequence[str], *, stdin: bytes | None, limits: Limits, env: Mapping[str, str],
                  trusted: bool = False) -> RunResult:

@@ -201,9 +201,8 @@ class SandboxExecutor:
             env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
             if config.get("mode") == "split" and getattr(session, "run_uid", None) is not None:
                 # a trusted launch: the grader keeps the session uid and the capabilities to
-                # drop its candidate (the package) to the untrusted uid. The launch needs stdin
-                # (the nonce), which the public run_trusted does not take.
-                res = session._execute(argv, stdin=stdin, limits=session.limits, env=env, trusted=True)
+                # drop its candidate (the package) to the untrusted uid; the nonce travels on stdin
+                res = session.run_trusted(argv, stdin=stdin, env=env)
             else:
                 # one uid (Docker, a user namespace), and every in-process run: the agent's own
                 # run_tests runs as the session uid with no capabilities, in a session of its own
