@@ -135,8 +135,10 @@ class TrainConfig:
     its own head), ``"none"``; ``"auto"`` = ``"shared"`` for estimators that read a ``value``
     column (``gae``: PPO with GAE over turns), none otherwise. A critic trained beside another
     estimator logs its explained variance, and ``gae_grouped`` uses it as its baseline with
-    ``algo_params={"value_baseline": True}``. The shared head costs less per step than the
-    separate trunk at a comparable explained variance (``benchmarks/bench_critic.py``)."""
+    ``algo_params={"value_baseline": True}``. The shared head is the default because it adds a
+    fraction of what a second trunk adds to an update (``benchmarks/bench_critic.py
+    --update-only``) while learning a known value function nearly as well; the separate trunk
+    keeps the value loss out of the policy's features."""
     critic_lr: float = 1e-3
     """The critic's own learning rate (head, and the separate trunk)."""
     value_clip: float = 0.2
