@@ -1,8 +1,15 @@
 """Cost and quality of the learned critic: PPO + GAE (shared head, separate trunk) vs critic-free GiGPO.
 
 Usage:
+    python benchmarks/bench_critic.py --update-only      # household: the update alone, interleaved (cheap)
     python benchmarks/bench_critic.py                    # household, 6 RL steps per arm
     python benchmarks/bench_critic.py --env math --steps 4 --json
+
+``--update-only`` times just what the critic changes — one PPO update of a batch of rendered
+episodes (noisy-oracle demonstrations, as in ``bench_train.py``): GiGPO's policy loss alone,
+the shared head (the extra values pass + the value loss read off the policy's own pass), the
+separate trunk (values pass + the trunk's forward/backward) — interleaved over ``--repeats``
+so machine noise hits every arm alike; the rollout, identical code for every arm, is left out.
 
 One warm start (imitation of noisy oracle demonstrations, the credit study's env preset), then
 the same RL run — same seed, tasks, batch and update — once per arm: ``gigpo`` (no critic),
@@ -16,9 +23,11 @@ whose load changes during the benchmark shifts the ratios: rerun on a quiet mach
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -62,6 +71,62 @@ def run(env: str, steps: int, seed: int, groups: int, group_size: int, warmup_st
     return out
 
 
+def update_cost(env: str, *, batch: int, micro: int, repeats: int) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from turngym.study.credit import study_model
+    from turngym.trainers.batch import collate, token_logprobs
+    from turngym.trainers.critic import TurnCritic, TurnTargets, turn_positions
+    from turngym.trainers.losses import clipped_pg_loss
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_train import _samples
+
+    torch.set_num_threads(1)
+    path = study_model()
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    samples = _samples(env, batch, tok)
+    pad = tok.pad_token_id
+    rng = np.random.default_rng(0)
+    adv = [rng.normal(size=len(s.input_ids)).tolist() for s in samples]
+    order = np.argsort([len(s.input_ids) for s in samples], kind="stable")
+    chunks = np.array_split(order, max(1, len(order) // micro))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    critics = {"gae_shared": TurnCritic(model, kind="shared"), "gae_separate": TurnCritic(model, kind="separate")}
+
+    def update(critic: Any) -> float:
+        t0 = time.perf_counter()
+        targets = None
+        if critic is not None:
+            values = critic.values(model, samples, pad_id=pad, device="cpu", micro_batch_size=micro)
+            targets = [TurnTargets(turn_positions(s), v, v + 0.1) for s, v in zip(samples, values)]
+            critic.zero_grad()
+        opt.zero_grad(set_to_none=True)
+        for chunk in chunks:
+            b = collate([samples[i] for i in chunk], [adv[i] for i in chunk], pad)
+            with critic.reading(model) if critic is not None else contextlib.nullcontext():
+                logp = token_logprobs(model, b)
+                loss, _ = clipped_pg_loss(logp, b.old_logp_next, b.adv_next, b.mask_next)
+                if critic is not None:
+                    loss = loss + 0.5 * critic.loss(model, b, [targets[i] for i in chunk])[0]
+            loss.backward()
+        opt.step()
+        if critic is not None:
+            critic.step()
+        return time.perf_counter() - t0
+
+    times: dict[str, list[float]] = {"gigpo": [], "gae_shared": [], "gae_separate": []}
+    for _ in range(repeats):
+        for name in times:
+            times[name].append(update(critics.get(name)))
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    return {"env": env, "episodes": len(samples), "micro_batch": micro, "repeats": repeats,
+            "tokens_per_episode": float(np.mean([len(s.input_ids) for s in samples])), "update_s": med,
+            "update_ratio_vs_gigpo": {k: v / med["gigpo"] for k, v in med.items()}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--env", default="household", help="a credit-study env preset (household, shop, math, search)")
@@ -70,8 +135,19 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=8)
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--warmup-steps", type=int, default=None, help="imitation steps of the warm start (default: the study's)")
+    ap.add_argument("--update-only", action="store_true", help="time one PPO update per arm on fixed episodes (no RL runs)")
+    ap.add_argument("--repeats", type=int, default=3, help="--update-only: interleaved repeats (the median is reported)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.update_only:
+        res = update_cost(args.env, batch=args.groups * args.group_size, micro=16, repeats=args.repeats)
+        if args.json:
+            print(json.dumps(res, indent=1))
+        else:
+            print(f"{res['env']}: one PPO update of {res['episodes']} episodes ({res['tokens_per_episode']:.0f} tokens each), median of {res['repeats']}")
+            for k, v in res["update_s"].items():
+                print(f"{k:<14}{v:>8.2f} s  ×{res['update_ratio_vs_gigpo'][k]:.2f} GiGPO")
+        return
     res = run(args.env, args.steps, args.seed, args.groups, args.group_size, args.warmup_steps)
     if args.json:
         print(json.dumps(res, indent=1))
