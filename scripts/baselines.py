@@ -1,0 +1,191 @@
+#!/usr/bin/env python
+"""Zero-shot baselines of a real model on every registered env, written to ``docs/baselines.md``.
+
+One command regenerates the table::
+
+    python scripts/baselines.py                      # SmolLM2-135M-Instruct, every env id
+    python scripts/baselines.py --envs turngym/Math-v0 --episodes 20 --json
+
+The model is loaded once and reused for every env (its prefix cache is cleared between envs).
+Each env runs ``--episodes`` tasks (seeds ``seed..seed+N-1``) with the env's own prompt, stop
+strings and per-action token budget, batched across all episodes. The table reports success
+with its 95% Wilson interval, the invalid-action rate, generated tokens per action, wall time
+and the process CPU time (on a shared machine wall time depends on the load, CPU time less so).
+Progress goes to stderr; ``--json`` prints the rows as JSON on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import turngym  # noqa: E402
+from turngym.agents import make_agent  # noqa: E402
+from turngym.rollout import run_episodes, summarize  # noqa: E402
+
+# Families whose episodes are long (many turns, long prompts or a sandbox per step) get a
+# smaller default episode count and a bounded prompt history, so the whole table fits in
+# about an hour on a 2-core machine; the row says what it ran.
+HEAVY: dict[str, dict[str, Any]] = {
+    "turngym/Code-v0": {"episodes": 5},
+    "turngym/SWE-v0": {"episodes": 3, "history": 4},
+    "turngym/Household-v0": {"history": 4},
+    "turngym/Household-Unseen-v0": {"history": 4},
+    "turngym/Tools-v0": {"episodes": 5, "history": 6},
+    "turngym/Tools-Store-v0": {"episodes": 10, "history": 6},
+}
+
+
+def run_env(env_id: str, agent: Any, *, episodes: int, seed: int, history: int | None, batch_size: int) -> dict[str, Any]:
+    """Evaluate ``agent`` on ``env_id`` and return one table row."""
+    stats = getattr(agent, "stats", None)
+    tok0, gen0 = (stats.tokens, stats.seconds) if stats is not None else (0, 0.0)
+    if hasattr(agent, "clear_prefix_cache"):
+        agent.clear_prefix_cache()
+    judge = turngym.make(env_id)
+    done = [0]
+
+    def progress(ep: Any) -> None:
+        done[0] += 1
+        rate = (stats.tokens - tok0) / max(stats.seconds - gen0, 1e-9) if stats is not None else 0.0
+        print(f"  {env_id}: {done[0]}/{episodes} episodes, {time.perf_counter() - t0:.0f} s, {rate:.1f} tok/s",
+              file=sys.stderr, flush=True)
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    eps = run_episodes(
+        lambda: turngym.make(env_id), agent, [seed + i for i in range(episodes)],
+        batch_size=batch_size, history=history, env_id=env_id, on_episode=progress,
+    )
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    judge.close()
+    s = summarize(eps, env_id=env_id, agent=getattr(agent, "name", "agent"), faithfulness=judge.faithfulness)
+    tokens = (stats.tokens - tok0) if stats is not None else None
+    gen_s = (stats.seconds - gen0) if stats is not None else None
+    return {
+        "env_id": env_id,
+        "episodes": s.episodes,
+        "infra_errors": s.infra_errors,
+        "success_rate": s.success_rate,
+        "success_ci95": list(s.success_ci95),
+        "mean_return": s.mean_return,
+        "invalid_action_rate": s.invalid_action_rate,
+        "tokens_per_action": s.mean_generated_tokens,
+        "mean_turns": s.mean_turns,
+        "history": history,
+        "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),
+        "generated_tokens": tokens,
+        "tokens_per_s": round(tokens / gen_s, 1) if tokens and gen_s else None,
+    }
+
+
+def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    """The committed ``docs/baselines.md``."""
+    lines = [
+        "# Zero-shot baselines",
+        "",
+        f"`{meta['agent']}` (temperature {meta['temperature']}) on every env id, each env with its own system "
+        "prompt (action grammar + one worked example), stop strings and per-action token budget, all episodes "
+        "of an env generated as one batch. Success is the fraction of episodes whose outcome is a success, "
+        "with its 95% Wilson interval; invalid is the share of turns whose action did not parse; "
+        "tokens/action counts generated tokens. Wall and CPU time are for the whole env on "
+        f"{meta['machine']} (a shared machine: wall time depends on its load).",
+        "",
+        "Regenerate:",
+        "",
+        "```bash",
+        meta["command"],
+        "```",
+        "",
+        "| env | episodes | success (95% CI) | invalid actions | tokens/action | turns/episode | wall s | CPU s | tokens/s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| `{r['env_id']}` | — | not run: {r['error']} | | | | | | |")
+            continue
+        lo, hi = r["success_ci95"]
+        tpa = f"{r['tokens_per_action']:.1f}" if r["tokens_per_action"] is not None else "—"
+        hist = f" (history {r['history']})" if r["history"] is not None else ""
+        infra = f", {r['infra_errors']} infra errors" if r["infra_errors"] else ""
+        lines.append(
+            f"| `{r['env_id']}` | {r['episodes']}{hist}{infra} | {r['success_rate']:.2f} ({lo:.2f}–{hi:.2f}) "
+            f"| {r['invalid_action_rate']:.1%} | {tpa} | {r['mean_turns']:.1f} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} "
+            f"| {r['tokens_per_s'] or '—'} |"
+        )
+    lines += [
+        "",
+        f"Generated {meta['date']} with turngym at commit `{meta['commit']}`; total wall time {meta['total_wall_s']:.0f} s.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _meta(args: argparse.Namespace, wall: float) -> dict[str, Any]:
+    import os
+    import subprocess
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    cmd = "python scripts/baselines.py" + (f" --episodes {args.episodes}" if args.episodes != 20 else "")
+    if args.temperature != 1.0:
+        cmd += f" --temperature {args.temperature}"
+    if args.envs:
+        cmd += " --envs " + " ".join(args.envs)
+    return {
+        "agent": args.agent, "temperature": args.temperature, "command": cmd, "commit": commit or "?",
+        "machine": f"{platform.machine()} CPU ({os.cpu_count()} cores)",
+        "date": time.strftime("%Y-%m-%d"), "total_wall_s": wall,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--agent", default="hf:smollm2", help="agent spec (default: hf:smollm2)")
+    p.add_argument("--envs", nargs="*", help="env ids (default: every registered env)")
+    p.add_argument("--episodes", type=int, default=20, help="tasks per env (heavy families default lower, see HEAVY)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0, the training setting)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--out", type=Path, default=ROOT / "docs" / "baselines.md", help="markdown table to write ('-': none)")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON on stdout")
+    args = p.parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    env_ids = args.envs or sorted(turngym.list_envs())
+    agent = make_agent(args.agent, seed=args.seed, temperature=args.temperature)
+    rows: list[dict[str, Any]] = []
+    meta: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    for env_id in env_ids:
+        heavy = HEAVY.get(env_id, {})
+        episodes = args.episodes if args.envs else min(args.episodes, heavy.get("episodes", args.episodes))
+        print(f"{env_id}: {episodes} episodes", file=sys.stderr, flush=True)
+        try:
+            row = run_env(env_id, agent, episodes=episodes, seed=args.seed, history=heavy.get("history"),
+                          batch_size=args.batch_size)
+        except Exception as exc:  # noqa: BLE001 - an env that cannot run here (missing extra) gets a row saying why
+            row = {"env_id": env_id, "error": f"{type(exc).__name__}: {exc}"[:200]}
+        rows.append(row)
+        print(f"  -> {json.dumps(row)}", file=sys.stderr, flush=True)
+        meta = _meta(args, time.perf_counter() - t0)
+        if str(args.out) != "-":  # after every env, so a long run interrupted still leaves its rows
+            args.out.write_text(markdown(rows, meta))
+    print(f"wrote {args.out}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
