@@ -303,7 +303,10 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
                                 f"{fit.get('episodes')} other episodes of the policy): its V(s) explains {cv['ev_vs_mc_value']:.2f} of the variance of "
                                 f"the Monte Carlo V(s) (mean abs. error {cv['mae_vs_mc_value']:.3f}); `critic_mc` (G − V) rel. MSE "
                                 f"{est['critic_mc']['rel_mse']:.3f}, `critic_td` (r + V' − V) {est['critic_td']['rel_mse']:.3f}, "
-                                f"vs `grpo` {est['grpo']['rel_mse']:.3f} and `gigpo` {est['gigpo']['rel_mse']:.3f}")
+                                f"vs `grpo` {est['grpo']['rel_mse']:.3f} and `gigpo` {est['gigpo']['rel_mse']:.3f}"
+                                + (" — `critic_td` has no within-(s,a) variance at all: this env's transitions are deterministic, so the same "
+                                   "(s, a) always reaches the same s' and r + V(s') − V(s) carries no sampling noise; its error is the critic's bias"
+                                   if est["critic_td"]["variance"] < 1e-12 else ""))
         T = v["shapes"].get("tree", {}).get("mean_turns", float("nan"))
         verdicts.append(f"SLATE's bound is a variance reduction of up to ×T, T ≈ {T:.1f} turns here; the table shows how much of it appears at this scale.")
         summary["claims"]["variance"] = v["shapes"]
@@ -312,6 +315,12 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
                 f"by a factor far below ×T" if wins else "**not reproduced**: no turn-level or tree baseline has both lower variance and lower error than `grpo`")
         summary["claims"]["variance_verdict"] = {"both_better_than_grpo": wins}
         glance["2. turn/tree baselines reduce variance"] = head.split(":")[0] + (f" ({', '.join(wins)} only)" if wins else "")
+        grp_est = v["shapes"].get("group", {}).get("estimators", {})
+        if "critic_td" in grp_est and "grpo" in grp_est:
+            best = min(("grpo", "gigpo", "gae_grouped"), key=lambda n: grp_est[n]["rel_mse"] if n in grp_est else math.inf)
+            glance["2b. a learned critic's GAE advantages vs group baselines (group rollouts)"] = (
+                f"rel. MSE to the truth: `critic_td` {grp_est['critic_td']['rel_mse']:.3f}, `critic_mc` {grp_est['critic_mc']['rel_mse']:.3f}, "
+                f"best group baseline (`{best}`) {grp_est[best]['rel_mse']:.3f}")
         md += [f"Verdict: {head}. Details (tree rollouts, where the turn-level and tree baselines have siblings to compare):", ""]
         md += [f"- {x}" for x in verdicts]
         md.append("")
