@@ -27,6 +27,7 @@ the same.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,8 +41,11 @@ __all__ = [
     "engine_weights",
     "logprob_mismatch",
     "recompute_logprobs",
+    "sample_mismatch",
+    "sync_if_stale",
     "tis_pg_loss",
     "tis_weights",
+    "use_trainer_old",
 ]
 
 
@@ -119,6 +123,7 @@ class RolloutEngine:
         self.dtype = self.llm.llm_engine.model_config.dtype
         self.start_seconds = time.perf_counter() - t0
         self.syncs: list[SyncStats] = []
+        self._pushed: tuple[Any, int] | None = None  # (weakref to the model, its weights' version)
 
     def policy(self, *, temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 128, seed: int = 0, name: str = "vllm") -> Any:
         """A :class:`~turngym.agents.vllm_backend.VLLMPolicy` sampling from this engine."""
@@ -153,6 +158,26 @@ class RolloutEngine:
         )
         self.syncs.append(stats)
         return stats
+
+
+def _weights_version(model: Any) -> int:
+    # In-place updates (optimizer.step, load_state_dict) bump each tensor's version counter.
+    return sum(p._version for p in model.parameters())
+
+
+def sync_if_stale(engine: RolloutEngine, model: Any) -> SyncStats | None:
+    """Push ``model`` into ``engine`` unless the engine already holds exactly these weights.
+
+    "Exactly these" is the same model object with no in-place update since the last push (the
+    tensors' version counters), so every optimizer step, a warm start that replaced the model and
+    a checkpoint loaded on resume all reach the engine, and nothing is pushed twice.
+    """
+    version = _weights_version(model)
+    if engine._pushed is not None and engine._pushed[0]() is model and engine._pushed[1] == version:
+        return None
+    stats = engine.push(model)
+    engine._pushed = (weakref.ref(model), version)
+    return stats
 
 
 # ------------------------------------------------------------------ mismatch and TIS
@@ -229,6 +254,30 @@ def tis_pg_loss(
             "tis_weight": masked_mean(w, mask).item(),
         }
     return loss, diag
+
+
+def sample_mismatch(samples: Sequence[Any], trainer_logp: Sequence[Sequence[float]], *, cap: float | None = None) -> dict[str, float]:
+    """:func:`logprob_mismatch` over rendered samples: their recorded (engine) log-probs against
+    the trainer's recompute (:func:`recompute_logprobs`), on the loss-mask tokens."""
+    import torch
+
+    engine = torch.tensor([x for s in samples for x in s.logprobs], dtype=torch.float64)
+    trainer = torch.tensor([x for row in trainer_logp for x in row], dtype=torch.float64)
+    mask = torch.tensor([m for s in samples for m in s.loss_mask], dtype=torch.float64)
+    return logprob_mismatch(trainer, engine, mask, cap=cap)
+
+
+def use_trainer_old(batch: Any, trainer_logp: Sequence[Sequence[float]]) -> Any:
+    """Put the trainer's recomputed log-probs in ``batch.old_logp_next`` (PPO's π_old) and return
+    the engine's ones that were there (the samples' recorded log-probs), for the TIS weights."""
+    import torch
+
+    engine = batch.old_logp_next
+    full = torch.zeros((engine.shape[0], engine.shape[1] + 1), dtype=engine.dtype)
+    for i, row in enumerate(trainer_logp):
+        full[i, : len(row)] = torch.tensor(row, dtype=engine.dtype)
+    batch.old_logp_next = full[:, 1:].to(engine.device)
+    return engine
 
 
 def recompute_logprobs(
