@@ -20,8 +20,8 @@ if os.environ.get("TURNGYM_REQUIRE_VLLM") != "1":
     pytest.importorskip("vllm", reason="vLLM is an optional extra (scripts/ci_vllm.sh runs these tests)")
 
 import torch  # noqa: E402
-
 from tiny_run import tiny_config  # noqa: E402
+
 from turngym.agents import AgentInput  # noqa: E402
 from turngym.agents.hf import HFPolicy  # noqa: E402
 from turngym.agents.vllm_backend import VLLMPolicy  # noqa: E402
