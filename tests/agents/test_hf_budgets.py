@@ -99,3 +99,21 @@ def test_eval_shows_progress_with_tokens_per_s_even_with_json(capsys: pytest.Cap
     summary = json.loads(out)  # stdout stays pure JSON
     assert "tok/s" in err and "hf:tiny on turngym/Math-v0" in err
     assert summary["extra"]["generated_tokens"] > 0 and summary["extra"]["tokens_per_s"] > 0
+
+
+def test_a_forced_action_prefix_is_fed_and_recorded_faithfully(tiny: HFPolicy) -> None:
+    import numpy as np
+
+    policy = HFPolicy(tiny.model, tiny.tokenizer, temperature=1.0, seed=7, force_action_prefix=True)
+    prefix = "<answer>"
+    want = policy.renderer.encode(prefix)
+    actions = policy.act([AgentInput(PROMPT, max_new_tokens=12, action_prefix=prefix) for _ in range(4)])
+    for a in actions:
+        assert a.token_ids[: len(want)] == want and a.text.startswith(prefix)
+        assert a.meta["forced_tokens"] == len(want) and len(a.logprobs) == len(a.token_ids)
+        # the recorded log-probs (forced and sampled alike) are the model's, as a trainer rescores them
+        [scores] = policy.score([a.prompt_ids + a.token_ids], [[0] * len(a.prompt_ids) + [1] * len(a.token_ids)])
+        np.testing.assert_allclose(scores, a.logprobs, atol=1e-4)
+    off = HFPolicy(tiny.model, tiny.tokenizer, temperature=0.0)  # opt-in: without it the prefix is ignored
+    [free] = off.act([AgentInput(PROMPT, max_new_tokens=12, action_prefix="zzz")])
+    assert free.meta["forced_tokens"] == 0 and not free.text.startswith("zzz")

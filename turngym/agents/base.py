@@ -3,7 +3,8 @@
 Every agent — scripted, HF transformers, vLLM, an OpenAI-compatible server — implements
 :class:`Policy`. Policies that generate tokens fill :attr:`Action.token_ids` and
 :attr:`Action.logprobs` with exactly what they sampled, so training can reuse the ids verbatim
-instead of re-tokenizing decoded text (see DESIGN.md, token faithfulness).
+instead of re-tokenizing decoded text: text re-encoded after decoding can tokenize differently,
+and training on ids the policy never sampled biases the gradient.
 
 Scripted agents (oracle, random) are *privileged*: they read the env itself through
 :attr:`AgentInput.env`. Model agents only ever see the messages.
@@ -39,6 +40,9 @@ class AgentInput:
         max_new_tokens: the env's token budget for one action (``env.max_new_tokens``), sized to
             its grammar; a generating policy uses it unless it was given its own limit. A short
             budget is what keeps a small model that rambles from costing ~100 tokens per turn.
+        action_prefix: text every valid action of the env starts with (``env.action_prefix``,
+            e.g. ``<`` for a tag grammar); a generating policy may force it (HF:
+            ``force_action_prefix``). Empty when the grammar has no common start.
     """
 
     messages: list[Message]
@@ -47,6 +51,7 @@ class AgentInput:
     stop: tuple[str, ...] = ()
     action_token_ids: list[list[int] | None] = field(default_factory=list)
     max_new_tokens: int | None = None
+    action_prefix: str = ""
 
 
 @dataclass

@@ -344,6 +344,12 @@ class HFPolicy:
             :data:`DEFAULT_MAX_NEW_TOKENS`. A number here overrides every env's budget.
         seed: seeds this policy's own torch generator (same seed + same inputs ⇒ same actions).
         max_batch_size: rows per forward pass; larger ``act`` batches are split.
+        force_action_prefix: start each action with its env's ``AgentInput.action_prefix`` (e.g.
+            ``<``, the first character of every tag of a tag grammar). The prefix's tokens are
+            fed instead of sampled and kept in ``token_ids`` with the model's log-probs for them
+            (so rendering stays exact and training sees what the model was conditioned on); an
+            action's ``meta["forced_tokens"]`` counts them. Off by default: it is a decoding
+            constraint that lets a very small model produce parseable actions, not sampling.
         prefix_cache_mb: memory for keys/values kept between turns (0 disables prefix reuse).
             A multi-turn prompt extends the previous turn's sequence, so only the new
             observation is run through the model instead of the whole history.
@@ -360,6 +366,7 @@ class HFPolicy:
         max_new_tokens: int | None = None,
         seed: int = 0,
         max_batch_size: int = 64,
+        force_action_prefix: bool = False,
         prefix_cache_mb: int = 2048,
         name: str = "hf",
     ) -> None:
@@ -378,6 +385,7 @@ class HFPolicy:
         self.max_new_tokens = None if max_new_tokens is None else int(max_new_tokens)
         self.max_batch_size = int(max_batch_size)
         self.name = name
+        self.force_action_prefix = bool(force_action_prefix)
         self.device = next(model.parameters()).device
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         eos = {tokenizer.eos_token_id}
@@ -430,16 +438,20 @@ class HFPolicy:
             # (the last sampled token was never fed back), which is what the cache holds.
             reusable.append(r.spans[-1][1] - 1 if r.spans and r.generated[-1] else 0)
         limits = [self.max_new_tokens or inp.max_new_tokens or DEFAULT_MAX_NEW_TOKENS for inp in batch]
-        gens = self.generate(prompts, [inp.stop for inp in batch], reusable, limits)
+        forced = [
+            self.renderer.encode(inp.action_prefix) if self.force_action_prefix and inp.action_prefix else []
+            for inp in batch
+        ]
+        gens = self.generate(prompts, [inp.stop for inp in batch], reusable, limits, forced)
         return [
             Action(
                 g.text,
                 token_ids=g.token_ids,
                 logprobs=g.logprobs,
                 prompt_ids=g.prompt_ids,
-                meta={"finish_reason": g.finish_reason, "stop": g.stop},
+                meta={"finish_reason": g.finish_reason, "stop": g.stop, "forced_tokens": min(len(f), len(g.token_ids))},
             )
-            for g in gens
+            for g, f in zip(gens, forced, strict=True)
         ]
 
     # ------------------------------------------------------------------ generation
@@ -449,11 +461,14 @@ class HFPolicy:
         stops: Sequence[Sequence[str]] | None = None,
         reusable: Sequence[int] | None = None,
         max_new_tokens: Sequence[int] | None = None,
+        forced: Sequence[Sequence[int]] | None = None,
     ) -> list[Generation]:
         """Sample one continuation per prompt (token ids in, token ids + log-probs out).
 
         ``max_new_tokens[i]``: prompt ``i``'s token budget (default: the policy's, else
         :data:`DEFAULT_MAX_NEW_TOKENS`); rows with different budgets share one batch.
+        ``forced[i]``: token ids prompt ``i``'s continuation must start with (fed instead of
+        sampled, recorded with the model's log-probs; see ``force_action_prefix``).
 
         ``reusable[i]``: the length of a prefix of prompt ``i`` that may be cached — a
         sequence this policy produced before, i.e. an earlier ``prompt + token_ids[:-1]``
@@ -471,11 +486,12 @@ class HFPolicy:
         limits = [int(m) for m in max_new_tokens] if max_new_tokens is not None else [default] * len(prompts)
         if any(m < 1 for m in limits):
             raise ConfigError(f"max_new_tokens must be >= 1 for every prompt, got {min(limits)}")
+        force = [list(f) for f in forced] if forced is not None else [[] for _ in prompts]
         out: list[Generation] = []
         t0 = time.perf_counter()
         for i in range(0, len(prompts), self.max_batch_size):
             j = i + self.max_batch_size
-            out += self._generate_batch(prompts[i:j], stops[i:j], reuse[i:j], limits[i:j])
+            out += self._generate_batch(prompts[i:j], stops[i:j], reuse[i:j], limits[i:j], force[i:j])
         self.stats.add(out, time.perf_counter() - t0)
         return out
 
@@ -485,6 +501,7 @@ class HFPolicy:
         stops: Sequence[Sequence[str]],
         reusable: Sequence[int],
         limits: Sequence[int],
+        forced: Sequence[Sequence[int]] = (),
     ) -> list[Generation]:
         import torch
 
@@ -530,13 +547,16 @@ class HFPolicy:
                 input_ids=ids, attention_mask=attn, position_ids=pos[:, -dmax:], past_key_values=past, use_cache=True
             )
             past = out.past_key_values
-            for _ in range(max(limits)):
+            for step in range(max(limits)):
                 token, logprob = self._sample(out.logits[:, -1, :])
                 keep: list[int] = []
                 for b, r in enumerate(rows):
                     if r in done:  # a finished row carried along by a cache that cannot shrink
                         keep.append(b)
                         continue
+                    if forced and step < len(forced[r]):  # the env's action prefix: fed, not sampled
+                        token[b] = forced[r][step]
+                        logprob[b] = self._logprob_of(out.logits[b, -1, :], forced[r][step])
                     t = int(token[b])
                     gen_ids[r].append(t)
                     gen_lps[r].append(float(logprob[b]))
@@ -593,6 +613,15 @@ class HFPolicy:
             return None
         tail = self.tokenizer.decode(ids[-window:], skip_special_tokens=True)
         return next((s for s in stops if s in tail), None)
+
+    def _logprob_of(self, logits: Any, token: int) -> float:
+        """The log-prob of ``token`` under the distribution :meth:`_sample` would have drawn from."""
+        import torch
+
+        logits = logits.float()
+        if self.temperature not in (0.0, 1.0):
+            logits = logits / self.temperature
+        return float(torch.log_softmax(logits, dim=-1)[token])
 
     def _sample(self, logits: Any) -> tuple[Any, Any]:
         import torch

@@ -75,6 +75,7 @@ def agent_input(ep: Episode, env: Any, history: int | None) -> AgentInput:
         stop=tuple(getattr(raw, "stop_strings", ())),
         action_token_ids=action_ids,
         max_new_tokens=getattr(raw, "max_new_tokens", None),
+        action_prefix=getattr(raw, "action_prefix", ""),
     )
 
 

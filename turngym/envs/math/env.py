@@ -121,6 +121,7 @@ class MathEnv(TurngymEnv[MathTask, MathState]):
     system_prompt = SYSTEM_PROMPT
     stop_strings = ("</calc>", "</answer>")
     max_new_tokens = 40  # one tag with a short expression; a model that rambles is cut off early
+    action_prefix = "<"  # every action starts with a tag (a policy may force this start)
 
     def __init__(
         self,

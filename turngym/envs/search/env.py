@@ -181,6 +181,7 @@ class SearchQAEnv(TurngymEnv[SearchTask, SearchState]):
     #: generation stops after one complete action (Search-R1 stops at </search> too)
     stop_strings = ("</search>", "</answer>")
     max_new_tokens = 40  # one short query or answer in its tag
+    action_prefix = "<"  # every action starts with a tag (a policy may force this start)
 
     def __init__(
         self,
