@@ -15,7 +15,9 @@ success drops below 95%; every request has a timeout; traffic goes to 127.0.0.1 
 ``--attack`` measures the server's health latency while hostile actions run (each one
 alone, then several at once): ``<answer>10**10**10</answer>`` and ``"<calc>" * 40000`` on
 Math-v0, health polled every 50 ms from this process; reported as p50/max per attack and
-how each step was answered (normal turn, ``step_timeout``, infra error).
+how each step was answered (normal turn, ``step_timeout``, ``worker_crash``, infra error).
+The ``blame_*`` rows put an innocent step and a hostile one (a GIL hog, a segfault) on one
+shared worker: the hostile one should be its agent's failure, the innocent one ``infra_error``.
 
 ``--compare A B`` runs the whole benchmark once per executor (e.g. ``auto process``: envs on
 the event loop or threads vs. envs in killable worker processes, the default) and reports
@@ -347,8 +349,9 @@ async def _health_during(url: str, http_url: str, actions: list[str], timeout: f
             t = time.perf_counter()
             *_, info = await env.step(action)
             took = time.perf_counter() - t
+            reason = (info.get("outcome") or {}).get("reason")
             how = ("infra_error" if info["infra_error"] else
-                   "step_timeout" if (info["invalid_reason"] or "").startswith("step_timeout") else
+                   reason if reason in ("step_timeout", "worker_crash", "memory_limit") else
                    "invalid_action" if not info["action_valid"] else "valid_turn")
             return how, took
         finally:
@@ -389,6 +392,16 @@ def _attack(args: argparse.Namespace) -> int:
                       request_timeout_s=args.attack_deadline) as srv:
         report["attacks"]["gil_hold_10s_test_double"] = asyncio.run(
             _health_during(srv.url, srv.http_url, ["<hold>10</hold>"], args.timeout))
+    # blame on one shared worker: an innocent step next to a GIL hog, then next to a step that crashes the
+    # worker; the hostile step should be answered as its agent's failure, the innocent one as infra_error
+    # (process executor only: in-process executors would crash or freeze this benchmark with the server)
+    with ServerThread(factories={"turngym/Math-v0": GilHoldingTestEnv}, executor="process", processes=1,
+                      request_timeout_s=args.attack_deadline) as srv:
+        for name, hostile in (("blame_innocent_vs_gil_hog", "<hold>10</hold>"),
+                              ("blame_innocent_vs_segfault", "<crash>SIGSEGV</crash>")):
+            if args.executor == "process":
+                report["attacks"][name] = asyncio.run(
+                    _health_during(srv.url, srv.http_url, ["<sleep>1</sleep>", hostile], args.timeout))
     if args.json:
         print(json.dumps(report, indent=2))
         return 0

@@ -543,7 +543,7 @@ def _visible_in(pids: list[int], needle: bytes) -> list[str]:
     return seen
 
 
-@pytest.mark.parametrize("how", ["env", "file", "flag"])
+@pytest.mark.parametrize("how", ["env", pytest.param("file", marks=pytest.mark.slow), pytest.param("flag", marks=pytest.mark.slow)])
 def test_turngym_serve_keeps_its_token_out_of_ps_and_every_processes_environment(how, tmp_path):
     port = _free_port()
     secret = f"tok-{how}-{os.getpid()}-{time.monotonic_ns()}"

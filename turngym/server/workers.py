@@ -408,8 +408,9 @@ _SELF_INFLICTED = frozenset(int(getattr(signal, n)) for n in (
     if hasattr(signal, n))
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-#: A call is starved by another when that one used this share of the time they ran together, and twice its CPU.
-_HOG_SHARE = 0.1
+#: A call is starved by another when that one used this share of the time they ran together, and twice its CPU
+#: (low on purpose: a false "starved" only defers the decision to the other call's deadline).
+_HOG_SHARE = 0.05
 #: A started call's decision waits for a hog's deadline at most until this many deadlines after its start.
 _MAX_STARVED = 3.0
 
@@ -590,7 +591,7 @@ class _Worker:
         """
         now = time.monotonic()
         self.scan()
-        if call.started is None:  # still queued: its deadline has not begun
+        if call.started is None or call.ended:  # queued (its deadline has not begun), or done with its reply on the way
             if now - call.submitted > (_MAX_STARVED + 1) * timeout and not any(c.running for c in self.calls.values()):
                 self.fail(f"not this agent's failure: env worker {self.index} stopped taking calls for "
                           f"{now - call.submitted:.0f} s (nothing running); this session's env was lost with it")
