@@ -31,8 +31,8 @@ def episodes():
     from turngym.agents.hf import HFPolicy
     from turngym.rollout import run_episodes
 
-    policy = HFPolicy.from_pretrained("tiny", device="cpu", temperature=1.0, seed=1, max_new_tokens=12)
-    eps = run_episodes(lambda: turngym.make("turngym/Math-v0", max_turns=3), policy, [11, 12], group_size=3, env_id="turngym/Math-v0")
+    policy = HFPolicy.from_pretrained("tiny", device="cpu", temperature=1.0, seed=1, max_new_tokens=8)
+    eps = run_episodes(lambda: turngym.make("turngym/Math-v0", max_turns=2), policy, [11, 12], group_size=3, env_id="turngym/Math-v0")
     assert max(len(e.turns) for e in eps) >= 2
     # distinct rewards inside a group, so the check cannot pass on all-zero advantages
     eps[0].turns[-1].reward += 1.0

@@ -23,7 +23,7 @@ from turngym.integrations.trl import (  # noqa: E402
 )
 
 
-def _trainer(tmp_path, algo: str = "gigpo", steps: int = 2):
+def _trainer(tmp_path, algo: str = "gigpo", steps: int = 1):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig
@@ -48,16 +48,18 @@ def _trainer(tmp_path, algo: str = "gigpo", steps: int = 2):
         use_cpu=True,
         bf16=False,
         seed=0,
-        max_completion_length=4096,
+        # the rollout_func returns whole episodes (TRL does not cut them); this only scales the loss
+        max_completion_length=256,
         dataloader_num_workers=0,
     )
-    rollout = TurngymRollout(max_new_tokens=12, env_kwargs={"max_turns": 3})
+    # one step of 2 groups x 2 episodes, 2 turns of <= 8 tokens: enough to move parameters and be multi-turn
+    rollout = TurngymRollout(max_new_tokens=8, env_kwargs={"max_turns": 2})
     trainer = TurnCreditGRPOTrainer(
         model=model,
         processing_class=tok,
         reward_funcs=[episode_return, episode_success],
         args=args,
-        train_dataset=trl_dataset("turngym/Math-v0", range(16)),
+        train_dataset=trl_dataset("turngym/Math-v0", range(4)),
         rollout_func=rollout,
         turngym_algo=algo,
     )

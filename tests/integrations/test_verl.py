@@ -105,13 +105,29 @@ def tiny():
     return path, HFPolicy.from_pretrained(path, device="cpu", temperature=1.0, seed=0, max_new_tokens=16)
 
 
-def _worker(tiny_path, server, response_length: int = 384):
+#: The agent loop as a user configures it: an ``agent_loop_config_path`` entry with keyword
+#: arguments (short actions keep the tiny model's CPU generation cheap).
+SHORT_LOOP, SHORT_TOKENS = "turngym_short", 8
+
+
+@pytest.fixture(scope="module")
+def loop_config(tmp_path_factory):
+    path = tmp_path_factory.mktemp("verl") / "agent_loops.yaml"
+    path.write_text(
+        f"- name: {SHORT_LOOP}\n  _target_: turngym.integrations.verl.TurngymAgentLoop\n"
+        f"  max_tokens_per_turn: {SHORT_TOKENS}\n"
+    )
+    return str(path)
+
+
+def _worker(tiny_path, server, loop_config: str, response_length: int = 384):
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 
     cfg = _compose(
         [
             f"actor_rollout_ref.model.path={tiny_path}",
-            "actor_rollout_ref.rollout.agent.default_agent_loop=turngym",
+            f"actor_rollout_ref.rollout.agent.default_agent_loop={SHORT_LOOP}",
+            f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loop_config}",
             "actor_rollout_ref.rollout.name=vllm",
             "actor_rollout_ref.rollout.prompt_length=512",
             f"actor_rollout_ref.rollout.response_length={response_length}",
@@ -129,7 +145,7 @@ def _batch(env_id: str, seeds: list[int], n: int, env_kwargs: dict):
     nt = {
         "raw_prompt": np.array([[{"role": "user", "content": f"{env_id} {s}"}] for s, _ in rows] + [None], dtype=object)[:-1],
         "extra_info": np.array([{"env_id": env_id, "seed": s, "index": i, "env_kwargs": env_kwargs} for i, (s, _) in enumerate(rows)]),
-        "agent_name": np.array([tv.AGENT_NAME] * len(rows), dtype=object),
+        "agent_name": np.array([SHORT_LOOP] * len(rows), dtype=object),
         "index": np.arange(len(rows)),
         "uid": np.array([f"uid-{s}" for s, _ in rows], dtype=object),
     }
@@ -145,18 +161,19 @@ def _expected(name: str, out) -> np.ndarray:
     return np.stack([sequence_advantages(a, json.loads(s), width) for a, s in zip(per_turn, nt["turngym_spans"])])
 
 
-def test_agent_loop_in_verls_worker_and_registered_estimators_match_turngym(tiny):
+def test_agent_loop_in_verls_worker_and_registered_estimators_match_turngym(tiny, loop_config):
     import torch
     from verl.trainer.ppo import ray_trainer
 
     path, policy = tiny
     server = StandInRolloutServer(policy)
-    worker, cfg = _worker(path, server)
-    out = asyncio.run(worker.generate_sequences(_batch("turngym/Math-v0", [3, 4], 3, {"max_turns": 3})))
+    worker, cfg = _worker(path, server, loop_config)
+    out = asyncio.run(worker.generate_sequences(_batch("turngym/Math-v0", [3, 4], 2, {"max_turns": 2})))
 
     nt = out.non_tensor_batch
     eps = [episode_from_json(e) for e in nt["turngym_episode"]]
     assert max(len(e.turns) for e in eps) >= 2, "episodes were single-turn"
+    assert max(map(len, server.generations)) <= SHORT_TOKENS, "the agent loop's configured kwargs must reach it"
     renderer = ChatRenderer(policy.tokenizer)
     mask = out.batch["response_mask"]
     responses = out.batch["responses"]
@@ -189,14 +206,14 @@ def test_agent_loop_in_verls_worker_and_registered_estimators_match_turngym(tiny
     assert data.batch["advantages"].shape == mask.shape
 
 
-def test_rollout_server_failure_is_an_unscored_episode_with_zero_advantage(tiny):
+def test_rollout_server_failure_is_an_unscored_episode_with_zero_advantage(tiny, loop_config):
     from verl.trainer.ppo import ray_trainer
 
     path, policy = tiny
     server = StandInRolloutServer(policy)
-    server.fail_after = 4
-    worker, cfg = _worker(path, server)
-    out = asyncio.run(worker.generate_sequences(_batch("turngym/Math-v0", [5], 4, {"max_turns": 3})))
+    server.fail_after = 3
+    worker, cfg = _worker(path, server, loop_config)
+    out = asyncio.run(worker.generate_sequences(_batch("turngym/Math-v0", [5], 3, {"max_turns": 2})))
     infra = [bool(x) for x in out.non_tensor_batch["turngym_infra_error"]]
     assert any(infra), "a failing rollout server must mark episodes infra_error"
     out.batch["token_level_rewards"] = out.batch["rm_scores"]
