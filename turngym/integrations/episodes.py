@@ -16,7 +16,10 @@ TRL paths cannot drift from each other or from turngym's own trainer:
 * :func:`turn_advantages` and :func:`sequence_advantages` run
   :func:`~turngym.trainers.advantages.compute_advantages` on the rollout turn table and spread
   each turn's advantage over that turn's action tokens with
-  :func:`~turngym.trainers.batch.token_advantages`, exactly as the trainer does.
+  :func:`~turngym.trainers.batch.token_advantages`, exactly as the trainer does: on the same
+  shaped rewards (the env's signals under its :class:`~turngym.rewards.RewardSpec` weights,
+  :class:`CreditSettings`), with the columns an estimator declares (``requires=``) filled by
+  turngym's providers (:mod:`turngym.trainers.providers`) from what the engine can hand over.
 
 Nothing here imports an engine.
 """
@@ -27,7 +30,7 @@ import asyncio
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
@@ -40,6 +43,7 @@ from turngym.rollout.runner import new_episode, record_turn, unscored_episode
 from turngym.rollout.types import Episode
 
 __all__ = [
+    "CreditSettings",
     "EpisodeSequence",
     "Generate",
     "episode_from_json",
@@ -200,20 +204,116 @@ def episode_sequence(episode: Episode, renderer: ChatRenderer, *, max_response_t
     return out
 
 
-def turn_advantages(name: str, episodes: Sequence[Episode], **params: Any) -> list[np.ndarray]:
-    """Per episode, one advantage per turn: ``compute_advantages`` on the rollout turn table.
+@dataclass
+class CreditSettings:
+    """What turngym's trainer reads beside the episodes when it computes advantages.
+
+    The defaults are ``turngym train``'s, so an engine's advantages equal the built-in
+    trainer's on the same episodes.
+
+    Attributes:
+        reward_weights: per-signal shaping weights overriding the env spec's (``{"progress": 0.5}``).
+        shaping_cap: bound on an episode's cumulative shaping.
+        process_weights: weights of the ``process`` column (PAPO); ``None`` = the env spec's.
+        model: the policy, for providers that score with it (``info_gain``: IGPO). An engine
+            whose advantage step has no model at hand (verl's driver) leaves it ``None``, and an
+            estimator that needs it fails saying so.
+        tokenizer: the policy's tokenizer (with ``model``).
+    """
+
+    reward_weights: Mapping[str, float] = field(default_factory=dict)
+    shaping_cap: float = 0.5
+    process_weights: Mapping[str, float] | None = None
+    model: Any = None
+    tokenizer: Any = None
+
+
+class _ProviderHost:
+    """Stands where turngym's providers expect the trainer: hands out only what the engine gave.
+
+    A provider that reads something the engine cannot supply (the policy, on verl's driver)
+    gets a :class:`ConfigError` naming the estimator, the missing piece and the way out,
+    instead of an ``AttributeError`` deep inside the provider.
+    """
+
+    def __init__(self, algo: str, engine: str, **available: Any) -> None:
+        self._algo, self._engine = algo, engine
+        self._available = {k: v for k, v in available.items() if v is not None}
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self._available[name]
+        except KeyError:
+            raise ConfigError(
+                f"estimator {self._algo!r} declares inputs whose provider needs the trainer's {name!r}, which "
+                f"{self._engine} does not hand to turngym's advantage step; use an estimator without such inputs, "
+                f"train it with turngym's own trainer, or fill the column yourself with "
+                f"turngym.trainers.providers.register_provider"
+            ) from None
+
+
+def _spec(env_id: str) -> Any:
+    from turngym.core.registry import env_info, load_entry_point
+
+    try:
+        return load_entry_point(env_info(env_id).entry_point).reward_spec
+    except Exception as exc:
+        raise ConfigError(
+            f"cannot shape the rewards of {env_id!r} like turngym's trainer: its reward spec is not available here "
+            f"({type(exc).__name__}: {exc}); register the env in this process (turngym.register)"
+        ) from None
+
+
+def turn_advantages(
+    name: str,
+    episodes: Sequence[Episode],
+    *,
+    credit: CreditSettings | None = None,
+    engine: str = "this engine",
+    **params: Any,
+) -> list[np.ndarray]:
+    """Per episode, one advantage per turn, as turngym's trainer computes them.
+
+    The trainer's steps, in its order: shape each episode's rewards with its env's reward spec
+    (``credit``: weights and cap), build the rollout turn table on them, fill the columns the
+    estimator declares that the table lacks through turngym's providers, and run
+    ``compute_advantages`` with ``params``. ``engine`` names the caller in errors.
 
     Episodes that ended in an infrastructure error (or have no turns) are left out of the table,
     so they never move a group's baseline, and get all-zero advantages (they are never scored).
     """
+    from turngym.rewards import RewardShaper
     from turngym.rollout.table import to_turn_table
     from turngym.trainers.advantages import compute_advantages
+    from turngym.trainers.providers import fill_inputs
 
+    credit = credit if credit is not None else CreditSettings()
     keep = [i for i, ep in enumerate(episodes) if ep.turns and not ep.infra_error]
     out = [np.zeros(len(ep.turns)) for ep in episodes]
     if not keep:
         return out
-    adv = compute_advantages(name, to_turn_table([episodes[i] for i in keep]), **params)
+    kept = [episodes[i] for i in keep]
+    specs = {env_id: _spec(env_id) for env_id in dict.fromkeys(ep.env_id for ep in kept)}
+    shapers = {
+        env_id: RewardShaper(spec, gamma=1.0, weights=dict(credit.reward_weights), cap=credit.shaping_cap)
+        for env_id, spec in specs.items()
+    }
+    table = to_turn_table(kept, rewards=[shapers[ep.env_id].shape_episode(ep).total for ep in kept])
+    process_shaper = None
+    if len(specs) == 1:  # the process column is per env; a mixed batch has no single one
+        (spec,) = specs.values()
+        process_shaper = RewardShaper(spec, gamma=1.0, weights=dict(credit.process_weights or {}), cap=credit.shaping_cap)
+    host = _ProviderHost(name, engine, model=credit.model, tokenizer=credit.tokenizer, process_shaper=process_shaper)
+    model = credit.model
+    was_training = getattr(model, "training", None)
+    try:
+        fill_inputs(name, kept, table, host)
+    finally:  # a provider may switch the policy to eval mode; the engine reads the mode it left
+        if was_training is not None:
+            model.train(was_training)
+    adv = compute_advantages(name, table, **params)
     row = 0
     for i in keep:
         n = len(episodes[i].turns)

@@ -21,6 +21,7 @@ Three pieces (``pip install 'turngym[trl]'``; tested with TRL 1.16.0):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -29,6 +30,7 @@ import numpy as np
 
 from turngym.core.errors import ConfigError
 from turngym.integrations.episodes import (
+    CreditSettings,
     episode_from_json,
     episode_sequence,
     episode_to_json,
@@ -211,19 +213,37 @@ def _make_turn_credit_trainer(base: type) -> type:
         Args (beside ``GRPOTrainer``'s):
             turngym_algo: a turngym estimator name (``"gigpo"``, ``"turn_grpo"``, ``"grpo"``...).
             turngym_algo_params: its parameters (``{"omega": 1.0}``); unknown ones are rejected.
+            turngym_credit: reward shaping and provider settings (default: ``turngym train``'s);
+                the trainer's model and tokenizer are filled in, so estimators whose inputs
+                score with the policy (``igpo``'s ``info_gain``) work here too.
 
         Use with :class:`TurngymRollout` as ``rollout_func``. Groups are the runs of repeated
         prompts; with several processes the episodes are gathered so every group is whole.
         """
 
-        def __init__(self, *args: Any, turngym_algo: str = "gigpo", turngym_algo_params: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        def __init__(
+            self,
+            *args: Any,
+            turngym_algo: str = "gigpo",
+            turngym_algo_params: dict[str, Any] | None = None,
+            turngym_credit: CreditSettings | None = None,
+            **kwargs: Any,
+        ) -> None:
             from turngym.trainers.advantages import ESTIMATORS
+            from turngym.trainers.providers import missing_inputs
 
             if turngym_algo not in ESTIMATORS:
                 raise ConfigError(f"unknown turngym estimator {turngym_algo!r}; known: {', '.join(sorted(ESTIMATORS))}")
+            lacking = missing_inputs(turngym_algo)
+            if lacking:
+                raise ConfigError(
+                    f"estimator {turngym_algo!r} reads {lacking}, which no provider fills: register one with "
+                    "turngym.trainers.providers.register_provider"
+                )
             super().__init__(*args, **kwargs)
             self.turngym_algo = turngym_algo
             self.turngym_algo_params = dict(turngym_algo_params or {})
+            self.turngym_credit = turngym_credit if turngym_credit is not None else CreditSettings()
             self.last_turn_advantages: list[np.ndarray] = []
 
         def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -242,7 +262,12 @@ def _make_turn_credit_trainer(base: type) -> type:
             episodes = [episode_from_json(e) for e, _ in gathered]
             for i, ep in enumerate(episodes):  # unique ids across processes and steps
                 ep.episode_id = f"{ep.group}/{i}"
-            per_turn = turn_advantages(self.turngym_algo, episodes, **self.turngym_algo_params)
+            credit = self.turngym_credit
+            if credit.model is None:  # the policy being trained scores the episodes (IGPO's info_gain)
+                credit = dataclasses.replace(
+                    credit, model=self.accelerator.unwrap_model(self.model), tokenizer=self.processing_class
+                )
+            per_turn = turn_advantages(self.turngym_algo, episodes, credit=credit, engine="TRL", **self.turngym_algo_params)
             start = self.accelerator.process_index * len(local)
             mine = per_turn[start : start + len(local)]
             width = out["completion_ids"].shape[1]

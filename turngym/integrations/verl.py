@@ -49,6 +49,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from turngym.agents.render import ChatRenderer
 from turngym.integrations.episodes import (
+    CreditSettings,
     episode_from_json,
     episode_sequence,
     episode_to_json,
@@ -57,6 +58,7 @@ from turngym.integrations.episodes import (
     sequence_advantages,
     turn_advantages,
 )
+from turngym.rollout.types import group_id
 
 __all__ = [
     "AGENT_NAME",
@@ -74,6 +76,7 @@ ESTIMATOR_PREFIX = "turngym_"
 _EPISODE, _SPANS = "turngym_episode", "turngym_spans"
 #: Environment variable holding the estimator parameters (JSON), read where the advantage is computed.
 PARAMS_ENV = "TURNGYM_ALGO_PARAMS"
+_ENGINE = "verl (its advantage step runs on the driver, which holds no policy)"
 
 
 # ---------------------------------------------------------------------------------- agent loop
@@ -135,7 +138,7 @@ class TurngymAgentLoop(AgentLoopBase):
                 generate,
                 self.renderer,
                 seed=seed,
-                group=f"{env_id}/{seed}",
+                group=group_id(env_id, seed),
                 index=int(info.get("index", 0)),
                 env_id=env_id,
                 max_tokens_per_turn=self.max_tokens_per_turn,
@@ -187,19 +190,25 @@ def batch_advantages(
     spans_json: Sequence[str],
     width: int,
     index: Sequence[Any] | None = None,
+    *,
+    credit: CreditSettings | None = None,
     **params: Any,
 ) -> np.ndarray:
     """``(batch, width)`` token advantages of a verl batch from its turngym ``extra_fields``.
 
     Row ``i`` is sample ``i``'s response; ``index`` (verl's ``uid``) groups the samples, as GRPO
-    and GiGPO groups do in verl (default: the episodes' own groups, ``env_id/seed``).
+    and GiGPO groups do in verl (default: the episodes' own groups, ``env_id/seed``). Rewards
+    are shaped and declared inputs filled as turngym's trainer does (``credit``, default
+    ``turngym train``'s settings). verl computes advantages on its driver, where the policy is
+    not: an estimator whose inputs need it (``igpo``'s ``info_gain``) is refused, saying so;
+    ``papo``'s ``process`` needs only the env's signals and works.
     """
     episodes = [episode_from_json(e) for e in episodes_json]
     for i, ep in enumerate(episodes):
         if index is not None:
             ep.group = str(index[i])
         ep.episode_id = f"{ep.group}/{i}"  # unique within the batch
-    per_turn = turn_advantages(name, episodes, **params)
+    per_turn = turn_advantages(name, episodes, credit=credit, engine=_ENGINE, **params)
     rows = [sequence_advantages(a, json.loads(s), width) for a, s in zip(per_turn, spans_json)]
     return np.stack(rows) if rows else np.zeros((0, width))
 
