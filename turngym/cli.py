@@ -13,21 +13,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from turngym.cli_args import parse_kv
+
 __all__ = ["main"]
-
-
-def _parse_kv(pairs: Sequence[str]) -> dict[str, Any]:
-    """``["max_steps=3", "tasks=x.jsonl"]`` → kwargs; values are JSON when they parse as JSON."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.isidentifier():
-            raise SystemExit(f"error: --env-arg expects KEY=VALUE, got {pair!r}")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
 
 
 # ---------------------------------------------------------------------------------- envs
@@ -71,7 +59,7 @@ def _run_play(args: argparse.Namespace) -> int:
 
     import turngym
 
-    env = turngym.make(args.env_id, **_parse_kv(args.env_arg))
+    env = turngym.make(args.env_id, **parse_kv(args.env_arg))
     rng = np.random.default_rng(args.seed)
     options = {"task": args.task} if args.task else None
     obs, info = env.reset(seed=args.seed, options=options)
@@ -131,8 +119,6 @@ def _setup_eval(p: argparse.ArgumentParser) -> None:
         default="oracle",
         help="agent spec: oracle, random, hf[:tiny|smollm2|DIR], openai:BASE_URL (with --model), vllm:DIR (default: oracle)",
     )
-    p.add_argument("--force-action-prefix", action="store_true",
-                   help="hf agents: start every action with the env's action_prefix (e.g. '<' for tag grammars)")
     p.add_argument("--episodes", type=int, default=100, help="number of tasks (seeds)")
     p.add_argument("--group", type=int, default=1, metavar="G", help="episodes per task sharing its initial state (reports pass@G)")
     p.add_argument("--seed", type=int, default=0, help="seed of the first task; task i uses seed+i")
@@ -145,6 +131,8 @@ def _setup_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, help="requests in flight (openai agents)")
     p.add_argument("--device", help="torch device for hf agents (default: cuda if available, else cpu)")
     p.add_argument("--threads", type=int, help="torch CPU threads for hf agents (1 is often faster on a busy machine)")
+    p.add_argument("--force-action-prefix", action="store_true",
+                   help="hf agents: start every action with the env's action_prefix (e.g. '<' for tag grammars)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--out", type=Path, help="write episodes.jsonl, summary.json, report.md and report.html here")
@@ -162,7 +150,7 @@ def _run_eval(args: argparse.Namespace) -> int:
 
     if args.episodes < 1 or args.group < 1:
         raise SystemExit("error: --episodes and --group must be >= 1")
-    env_kwargs = _parse_kv(args.env_arg)
+    env_kwargs = parse_kv(args.env_arg)
     turngym.env_info(args.env_id)  # fail fast, with "did you mean", before building agents
     options = {
         "seed": args.seed, "model": args.model, "temperature": args.temperature, "top_p": args.top_p,
@@ -334,12 +322,12 @@ def _setup_train(p: argparse.ArgumentParser) -> None:
 def _run_train(args: argparse.Namespace) -> int:
     from turngym.trainers import TrainConfig, Trainer
 
-    fields = _parse_kv(args.set)
+    fields = parse_kv(args.set, flag="--set")
     for name in ("env_id", "algo", "steps", "model", "seed", "report_to", "engine"):
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)
     if args.env_arg:
-        fields["env_kwargs"] = _parse_kv(args.env_arg)
+        fields["env_kwargs"] = parse_kv(args.env_arg)
     elif args.env_id is not None and args.env_id != TrainConfig.env_id:
         fields["env_kwargs"] = {}  # the default env's arguments do not apply to another env
     if args.resume and fields:

@@ -54,21 +54,18 @@ def _vllm(arg: str | None, **options: Any) -> Policy:
 AGENT_KINDS: dict[str, AgentFactory] = {
     "oracle": lambda arg, **kw: OracleAgent(),
     "random": lambda arg, **kw: RandomAgent(seed=kw.get("seed") or 0),
-    "naive-rag": lambda arg, **kw: _naive_rag(),
     "hf": _hf,
     "openai": _openai,
     "vllm": _vllm,
 }
 
 
-def _naive_rag() -> Policy:
-    from turngym.envs.search.baselines import NaiveRAGAgent  # search family's retrieve-once baseline
-
-    return NaiveRAGAgent()
-
-
 def register_agent(kind: str, factory: AgentFactory) -> None:
-    """Add an agent kind: ``factory(argument_or_None, **options) -> Policy``."""
+    """Add an agent kind: ``factory(argument_or_None, **options) -> Policy``.
+
+    Env families register their own baselines here when their package is imported (the search
+    family's ``naive-rag``), so this module names no family.
+    """
     AGENT_KINDS[kind] = factory
 
 
@@ -79,6 +76,8 @@ def make_agent(spec: str, **options: Any) -> Policy:
     ``max_new_tokens``, ``device``, ``max_batch_size``, ``force_action_prefix`` (hf); ``model``, ``api_key_env``,
     ``timeout``, ``max_retries``, ``concurrency`` (openai). ``None`` values mean "default".
     """
+    import turngym.envs  # noqa: F401  (families register their baseline agents on import)
+
     kind, _, arg = spec.partition(":")
     factory = AGENT_KINDS.get(kind)
     if factory is None:

@@ -16,6 +16,7 @@ import dataclasses
 import difflib
 import importlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,7 @@ import gymnasium as gym
 
 from turngym.core.errors import RegistrationError, UnknownEnvError
 
-__all__ = ["EnvInfo", "register", "make", "list_envs", "env_info", "load_entry_point"]
+__all__ = ["EnvInfo", "register", "make", "list_envs", "env_info", "load_entry_point", "set_remote_factory"]
 
 _ID_RE = re.compile(r"^turngym/[A-Z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*-v\d+$")
 _ENTRY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -42,6 +43,19 @@ class EnvInfo:
 
 
 _REGISTRY: dict[str, EnvInfo] = {}
+
+#: ``make(id, remote=url)`` seam: the core knows only a factory ``(url, env_id, **kwargs) -> env``.
+#: The env server's client installs it (:func:`set_remote_factory`, on import of its module,
+#: named here so that ``make(remote=...)`` works without importing it first); the core never
+#: imports server code otherwise, and another transport can install its own factory.
+_REMOTE_PROVIDER = "turngym.server.client"
+_remote_factory: Callable[..., Any] | None = None
+
+
+def set_remote_factory(factory: Callable[..., Any]) -> None:
+    """Install what ``make(env_id, remote=url, **kwargs)`` calls as ``factory(url, env_id, **kwargs)``."""
+    global _remote_factory
+    _remote_factory = factory
 
 
 def register(
@@ -111,9 +125,10 @@ def make(env_id: str, *, remote: str | None = None, **kwargs: Any) -> Any:
     """
     info = env_info(env_id)
     if remote is not None:
-        from turngym.server.client import RemoteEnv  # imported only when used
-
-        return RemoteEnv(remote, env_id, **kwargs)
+        if _remote_factory is None:
+            importlib.import_module(_REMOTE_PROVIDER)  # installs the factory (see set_remote_factory)
+        assert _remote_factory is not None, f"{_REMOTE_PROVIDER} did not call set_remote_factory"
+        return _remote_factory(remote, env_id, **kwargs)
     cls = load_entry_point(info.entry_point)
     env = cls(**{"max_turns": info.max_turns, **info.kwargs, **kwargs})
     # gymnasium's convention: the spec records how this env was built, so that

@@ -1,7 +1,7 @@
 """Summaries of a set of episodes: what ``turngym eval`` reports.
 
 Episodes that ended in an infrastructure error are counted but excluded from every score:
-they say nothing about the agent (DESIGN.md: infra errors are never a reward of 0).
+they say nothing about the agent, and scoring them 0 would blame it for a dead sandbox or server.
 """
 
 from __future__ import annotations

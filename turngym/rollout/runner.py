@@ -9,6 +9,12 @@ seed, so they share the task *and* the initial state (GRPO/GiGPO groups); they d
 what the policy samples. Every turn gets a node id unique within its group and its parent's id
 (the previous turn; -1 at the root), so linear episodes and tree rollouts
 (:func:`turngym.rollout.run_tree`) land in the same turn table.
+
+Where the envs live is a :class:`~turngym.rollout.steppers.Stepper`: pass an env factory for
+envs in this process, or a :class:`~turngym.rollout.steppers.RemoteStepper` (env server) or
+:class:`~turngym.rollout.ray_stepper.RayStepper` (Ray actors). The schedule is this one
+function for all of them, so groups, ids, infrastructure failures and the episodes themselves
+are the same wherever the envs run.
 """
 
 from __future__ import annotations
@@ -18,15 +24,13 @@ from typing import Any
 
 from turngym.agents.base import Action, AgentInput, Policy
 from turngym.core.errors import ConfigError, InfraError
-from turngym.rollout.types import Episode, Turn
+from turngym.core.infra import INFRA_OUTCOME, infra_step
+from turngym.rollout.steppers import Stepper, StepResult, as_stepper, task_gold
+from turngym.rollout.types import Episode, Turn, group_id
 
-__all__ = ["run_episodes", "record_turn", "new_episode", "task_gold", "unscored_episode"]
-
-
-def task_gold(env: Any) -> str | None:
-    """The gold answer of the task ``env`` was just reset to, as text (None if it has none)."""
-    gold = getattr(getattr(getattr(env, "unwrapped", env), "task", None), "gold", None)
-    return None if gold is None else str(gold)
+__all__ = [
+    "run_episodes", "record_turn", "append_turn", "policy_failure", "failed_step", "new_episode", "unscored_episode", "agent_input",
+]
 
 
 def new_episode(
@@ -59,7 +63,7 @@ def unscored_episode(group: str, index: int, env_id: str, seed: int | None, why:
     It carries ``meta["infra_error"]`` so summaries and trainers drop it instead of scoring it 0.
     """
     ep = Episode(f"{group}/{index}", env_id, "", seed, "", group=group)
-    ep.outcome = {"reward": 0.0, "success": False, "reason": "infra_error"}
+    ep.outcome = dict(INFRA_OUTCOME)
     ep.meta["infra_error"] = why
     return ep
 
@@ -79,34 +83,32 @@ def agent_input(ep: Episode, env: Any, history: int | None) -> AgentInput:
     )
 
 
-def record_turn(ep: Episode, env: Any, action: Action, prev_key: str, *, node: int, parent: int) -> tuple[Turn, bool]:
-    """Step ``env`` with ``action`` (unless the policy's infrastructure failed) and record the turn.
+def policy_failure(ep: Episode, env: Any, action: Action, prev_key: str) -> StepResult | None:
+    """The infra step for ``action`` when the policy's infrastructure failed, else None.
 
-    Returns the turn and whether the episode ended. A policy-side infrastructure failure
-    (``action.meta["infra_error"]``: the model server was unreachable after retries) ends the
-    episode *unscored*, exactly like an env-side :class:`~turngym.core.errors.InfraError`.
+    ``action.meta["infra_error"]`` (the model server was unreachable after retries) means the
+    env must not be stepped: the episode ends *unscored*, exactly like an env-side
+    :class:`~turngym.core.errors.InfraError`.
     """
-    infra = action.meta.get("infra_error")
-    if infra:
-        turn = Turn(
-            index=len(ep.turns),
-            action=action.text,
-            observation="",
-            reward=0.0,
-            terminated=True,
-            truncated=False,
-            signals={},
-            state_key=prev_key,
-            prev_state_key=prev_key,
-            action_valid=True,
-            infra_error=f"policy: {infra}",
-            node=node,
-            parent=parent,
-        )
-        ep.turns.append(turn)
-        ep.outcome = {"reward": 0.0, "success": False, "reason": "infra_error"}
-        return turn, True
-    obs, reward, term, trunc, info = env.step(action.text)
+    why = action.meta.get("infra_error")
+    return None if not why else failed_step(ep, env, f"policy: {why}", prev_key, source="policy")
+
+
+def failed_step(ep: Episode, env: Any, why: str, prev_key: str, *, source: str = "environment") -> StepResult:
+    """The :func:`~turngym.core.infra.infra_step` for ``ep``'s next turn on ``env``."""
+    spec = getattr(getattr(env, "unwrapped", env), "reward_spec", None)
+    zeros = spec.zeros() if spec is not None else {}
+    return infra_step(why, turn=len(ep.turns) + 1, state_key=prev_key, signals=zeros, source=source)
+
+
+def append_turn(ep: Episode, action: Action, result: StepResult, prev_key: str, *, node: int, parent: int) -> tuple[Turn, bool]:
+    """Record the turn that ``action`` produced (``result`` is what the env's ``step`` returned).
+
+    Returns the turn and whether the episode ended. An infrastructure failure changed no state
+    anyone observed, so its turn keeps ``prev_key`` whoever reported it (env, client, runner).
+    """
+    obs, reward, term, trunc, info = result
+    infra = info["infra_error"]
     turn = Turn(
         index=len(ep.turns),
         action=action.text,
@@ -115,11 +117,11 @@ def record_turn(ep: Episode, env: Any, action: Action, prev_key: str, *, node: i
         terminated=term,
         truncated=trunc,
         signals=info["signals"],
-        state_key=info["state_key"],
+        state_key=prev_key if infra else info["state_key"],
         prev_state_key=prev_key,
         action_valid=info["action_valid"],
         invalid_reason=info["invalid_reason"],
-        infra_error=info["infra_error"],
+        infra_error=infra,
         token_ids=action.token_ids,
         logprobs=action.logprobs,
         prompt_ids=action.prompt_ids,
@@ -132,8 +134,17 @@ def record_turn(ep: Episode, env: Any, action: Action, prev_key: str, *, node: i
     return turn, term or trunc
 
 
+def record_turn(ep: Episode, env: Any, action: Action, prev_key: str, *, node: int, parent: int) -> tuple[Turn, bool]:
+    """Step ``env`` with ``action`` (unless the policy's infrastructure failed) and record the turn.
+
+    One env, one turn: for code that drives a single env itself (engine integrations).
+    """
+    result = policy_failure(ep, env, action, prev_key) or env.step(action.text)
+    return append_turn(ep, action, result, prev_key, node=node, parent=parent)
+
+
 def run_episodes(
-    make_env: Callable[[], Any],
+    envs: Callable[[], Any] | Stepper,
     policy: Policy,
     seeds: Sequence[int],
     *,
@@ -148,13 +159,16 @@ def run_episodes(
     """Play ``group_size`` episodes per seed with ``policy``, ``batch_size`` envs in lockstep.
 
     Args:
-        make_env: builds a fresh env (called ``min(batch_size, episodes)`` times; envs are reused).
+        envs: an env factory (``lambda: turngym.make(env_id)``; called ``min(batch_size,
+            episodes)`` times, envs are reused), or a :class:`~turngym.rollout.steppers.Stepper`
+            holding the envs elsewhere (an env server, Ray actors).
         policy: any :class:`~turngym.agents.base.Policy`.
-        seeds: one reset seed per group; same seeds + same policy ⇒ same episodes.
+        seeds: one reset seed per group; same seeds + same policy ⇒ same episodes, on any stepper.
         batch_size: envs stepped together (one ``policy.act`` call per turn for all of them).
         group_size: episodes per seed, sharing the task and initial state (``Episode.group``).
         history: turns of history in each prompt (None: all; k: the first observation plus
             the last k turns, verl-agent style). Render training samples with the same k.
+        env_id: names the episodes and groups (:func:`~turngym.rollout.types.group_id`).
         tasks: optional task (or task id) per seed, passed as ``options={"task": ...}``.
         on_episode: called as each episode finishes (progress bars, streaming writers).
         on_turn: called after every turn (progress on long lockstep runs, where all episodes
@@ -164,21 +178,28 @@ def run_episodes(
         The episodes in order: group by group, ``group_size`` consecutive episodes per seed.
 
     An env whose ``reset`` raises :class:`~turngym.core.errors.InfraError` (a remote env whose
-    server is down) yields an unscored episode with ``meta["infra_error"]`` and the rollout
-    goes on; infra errors during a step arrive as ``info["infra_error"]`` like any other.
+    server is down, a dead Ray actor) yields an unscored episode with ``meta["infra_error"]``
+    and the rollout goes on; infra errors during a step arrive as ``info["infra_error"]`` like
+    any other, and so does a policy whose model server failed (``Action.meta["infra_error"]``).
     """
     if tasks is not None and len(tasks) != len(seeds):
         raise ConfigError(f"got {len(tasks)} tasks for {len(seeds)} seeds; pass one task per seed")
     if group_size < 1 or batch_size < 1:
         raise ConfigError(f"group_size and batch_size must be >= 1, got {group_size}, {batch_size}")
-    prefix = env_id or "episode"
+    stepper = as_stepper(envs)
     jobs = [(s, g) for s in range(len(seeds)) for g in range(group_size)]
-    envs = [make_env() for _ in range(min(batch_size, len(jobs)))]
     results: list[Episode | None] = [None] * len(jobs)
+    if not jobs:
+        return []
     node_counter: dict[str, int] = {}
     next_job = 0
     # slot -> (job index, episode, previous state key, last node id)
     active: dict[int, tuple[int, Episode, str, int]] = {}
+
+    def finish(j: int, ep: Episode) -> None:
+        results[j] = ep
+        if on_episode is not None:
+            on_episode(ep)
 
     def start(slot: int) -> None:
         nonlocal next_job
@@ -186,45 +207,51 @@ def run_episodes(
             j = next_job
             next_job += 1
             s, g = jobs[j]
-            env = envs[slot]
             options = {"task": tasks[s]} if tasks is not None else None
             try:
-                obs, info = env.reset(seed=seeds[s], options=options)
+                obs, info, gold = stepper.reset(slot, seeds[s], options)
             except InfraError as exc:  # e.g. a remote env's server is gone: record it, go on
-                ep = unscored_episode(f"{prefix}/{seeds[s]}", g, env_id, seeds[s], str(exc))
-                results[j] = ep
-                if on_episode is not None:
-                    on_episode(ep)
+                finish(j, unscored_episode(group_id(env_id, seeds[s]), g, env_id, seeds[s], str(exc)))
                 continue
-            group = f"{prefix}/{seeds[s]}" if tasks is None else f"{prefix}/{seeds[s]}/{info.get('task_id', s)}"
-            ep = new_episode(env, obs, info, episode_id=f"{group}/{g}", env_id=env_id, seed=seeds[s], group=group)
+            group = group_id(env_id, seeds[s], None if tasks is None else info.get("task_id", s))
+            ep = new_episode(
+                stepper.env(slot), obs, info, episode_id=f"{group}/{g}", env_id=env_id, seed=seeds[s], group=group,
+                gold=gold,
+            )
             active[slot] = (j, ep, info["state_key"], -1)
             return
 
-    for slot in range(len(envs)):
-        start(slot)
-    while active:
-        slots = list(active)
-        actions = policy.act([agent_input(active[s][1], envs[s], history) for s in slots])
-        if len(actions) != len(slots):
-            raise ConfigError(
-                f"{getattr(policy, 'name', policy)!r} returned {len(actions)} actions for {len(slots)} inputs"
-            )
-        for slot, action in zip(slots, actions, strict=True):
-            j, ep, prev_key, parent = active[slot]
-            node = node_counter.get(ep.group, 0)
-            node_counter[ep.group] = node + 1
-            turn, ended = record_turn(ep, envs[slot], action, prev_key, node=node, parent=parent)
-            if on_turn is not None:
-                on_turn(ep, turn)
-            if ended:
-                results[j] = ep
-                del active[slot]
-                if on_episode is not None:
-                    on_episode(ep)
-                start(slot)
-            else:
-                active[slot] = (j, ep, turn.state_key, node)
-    for env in envs:
-        env.close()
+    stepper.open(min(batch_size, len(jobs)))
+    try:
+        for slot in range(min(batch_size, len(jobs))):
+            start(slot)
+        while active:
+            slots = list(active)
+            actions = policy.act([agent_input(active[s][1], stepper.env(s), history) for s in slots])
+            if len(actions) != len(slots):
+                raise ConfigError(
+                    f"{getattr(policy, 'name', policy)!r} returned {len(actions)} actions for {len(slots)} inputs"
+                )
+            stepped: dict[int, StepResult] = {}
+            for slot, action in zip(slots, actions, strict=True):
+                failed = policy_failure(active[slot][1], stepper.env(slot), action, active[slot][2])
+                if failed is not None:
+                    stepped[slot] = failed
+            todo = [(slot, a.text) for slot, a in zip(slots, actions, strict=True) if slot not in stepped]
+            stepped.update(zip([slot for slot, _ in todo], stepper.step(todo), strict=True))
+            for slot, action in zip(slots, actions, strict=True):
+                j, ep, prev_key, parent = active[slot]
+                node = node_counter.get(ep.group, 0)
+                node_counter[ep.group] = node + 1
+                turn, ended = append_turn(ep, action, stepped[slot], prev_key, node=node, parent=parent)
+                if on_turn is not None:
+                    on_turn(ep, turn)
+                if ended:
+                    del active[slot]
+                    finish(j, ep)
+                    start(slot)
+                else:
+                    active[slot] = (j, ep, turn.state_key, node)
+    finally:
+        stepper.close()
     return [ep for ep in results if ep is not None]

@@ -16,6 +16,11 @@ that share a prefix share its nodes, so the turn table (:func:`~turngym.rollout.
 sees a shared turn once per leaf, always with the same node id. Every active path of every
 tree is batched into one ``policy.act`` call per depth.
 
+The envs live in a :class:`~turngym.rollout.steppers.Stepper` (an env factory means this
+process; env servers and Ray actors work the same way), one slot per tree. Groups are named
+as :func:`~turngym.rollout.run_episodes` names them, and infrastructure failures end paths
+unscored in the same way.
+
 >>> import turngym
 >>> from turngym.agents import RandomAgent
 >>> tree = run_tree(lambda: turngym.make("turngym/Math-v0"), RandomAgent(seed=0), [0], branching=(2, 2))
@@ -31,9 +36,18 @@ from typing import Any
 
 from turngym.agents.base import Action, AgentInput, Policy
 from turngym.core.env import EnvSnapshot
-from turngym.core.errors import ConfigError
-from turngym.rollout.runner import agent_input, new_episode, record_turn
-from turngym.rollout.types import Episode
+from turngym.core.errors import ConfigError, InfraError
+from turngym.core.infra import INFRA_OUTCOME
+from turngym.rollout.runner import (
+    agent_input,
+    append_turn,
+    failed_step,
+    new_episode,
+    policy_failure,
+    unscored_episode,
+)
+from turngym.rollout.steppers import Stepper, as_stepper
+from turngym.rollout.types import Episode, group_id
 
 __all__ = ["TreeRollout", "run_tree"]
 
@@ -62,7 +76,7 @@ class _Path:
 
 
 def run_tree(
-    make_env: Callable[[], Any],
+    envs: Callable[[], Any] | Stepper,
     policy: Policy,
     seeds: Sequence[int],
     *,
@@ -77,14 +91,19 @@ def run_tree(
     """Grow one rollout tree per seed (one env per tree, restored from snapshots).
 
     Args:
-        make_env: builds a fresh env (one per tree).
+        envs: an env factory (one env per tree) or a :class:`~turngym.rollout.steppers.Stepper`
+            (one slot per tree; it must support ``snapshot``/``restore``).
         policy: any policy; it should sample (temperature > 0) or siblings will coincide.
         seeds: one reset seed (one tree) each.
         branching: children per node at each depth; depths past its end continue with 1.
         history: turns of history per prompt (see :func:`~turngym.rollout.run_episodes`).
+        env_id: names the episodes and groups (:func:`~turngym.rollout.types.group_id`).
         tasks: optional task (or id) per seed.
         keep_snapshots: also return each node's env snapshot (tests, re-expansion).
         max_leaves: refuse trees larger than this (``prod(branching)`` leaves per tree).
+
+    A tree whose reset raises :class:`~turngym.core.errors.InfraError` gives one unscored
+    episode (``meta["infra_error"]``); a step's infra error ends that path like any other end.
     """
     if not branching or any(int(k) < 1 for k in branching):
         raise ConfigError(f"branching must be a non-empty sequence of ints >= 1, got {tuple(branching)}")
@@ -95,21 +114,53 @@ def run_tree(
         raise ConfigError(f"branching {tuple(branching)} gives {leaves} leaves per tree (> max_leaves={max_leaves})")
     if tasks is not None and len(tasks) != len(seeds):
         raise ConfigError(f"got {len(tasks)} tasks for {len(seeds)} seeds; pass one task per seed")
-    prefix = env_id or "tree"
-    envs = [make_env() for _ in seeds]
+    if not seeds:
+        return TreeRollout([])
+    stepper = as_stepper(envs)
+    stepper.open(len(seeds))
+    try:
+        return _grow(stepper, policy, seeds, branching, history, env_id, tasks, keep_snapshots, on_episode)
+    finally:
+        stepper.close()
+
+
+def _grow(
+    stepper: Stepper,
+    policy: Policy,
+    seeds: Sequence[int],
+    branching: Sequence[int],
+    history: int | None,
+    env_id: str,
+    tasks: Sequence[Any] | None,
+    keep_snapshots: bool,
+    on_episode: Callable[[Episode], None] | None,
+) -> TreeRollout:
     groups: list[str] = []
     next_node = [0] * len(seeds)
     leaf_count = [0] * len(seeds)
     finished: list[list[Episode]] = [[] for _ in seeds]
     snapshots: dict[tuple[str, int], EnvSnapshot] = {}
     live: list[_Path] = []
-    for t, (env, seed) in enumerate(zip(envs, seeds, strict=True)):
+
+    def done(t: int, ep: Episode) -> None:
+        finished[t].append(ep)
+        if on_episode is not None:
+            on_episode(ep)
+
+    for t, seed in enumerate(seeds):
         options = {"task": tasks[t]} if tasks is not None else None
-        obs, info = env.reset(seed=seed, options=options)
-        group = f"{prefix}/{seed}" if tasks is None else f"{prefix}/{seed}/{info.get('task_id', t)}"
+        try:
+            obs, info, gold = stepper.reset(t, seed, options)
+        except InfraError as exc:
+            groups.append(group_id(env_id, seed))
+            done(t, unscored_episode(groups[t], 0, env_id, seed, str(exc)))
+            continue
+        group = group_id(env_id, seed, None if tasks is None else info.get("task_id", t))
         groups.append(group)
-        ep = new_episode(env, obs, info, episode_id=f"{group}/root", env_id=env_id, seed=seed, group=group)
-        root = env.snapshot()
+        ep = new_episode(
+            stepper.env(t), obs, info, episode_id=f"{group}/root", env_id=env_id, seed=seed, group=group, gold=gold
+        )
+        root = stepper.snapshot(t)
         if keep_snapshots:
             snapshots[(group, -1)] = root
         live.append(_Path(t, ep, root, info["state_key"], -1))
@@ -122,38 +173,41 @@ def run_tree(
             requests += [(path, c, k) for c in range(k)]
         inputs = []
         for path, _, _ in requests:
-            inp = agent_input(path.episode, envs[path.tree], history)
+            inp = agent_input(path.episode, stepper.env(path.tree), history)
             inp.episode_id = f"{groups[path.tree]}#{path.node}"
             inputs.append(inp)
-        actions = _act(policy, inputs, [(envs[p.tree], p.snapshot) for p, _, _ in requests])
+        actions = _act(policy, inputs, stepper, [(p.tree, p.snapshot) for p, _, _ in requests])
         new_live: list[_Path] = []
         for (path, c, k), action in zip(requests, actions, strict=True):
             t = path.tree
-            env = envs[t]
-            env.restore(path.snapshot)
             ep = path.episode if c == k - 1 else _fork(path.episode)  # the last child keeps the record
             node = next_node[t]
             next_node[t] += 1
-            turn, ended = record_turn(ep, env, action, path.state_key, node=node, parent=path.node)
-            snap = env.snapshot() if not ended or keep_snapshots else None
+            try:
+                stepper.restore(t, path.snapshot)
+                result = policy_failure(ep, stepper.env(t), action, path.state_key) or stepper.step([(t, action.text)])[0]
+            except InfraError as exc:  # the env's host is gone (restore cannot reach it)
+                result = failed_step(ep, stepper.env(t), str(exc), path.state_key)
+            turn, ended = append_turn(ep, action, result, path.state_key, node=node, parent=path.node)
+            try:
+                snap = stepper.snapshot(t) if not turn.infra_error and (not ended or keep_snapshots) else None
+            except InfraError as exc:  # cannot branch from here: the path ends unscored
+                turn.terminated, turn.infra_error, ended, snap = True, str(exc), True, None
+                ep.outcome = dict(INFRA_OUTCOME)
             if keep_snapshots and snap is not None:
                 snapshots[(groups[t], node)] = snap
             if ended:
                 ep.episode_id = f"{groups[t]}/{leaf_count[t]}"
                 leaf_count[t] += 1
-                finished[t].append(ep)
-                if on_episode is not None:
-                    on_episode(ep)
+                done(t, ep)
             else:
                 assert snap is not None
                 new_live.append(_Path(t, ep, snap, turn.state_key, node))
         live = new_live
-    for env in envs:
-        env.close()
     return TreeRollout([ep for eps in finished for ep in eps], snapshots)
 
 
-def _act(policy: Policy, inputs: list[AgentInput], states: list[tuple[Any, EnvSnapshot]]) -> list[Action]:
+def _act(policy: Policy, inputs: list[AgentInput], stepper: Stepper, states: list[tuple[int, EnvSnapshot]]) -> list[Action]:
     """One batched call, except for privileged agents, which read the env itself.
 
     Model policies only read messages. Privileged agents (``policy.privileged``: oracle,
@@ -163,8 +217,11 @@ def _act(policy: Policy, inputs: list[AgentInput], states: list[tuple[Any, EnvSn
     if not getattr(policy, "privileged", False):
         return policy.act(inputs)
     actions: list[Action] = []
-    for inp, (env, snap) in zip(inputs, states, strict=True):
-        env.restore(snap)
+    for inp, (slot, snap) in zip(inputs, states, strict=True):
+        try:
+            stepper.restore(slot, snap)
+        except InfraError:  # the agent gets a dead proxy; the step that follows reports the failure
+            pass
         actions += policy.act([inp])
     return actions
 

@@ -14,7 +14,18 @@ from typing import Any
 
 from turngym.core.errors import ConfigError
 
-__all__ = ["Turn", "Episode", "save_episodes", "load_episodes"]
+__all__ = ["Turn", "Episode", "group_id", "save_episodes", "load_episodes"]
+
+
+def group_id(env_id: str, seed: int | None, task_id: Any = None) -> str:
+    """The id of the group of episodes that reset ``env_id`` with ``seed`` (and ``task_id``, if given).
+
+    Episodes of a group share the task and the initial state, so every runner, tree and
+    integration names groups with this one function: episodes played anywhere for the same
+    seed land in the same group of the turn table. An episode's id is ``f"{group}/{index}"``.
+    """
+    group = f"{env_id or 'episode'}/{seed}"
+    return group if task_id is None else f"{group}/{task_id}"
 
 
 @dataclass

@@ -545,7 +545,7 @@ class _LocalSandbox(Sandbox):
 
 
 class BubblewrapSandbox(_LocalSandbox):
-    """Linux namespaces via bubblewrap: the default, about 4 ms of overhead per run.
+    """Linux namespaces via bubblewrap: the default (its overhead per run: ``benchmarks/bench_sandbox.py``).
 
     Each run gets: no network (a private net namespace with only loopback), a read-only view
     of ``/usr``, ``/etc`` and the Python install and nothing else of the host, a private

@@ -1,8 +1,7 @@
-"""Warm Python workers: ``run_python`` by ``fork`` inside a live sandbox (~1–2 ms per run).
+"""Warm Python workers: ``run_python`` by ``fork`` inside a live sandbox.
 
-Starting a bubblewrap sandbox and a fresh interpreter costs ~15 ms on a quiet machine and
-much more on a busy one; most of it is namespace setup and interpreter start, paid again on
-every run. A :class:`WarmPython` starts one interpreter per session inside the session's
+Starting a bubblewrap sandbox and a fresh interpreter for every run pays namespace setup and
+interpreter start again each time (``benchmarks/bench_sandbox.py`` measures both paths). A :class:`WarmPython` starts one interpreter per session inside the session's
 sandbox (same namespaces, uid, limits and workdir) and runs each source in a forked child:
 its own process group, per-run rlimits, a fresh ``__main__`` with the modules of a fresh
 interpreter, output capped, the wall deadline enforced, and afterwards every process the run

@@ -28,7 +28,7 @@ import dataclasses
 import functools
 import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 import gymnasium as gym
@@ -41,7 +41,8 @@ except ImportError:  # pragma: no cover - depends on the installed extras
     raise ImportError("remote envs need websockets>=13: pip install 'turngym[server]'") from None
 
 from turngym.core.errors import ConfigError, EnvCheckError, InfraError, ResetNeeded, SnapshotError
-from turngym.core.registry import env_info
+from turngym.core.infra import infra_step
+from turngym.core.registry import env_info, set_remote_factory
 from turngym.core.spaces import TextSpace
 from turngym.core.spec import RewardSpec
 from turngym.server.errors import ConnectionLost, RemoteEnvError, ServerBusy, error_class
@@ -55,7 +56,7 @@ from turngym.server.protocol import (
     task_to_wire,
 )
 
-__all__ = ["AsyncRemoteEnv", "RemoteEnv", "RemoteSnapshot"]
+__all__ = ["AsyncRemoteEnv", "RemoteEnv", "RemoteSnapshot", "step_together"]
 
 T = TypeVar("T")
 
@@ -276,16 +277,7 @@ class AsyncRemoteEnv:
         self.done = True
         self.lost = why
         signals = self.reward_spec.zeros() if self.reward_spec is not None else {}
-        info = {
-            "turn": self.turn,
-            "signals": signals,
-            "state_key": self.state_key,
-            "action_valid": True,
-            "invalid_reason": None,
-            "infra_error": why,
-            "outcome": {"reward": 0.0, "success": False, "reason": "infra_error"},
-        }
-        return f"[environment infrastructure error: {why}]", 0.0, True, False, info
+        return infra_step(why, turn=self.turn, state_key=self.state_key, signals=signals)
 
     async def snapshot(self) -> RemoteSnapshot:
         reply = await self.request({"op": "snapshot"})
@@ -375,6 +367,18 @@ class _LoopThread:
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run_coroutine_threadsafe(coro, _LoopThread.loop()).result()
+
+
+def step_together(steps: Sequence[tuple[RemoteEnv, Any]]) -> list[tuple[str, float, bool, bool, dict[str, Any]]]:
+    """Step several remote envs at once: one round trip of wall time for all, results in order.
+
+    Each env answers exactly as its own ``step`` would (a lost connection is that env's infra step).
+    """
+
+    async def gather() -> list[tuple[str, float, bool, bool, dict[str, Any]]]:
+        return list(await asyncio.gather(*(env._async.step(action) for env, action in steps)))
+
+    return _run(gather())
 
 
 class RemoteEnv(gym.Env[str, str]):
@@ -471,3 +475,6 @@ class RemoteEnv(gym.Env[str, str]):
                 asyncio.run_coroutine_threadsafe(a.close(), _LoopThread._loop)
             except RuntimeError:  # loop already closed at interpreter exit
                 pass
+
+
+set_remote_factory(RemoteEnv)  # turngym.make(env_id, remote=url) builds a RemoteEnv

@@ -29,6 +29,7 @@ from turngym.server.errors import ServerBusy
 from turngym.server.handlers import do_reset, do_step
 from turngym.server.protocol import dumps, loads
 from turngym.server.sessions import Session, SessionManager
+from turngym.server.sockets import accept_counted, attach, receive_first_frame, receive_frame, release
 
 __all__ = ["openenv_routes", "ACTION_SCHEMA", "OBSERVATION_SCHEMA", "STATE_SCHEMA"]
 
@@ -114,8 +115,6 @@ async def _state(mgr: SessionManager, session: Session) -> dict[str, Any]:
 
 
 async def _serve(ws: WebSocket, env_id: str) -> None:
-    from turngym.server.app import accept_counted, attach, receive_first_frame, receive_frame, release
-
     mgr: SessionManager = ws.app.state.manager
     busy = lambda exc: _error(str(exc), "CAPACITY_REACHED", max_sessions=mgr.config.max_sessions)  # noqa: E731
     if not await accept_counted(ws, mgr, busy):

@@ -210,7 +210,7 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from turngym.cli import _parse_kv
+    from turngym.cli_args import parse_kv
 
     if args.token is not None and args.token_file is None:
         print("turngym: warning: --token shows in `ps` and shell history; prefer --token-file PATH or "
@@ -237,7 +237,7 @@ def run_command(args: argparse.Namespace) -> int:
         executor=args.executor,
         inline_below_ms=args.inline_below_ms,
         threads=args.threads,
-        env_kwargs=_parse_kv(args.env_arg),
+        env_kwargs=parse_kv(args.env_arg),
         allow_kwargs=tuple(args.allow_kwarg),
         token=token,
         header_timeout_s=args.header_timeout,

@@ -1,5 +1,8 @@
 """Search QA: multi-hop questions over a local corpus, with retrieval-grounded signals (``turngym/SearchQA-v0``)."""
 
+from typing import Any
+
+from turngym.agents.registry import register_agent
 from turngym.core.registry import register
 
 register(
@@ -9,3 +12,12 @@ register(
     max_turns=10,
     family="search",
 )
+
+
+def _naive_rag(arg: str | None, **options: Any) -> Any:
+    from turngym.envs.search.baselines import NaiveRAGAgent  # imported when the agent is built
+
+    return NaiveRAGAgent()
+
+
+register_agent("naive-rag", _naive_rag)  # ``--agent naive-rag``: the retrieve-once baseline

@@ -1,0 +1,199 @@
+"""One scheduler, three steppers: the same seeds and agent give the same episodes whether the envs
+run in this process, on an env server (``turngym serve`` on loopback) or in Ray actors — groups,
+rewards, trees and every kind of infrastructure failure included."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from typing import Any
+
+import pytest
+
+import turngym
+from turngym.agents import OracleAgent, RandomAgent
+from turngym.agents.base import Action
+from turngym.core.errors import ConfigError, InfraError
+from turngym.envs.math.env import MathEnv
+from turngym.rollout import run_episodes, run_tree
+from turngym.rollout.steppers import LocalStepper, RemoteStepper, as_stepper
+from turngym.rollout.types import group_id
+
+ray = pytest.importorskip("ray", reason="ray not installed (pip install 'turngym[ray]')")
+pytest.importorskip("websockets", reason="the env server needs turngym[server]")
+
+from turngym.rollout.ray_stepper import RayStepper  # noqa: E402
+from turngym.server.testing import ServerThread  # noqa: E402
+
+FLAKY = "turngym/FlakyMath-v0"
+MAX_TURNS = 10
+
+
+class FlakyMath(MathEnv):
+    """Test double: the math env whose infrastructure fails on purpose.
+
+    Seed 3 cannot even reset (its sandbox pool is exhausted); seed 5's second step loses its
+    sandbox. Module-level, so the server's worker processes and Ray actors can build it.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**{"max_turns": MAX_TURNS, **kwargs})
+        self.flaky = False
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        if seed == 3:
+            raise InfraError("sandbox pool exhausted")
+        self.flaky = seed == 5
+        return super().reset(seed=seed, options=options)
+
+    def _step(self, action: str) -> Any:
+        if self.flaky and self.turn == 2:  # counted before _step runs
+            raise InfraError("sandbox died")
+        return super()._step(action)
+
+
+turngym.register(FLAKY, f"{__name__}:FlakyMath", description="math with failing infrastructure (test double)",
+                 max_turns=MAX_TURNS, family="math")
+
+
+class ModelServerDown:
+    """Test double: ``agent``, except that the model server fails on the first turn of ``episode``."""
+
+    def __init__(self, agent: Any, episode: str) -> None:
+        self.agent, self.episode, self.name, self.privileged = agent, episode, "flaky-model", True
+        self.failed = False
+
+    def act(self, batch: list[Any]) -> list[Action]:
+        actions = self.agent.act(batch)
+        for i, inp in enumerate(batch):
+            if inp.episode_id == self.episode and not self.failed:
+                self.failed = True
+                actions[i] = Action("", meta={"infra_error": "model server unreachable"})
+        return actions
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    import ray.cloudpickle
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # actors build this module's test env
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ServerThread([FLAKY, "turngym/Math-v0"], factories={FLAKY: FlakyMath}, max_sessions=64) as srv:
+        yield srv
+
+
+def _dicts(episodes):
+    return [json.loads(json.dumps(ep.to_dict())) for ep in episodes]
+
+
+def _steppers(server, env_id):
+    factory = FlakyMath if env_id == FLAKY else functools.partial(turngym.make, env_id)
+    return {
+        "local": lambda: turngym.make(env_id),
+        "remote": RemoteStepper(server.url, env_id, retries=0),
+        "ray": RayStepper(factory, num_workers=2),
+    }
+
+
+@pytest.mark.parametrize("agent", ["oracle", "random"])
+def test_every_stepper_plays_the_same_episodes(local_ray, server, agent):
+    seeds = list(range(8))
+    out = {}
+    for name, envs in _steppers(server, FLAKY).items():
+        inner = OracleAgent() if agent == "oracle" else RandomAgent(seed=3)
+        policy = ModelServerDown(inner, f"{group_id(FLAKY, 6)}/1")
+        finished = []
+        out[name] = run_episodes(envs, policy, seeds, batch_size=5, group_size=2, env_id=FLAKY,
+                                 on_episode=finished.append)
+        assert len(finished) == 2 * len(seeds)
+    assert _dicts(out["remote"]) == _dicts(out["local"])
+    assert _dicts(out["ray"]) == _dicts(out["local"])
+
+    eps = out["local"]
+    assert [ep.group for ep in eps] == [group_id(FLAKY, s) for s in seeds for _ in range(2)]
+    assert [ep.episode_id for ep in eps] == [f"{group_id(FLAKY, s)}/{g}" for s in seeds for g in range(2)]
+    by_seed = {(ep.seed, ep.episode_id[-1]): ep for ep in eps}
+    # a reset that failed: unscored, no turns; a step that failed: ends the episode, unscored
+    assert all(by_seed[(3, g)].meta["infra_error"] == "sandbox pool exhausted" and not by_seed[(3, g)].turns
+               for g in "01")
+    for g in "01":  # (unless the agent answered at once)
+        ep = by_seed[(5, g)]
+        assert len(ep.turns) == (2 if agent == "oracle" else len(ep.turns)) and ep.turns[-1].terminated
+        assert ep.turns[-1].infra_error == ("sandbox died" if len(ep.turns) == 2 else None)
+    # the model server failed: that episode alone ends at once, unscored, the env never stepped
+    down = by_seed[(6, "1")]
+    assert [t.infra_error for t in down.turns] == ["policy: model server unreachable"]
+    assert down.turns[0].state_key == down.turns[0].prev_state_key and down.outcome["reason"] == "infra_error"
+    assert by_seed[(6, "0")].infra_error is None
+    scored = [ep for ep in eps if ep.infra_error is None]
+    assert len(scored) == 2 * len(seeds) - 3 - sum(len(by_seed[(5, g)].turns) == 2 for g in "01")
+    if agent == "oracle":
+        assert all(ep.success for ep in scored)
+
+
+def test_every_stepper_grows_the_same_trees(local_ray, server):
+    out = {}
+    for name, envs in _steppers(server, "turngym/Math-v0").items():
+        out[name] = run_tree(envs, RandomAgent(seed=1), [0, 1], branching=(2, 2), env_id="turngym/Math-v0").episodes
+    assert 4 <= len(out["local"]) <= 8 and {ep.group for ep in out["local"]} == {group_id("turngym/Math-v0", s) for s in (0, 1)}
+    assert _dicts(out["remote"]) == _dicts(out["local"])
+    assert _dicts(out["ray"]) == _dicts(out["local"])
+
+
+def test_ray_stepper_passes_env_kwargs_and_tasks(local_ray):
+    env_id = "turngym/Math-v0"
+    env = turngym.make(env_id)
+    task_ids = [env.reset(seed=s)[1]["task_id"] for s in (5, 6, 7)]
+    stepper = RayStepper(env_id, env_kwargs={"max_turns": 2}, num_workers=1)
+    eps = run_episodes(stepper, RandomAgent(seed=0), [0, 1, 2], tasks=task_ids, env_id=env_id)
+    assert [ep.task_id for ep in eps] == task_ids
+    assert [ep.group for ep in eps] == [group_id(env_id, s, t) for s, t in zip([0, 1, 2], task_ids, strict=True)]
+    assert all(len(ep.turns) <= 2 for ep in eps)
+
+
+class _KillerOracle:
+    """Test double: the oracle, except that at turn ``at`` it kills the actor behind the first env."""
+
+    name = "killer-oracle"
+    privileged = True
+
+    def __init__(self, at: int) -> None:
+        self.oracle = OracleAgent()
+        self.turns = 0
+        self.at = at
+
+    def act(self, batch):
+        self.turns += 1
+        if self.turns == self.at:
+            ray.kill(batch[0].env.worker, no_restart=True)
+        return self.oracle.act(batch)
+
+
+def test_a_dead_env_worker_is_an_infra_error_and_the_rollout_goes_on(local_ray):
+    env_id = "turngym/Math-v0"
+    seeds = list(range(12))
+    eps = run_episodes(RayStepper(env_id, num_workers=2), _KillerOracle(at=3), seeds, batch_size=4, env_id=env_id)
+    assert [ep.seed for ep in eps] == seeds
+    lost = [ep for ep in eps if ep.infra_error]
+    kept = [ep for ep in eps if not ep.infra_error]
+    assert lost and kept
+    assert all(ep.success for ep in kept)  # the live worker's episodes are scored as usual
+    in_flight = [ep for ep in lost if ep.turns]
+    assert in_flight and all(ep.turns[-1].state_key == ep.turns[-1].prev_state_key for ep in in_flight)
+    local = {ep.seed: ep for ep in run_episodes(lambda: turngym.make(env_id), OracleAgent(), seeds, env_id=env_id)}
+    assert _dicts(kept) == _dicts([local[ep.seed] for ep in kept])
+
+
+def test_anything_else_is_refused_with_the_fix():
+    assert isinstance(as_stepper(lambda: None), LocalStepper)
+    with pytest.raises(ConfigError, match="env factory"):
+        run_episodes("turngym/Math-v0", OracleAgent(), [0])  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="num_workers"):
+        RayStepper("turngym/Math-v0", num_workers=0)
