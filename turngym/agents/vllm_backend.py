@@ -100,6 +100,7 @@ def start_engine(model_dir: str | Path, *, seed: int = 0, engine_kwargs: dict[st
     ``engine_kwargs``: ``vllm.LLM`` keywords or ``kv_cache_gb``, over :func:`default_engine_kwargs`.
     """
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout stays for --json output
     try:
         from vllm import LLM
     except ImportError as exc:
