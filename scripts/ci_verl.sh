@@ -68,5 +68,5 @@ fi
 
 export TURNGYM_REQUIRE_VERL=1
 t1=$SECONDS
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/integrations/test_verl.py tests/integrations/test_agree.py
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=5 tests/integrations/test_verl.py tests/integrations/test_agree.py
 echo "verl tests ran in $((SECONDS - t1)) s (total $((SECONDS - t0)) s)"

@@ -150,3 +150,9 @@ def test_igpo_scores_with_the_policy_where_the_engine_has_it_and_is_refused_on_v
         seqs = [episode_sequence(ep, policy.renderer) for ep in eps]
         with pytest.raises(ConfigError, match="verl"):
             batch_advantages("igpo", [episode_to_json(e) for e in eps], [json.dumps(s.turn_spans) for s in seqs], 64)
+
+
+def test_gae_without_turngyms_critic_is_refused_naming_it(episodes):
+    eps, _ = episodes
+    with pytest.raises(ConfigError, match="'critic'"):
+        turn_advantages("gae", eps, engine="TRL")

@@ -195,7 +195,7 @@ def test_agent_loop_in_verls_worker_and_registered_estimators_match_turngym(tiny
     assert batch_generated == all_generated, "every generation reaches the batch verbatim, nothing else under the mask"
 
     out.batch["token_level_rewards"] = out.batch["rm_scores"]
-    for name in ("gigpo", "turn_grpo", "grpo"):
+    for name in ("gigpo", "turn_grpo", "grpo", "papo"):
         data = ray_trainer.compute_advantage(out, f"turngym_{name}", config=cfg.algorithm)
         got = data.batch["advantages"].numpy()
         np.testing.assert_allclose(got, _expected(name, out), rtol=1e-6, atol=1e-6)
