@@ -33,9 +33,21 @@ StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 
 
 def task_gold(env: Any) -> str | None:
-    """The gold answer of the task ``env`` was just reset to, as text (None if it has none)."""
+    """The gold answer of the task ``env`` was just reset to, as text (None if it has none).
+
+    Structured golds are written with tuples as lists, so the text is the same whether the task
+    was built here or came over a wire (JSON has no tuples): episodes match on every stepper.
+    """
     gold = getattr(getattr(getattr(env, "unwrapped", env), "task", None), "gold", None)
-    return None if gold is None else str(gold)
+    return None if gold is None else str(_lists(gold))
+
+
+def _lists(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_lists(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _lists(v) for k, v in value.items()}
+    return value
 
 
 class Stepper(abc.ABC):
