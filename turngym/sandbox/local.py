@@ -43,9 +43,9 @@ from turngym.sandbox._proc import rlimit_argv, rlimit_setter, run_process
 from turngym.sandbox.base import Files, PythonRuntime, Sandbox, Session, WorkdirSnapshot, check_relpath
 from turngym.sandbox.errors import NotIsolatedWarning, SandboxError, SandboxUnavailable
 from turngym.sandbox.limits import LimitName, Limits, RunResult
-from turngym.sandbox.watchdog import Watchdog, _uid_pids
+from turngym.sandbox.watchdog import Watchdog, uid_pids
 
-__all__ = ["BubblewrapSandbox", "RlimitSandbox", "LocalSession", "DEFAULT_HIDDEN_PATHS", "Enforcement"]
+__all__ = ["BubblewrapSandbox", "RlimitSandbox", "LocalSession", "DEFAULT_HIDDEN_PATHS", "Enforcement", "sandbox_env"]
 
 #: How whole-sandbox memory/process/disk limits are enforced: ``auto`` (a cgroup and a sized
 #: tmpfs where this process may create them, else a polling watchdog), ``watchdog`` (always
@@ -167,7 +167,7 @@ def _rmtree(path: str) -> None:
         subprocess.run(["rm", "-rf", "--one-file-system", path], check=False, capture_output=True)
 
 
-def _base_env(home: str) -> dict[str, str]:
+def sandbox_env(home: str) -> dict[str, str]:
     """The whole environment of a sandboxed process: nothing leaks from the host's."""
     return {
         "PATH": _PATH,
@@ -449,7 +449,7 @@ def _kill_uid(uid: int, passes: int = 50) -> None:
     """
     for _ in range(passes):
         found = False
-        for pid in _uid_pids(uid):
+        for pid in uid_pids(uid):
             found = True
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
@@ -727,7 +727,7 @@ class BubblewrapSandbox(_LocalSandbox):
                 status_pipe=status_pipe,
                 pass_fds=fds,
                 cwd=session.host_dir,
-                env={**_base_env(session.workdir), **env},
+                env={**sandbox_env(session.workdir), **env},
                 stdin=stdin,
                 limits=limits,
                 preexec=None if self._prlimit else rlimit_setter(limits),
@@ -928,13 +928,13 @@ class RlimitSandbox(_LocalSandbox):
         cg = session.cgroup
         if cg is None:
             if self._pidns is not None and session.uid is None:
-                return run_process([*self._pidns, *argv], cwd=session.host_dir, env={**_base_env(session.host_dir), **env},
+                return run_process([*self._pidns, *argv], cwd=session.host_dir, env={**sandbox_env(session.host_dir), **env},
                                    stdin=stdin, limits=limits, preexec=rlimit_setter(limits), backend=self.name,
                                    signal_in_exit_code=True)
-            return run_process(argv, cwd=session.host_dir, env={**_base_env(session.host_dir), **env}, stdin=stdin,
+            return run_process(argv, cwd=session.host_dir, env={**sandbox_env(session.host_dir), **env}, stdin=stdin,
                                limits=limits, preexec=rlimit_setter(limits), backend=self.name, user=session.uid)
         try:
-            return run_process(argv, cwd=session.host_dir, env={**_base_env(session.host_dir), **env}, stdin=stdin,
+            return run_process(argv, cwd=session.host_dir, env={**sandbox_env(session.host_dir), **env}, stdin=stdin,
                                limits=limits, preexec=_join_then_drop(cg, limits, session.uid), backend=self.name)
         except SandboxError:
             hit = cg.limit_hit()  # the group was full before the program could start: its doing

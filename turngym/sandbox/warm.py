@@ -45,7 +45,7 @@ from turngym.core.errors import ConfigError
 from turngym.sandbox._proc import classify_failure
 from turngym.sandbox.errors import SandboxError
 from turngym.sandbox.limits import Limits, RunResult
-from turngym.sandbox.local import UNTRUSTED_UID_ENV, BubblewrapSandbox, LocalSession, _base_env
+from turngym.sandbox.local import UNTRUSTED_UID_ENV, BubblewrapSandbox, LocalSession, sandbox_env
 from turngym.sandbox.watchdog import Watchdog, tree_pids
 
 __all__ = ["WarmPython"]
@@ -110,7 +110,7 @@ class WarmPython:
         self.session.prepare(lim)
         fds: list[int] = []
         split = self.session.run_uid is not None
-        env = {**_base_env(self.session.workdir), **sb.python.env()}
+        env = {**sandbox_env(self.session.workdir), **sb.python.env()}
         if split:
             env[UNTRUSTED_UID_ENV] = str(self.session.run_uid)
         try:
@@ -243,7 +243,7 @@ class WarmPython:
             "source": source,
             "args": list(args),
             "stdin": base64.b64encode(data).decode(),
-            "env": {**_base_env(session.workdir), **session.sandbox.python.env(), **(env or {})},
+            "env": {**sandbox_env(session.workdir), **session.sandbox.python.env(), **(env or {})},
             "limits": dataclasses.asdict(lim),
             "trusted": bool(trusted),
         }

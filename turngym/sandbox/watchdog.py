@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 
 from turngym.sandbox.limits import LimitName
 
-__all__ = ["Watchdog", "tree_pids", "memory_of"]
+__all__ = ["Watchdog", "tree_pids", "memory_of", "uid_pids"]
 
 #: Seconds between polls (a disk walk that takes long backs the interval off).
 INTERVAL_S = 0.05
@@ -57,7 +57,8 @@ def tree_pids(root: int) -> list[int]:
     return list(seen)
 
 
-def _uid_pids(uid: int) -> Iterator[int]:
+def uid_pids(uid: int) -> Iterator[int]:
+    """Every process of ``uid`` but this one (sandboxes sweep what a run left behind by uid)."""
     me = os.getpid()
     for entry in os.scandir("/proc"):
         if entry.name.isdigit() and int(entry.name) != me:
@@ -186,7 +187,7 @@ class Watchdog:
         if self.memory_bytes is not None:
             pids = tree_pids(root)
             if self.uid is not None:
-                pids = sorted({*pids, *_uid_pids(self.uid), *(_uid_pids(self.run_uid) if self.run_uid is not None else ())})
+                pids = sorted({*pids, *uid_pids(self.uid), *(uid_pids(self.run_uid) if self.run_uid is not None else ())})
             used = memory_of(pids)
             if self.tmp_inside:
                 used += self._private_tmpfs(pids)
