@@ -156,3 +156,29 @@ def test_gae_without_turngyms_critic_is_refused_naming_it(episodes):
     eps, _ = episodes
     with pytest.raises(ConfigError, match="'critic'"):
         turn_advantages("gae", eps, engine="TRL")
+
+
+@pytest.mark.skipif(not HAVE_VERL, reason="verl is an optional extra in its own venv: scripts/ci_verl.sh")
+def test_verl_estimators_take_the_shaping_settings_from_the_environment(episodes, monkeypatch):
+    import torch
+    from verl.trainer.ppo import core_algos
+
+    from turngym.integrations.episodes import sequence_advantages
+    from turngym.integrations.verl import CREDIT_ENV
+
+    eps, policy = episodes
+    seqs = [episode_sequence(ep, policy.renderer) for ep in eps]
+    width = max(len(s.response_ids) for s in seqs)
+    batch = {"turngym_episode": [episode_to_json(e) for e in eps], "turngym_spans": [json.dumps(s.turn_spans) for s in seqs]}
+    fn = core_algos.get_adv_estimator_fn("turngym_gigpo")
+    credit = CreditSettings(reward_weights={"new_intermediate": 2.0}, shaping_cap=5.0)
+    monkeypatch.setenv(CREDIT_ENV, json.dumps({"reward_weights": {"new_intermediate": 2.0}, "shaping_cap": 5.0}))
+    ones = torch.ones(len(eps), width)
+    got, _ = fn(token_level_rewards=ones, response_mask=ones, index=np.array([e.group for e in eps]), non_tensor_batch=batch)
+    per_turn = turn_advantages("gigpo", eps, credit=credit)
+    expected = np.stack([sequence_advantages(a, s.turn_spans, width) for a, s in zip(per_turn, seqs)])
+    np.testing.assert_allclose(got.numpy(), expected, atol=1e-6)
+    assert not np.allclose(per_turn[1], turn_advantages("gigpo", eps)[1]), "the settings must change the advantages"
+    monkeypatch.setenv(CREDIT_ENV, '{"model": "x"}')
+    with pytest.raises(ConfigError, match=CREDIT_ENV):
+        fn(token_level_rewards=ones, response_mask=ones, index=None, non_tensor_batch=batch)

@@ -8,7 +8,9 @@ Importing this module (verl does it in each of its processes when told to, see b
   rewards, signals, state keys, ``infra_error`` — into the batch as ``extra_fields``;
 * registers every turngym advantage estimator in verl's registry as ``turngym_<name>``
   (``algorithm.adv_estimator=turngym_gigpo``), parameters from ``$TURNGYM_ALGO_PARAMS``
-  (``'{"omega": 1.0}'``; only these, so turngym's defaults hold unless you set them);
+  (``'{"omega": 1.0}'``; only these, so turngym's defaults hold unless you set them) and reward
+  shaping from ``$TURNGYM_CREDIT`` (``'{"reward_weights": {"progress": 0.5}, "shaping_cap": 0.5}'``,
+  the fields of :class:`~turngym.integrations.episodes.CreditSettings` but the model);
 * wraps ``verl.trainer.ppo.ray_trainer.compute_advantage`` so that, for ``turngym_*`` names, the
   estimator also receives the batch's ``non_tensor_batch`` (verl passes estimators only tensors and
   ``uid``; the per-turn data cannot ride in a tensor). Other estimators are untouched.
@@ -62,6 +64,7 @@ from turngym.rollout.types import group_id
 
 __all__ = [
     "AGENT_NAME",
+    "CREDIT_ENV",
     "ESTIMATOR_PREFIX",
     "PARAMS_ENV",
     "TurngymAgentLoop",
@@ -76,6 +79,9 @@ ESTIMATOR_PREFIX = "turngym_"
 _EPISODE, _SPANS = "turngym_episode", "turngym_spans"
 #: Environment variable holding the estimator parameters (JSON), read where the advantage is computed.
 PARAMS_ENV = "TURNGYM_ALGO_PARAMS"
+#: Environment variable holding the reward shaping settings (JSON, :class:`CreditSettings` fields).
+CREDIT_ENV = "TURNGYM_CREDIT"
+_CREDIT_FIELDS = ("reward_weights", "shaping_cap", "process_weights")
 _ENGINE = "verl (its advantage step runs on the driver, which holds no policy)"
 
 
@@ -231,6 +237,25 @@ def _params(config: Any = None) -> dict[str, Any]:
     return params
 
 
+def _credit() -> CreditSettings:
+    """Shaping settings from ``$TURNGYM_CREDIT`` (a JSON object of :class:`CreditSettings` fields).
+
+    Like the estimator parameters, they travel in the environment (verl's ``algorithm`` config
+    is closed); the policy fields are not settable: verl's advantage step has no policy.
+    """
+    raw = os.environ.get(CREDIT_ENV, "").strip()
+    if not raw:
+        return CreditSettings()
+    example = '{"reward_weights": {"progress": 0.5}, "shaping_cap": 0.5}'
+    try:
+        fields = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"${CREDIT_ENV} must be a JSON object such as '{example}': {exc}") from None
+    if not isinstance(fields, dict) or set(fields) - set(_CREDIT_FIELDS):
+        raise ConfigError(f"${CREDIT_ENV} takes a JSON object with the keys {list(_CREDIT_FIELDS)} (e.g. '{example}'), got {raw!r}")
+    return CreditSettings(**fields)
+
+
 def _verl_estimator(name: str) -> Any:
     def estimator(
         token_level_rewards: Any,
@@ -249,7 +274,13 @@ def _verl_estimator(name: str) -> Any:
                 "trainer.use_v1=false (the V1 trainer does not hand non-tensor fields to the advantage step)"
             )
         adv = batch_advantages(
-            name, non_tensor_batch[_EPISODE], non_tensor_batch[_SPANS], int(response_mask.shape[1]), index, **_params(config)
+            name,
+            non_tensor_batch[_EPISODE],
+            non_tensor_batch[_SPANS],
+            int(response_mask.shape[1]),
+            index,
+            credit=_credit(),
+            **_params(config),
         )
         out = torch.as_tensor(adv, dtype=torch.float32, device=response_mask.device) * response_mask
         return out, out
