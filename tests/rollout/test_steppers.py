@@ -23,6 +23,7 @@ from turngym.rollout.types import group_id
 ray = pytest.importorskip("ray", reason="ray not installed (pip install 'turngym[ray]')")
 pytest.importorskip("websockets", reason="the env server needs turngym[server]")
 
+from turngym.core.registry import unregister  # noqa: E402
 from turngym.rollout.ray_stepper import RayStepper  # noqa: E402
 from turngym.server.testing import ServerThread  # noqa: E402
 
@@ -53,8 +54,14 @@ class FlakyMath(MathEnv):
         return super()._step(action)
 
 
-turngym.register(FLAKY, f"{__name__}:FlakyMath", description="math with failing infrastructure (test double)",
-                 max_turns=MAX_TURNS, family="math")
+@pytest.fixture(scope="module", autouse=True)
+def _flaky_registered():
+    """The test double is registered only while this module runs: suites that iterate over every
+    registered env (check_env, fuzzing, the server's equality tests) must not meet it."""
+    turngym.register(FLAKY, f"{__name__}:FlakyMath", description="math with failing infrastructure (test double)",
+                     max_turns=MAX_TURNS, family="math")
+    yield
+    unregister(FLAKY)
 
 
 class ModelServerDown:

@@ -133,7 +133,9 @@ def test_memfd_pages_count_against_the_memory_limit(runner):
 
 def test_memory_limit_hit_does_not_break_the_session(sb):
     with sb.open_session() as s, WarmPython(s) as w:
-        assert w.run(MEMFD).limit_hit == "memory"
+        # held after hoarding: the watchdog backend polls, and this test is about the session
+        # surviving a limit hit, not about how fast a burst is caught on a loaded machine
+        assert w.run(MEMFD + "import time\ntime.sleep(5)\n").limit_hit == "memory"
         assert w.run("print(sum(range(10)))").stdout == "45\n"
         assert s.run_python("print(1)").stdout == "1\n"
 

@@ -24,7 +24,7 @@ import gymnasium as gym
 
 from turngym.core.errors import RegistrationError, UnknownEnvError
 
-__all__ = ["EnvInfo", "register", "make", "list_envs", "env_info", "load_entry_point", "set_remote_factory"]
+__all__ = ["EnvInfo", "env_info", "list_envs", "load_entry_point", "make", "register", "set_remote_factory", "unregister"]
 
 _ID_RE = re.compile(r"^turngym/[A-Z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*-v\d+$")
 _ENTRY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -89,6 +89,13 @@ def register(
         raise RegistrationError(f"{id} is already registered with a different spec ({old.entry_point})")
     _REGISTRY[id] = info
     gym.register(id=id, entry_point=entry_point, kwargs={"max_turns": max_turns, **info.kwargs})
+
+
+def unregister(id: str) -> None:
+    """Remove ``id`` from turngym's registry and gymnasium's (no-op if absent): for env ids that
+    exist only for a while, such as a test double that suites iterating over every env must not meet."""
+    _REGISTRY.pop(id, None)
+    gym.registry.pop(id, None)
 
 
 def _unknown(env_id: str) -> UnknownEnvError:
