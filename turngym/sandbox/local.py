@@ -43,6 +43,7 @@ from turngym.sandbox._proc import rlimit_argv, rlimit_setter, run_process
 from turngym.sandbox.base import Files, PythonRuntime, Sandbox, Session, WorkdirSnapshot, check_relpath
 from turngym.sandbox.errors import NotIsolatedWarning, SandboxError, SandboxUnavailable
 from turngym.sandbox.limits import LimitName, Limits, RunResult
+from turngym.sandbox.privdrop import UNTRUSTED_UID_ENV
 from turngym.sandbox.watchdog import Watchdog, uid_pids
 
 __all__ = ["BubblewrapSandbox", "RlimitSandbox", "LocalSession", "DEFAULT_HIDDEN_PATHS", "Enforcement", "sandbox_env"]
@@ -67,8 +68,6 @@ _UID_BASE, _UID_SPAN = 0x40000000, 1 << 28
 #: judges to the session's untrusted uid (SETUID/SETGID), empty that code's bounding set
 #: (SETPCAP) and kill it whatever uid it runs as (KILL). Nothing that reaches past the sandbox.
 _TRUSTED_CAPS = ("setuid", "setgid", "setpcap", "kill")
-#: Environment variable that tells a trusted program which uid its untrusted code runs as.
-UNTRUSTED_UID_ENV = "TURNGYM_UNTRUSTED_UID"
 #: Tasks of a run that are bubblewrap's own (its launcher and the namespace's init), allowed
 #: on top of ``Limits.processes`` in the session's pids cgroup.
 _LAUNCHER_TASKS = 3

@@ -25,6 +25,7 @@ from typing import Any
 
 from turngym.envs.code.wire import PAYLOAD_FILE, decode, encode_obj, same_value
 from turngym.sandbox import Limits, RunResult, Sandbox, SandboxError
+from turngym.sandbox.inline import inline_module, privdrop_prelude
 
 __all__ = ["Problem", "TestResult", "Evaluation", "evaluate", "evaluate_many"]
 
@@ -82,20 +83,13 @@ def _module_source(name: str) -> str:
 def _with_wire(source: str) -> str:
     """``source`` preceded by :mod:`.wire`, registered as the module ``_turngym_wire``: the
     sandbox cannot import turngym (and must not need to)."""
-    boot = (
-        "import sys as _s, types as _t\n"
-        "_m = _t.ModuleType('_turngym_wire')\n"
-        f"exec(compile({_module_source('wire.py')!r}, 'wire.py', 'exec'), _m.__dict__)\n"
-        "_s.modules['_turngym_wire'] = _m\n"
-        "del _s, _t, _m\n"
-    )
-    return boot + source
+    return inline_module("_turngym_wire", _module_source("wire.py"), "wire.py") + source
 
 
 @lru_cache(maxsize=1)
 def _harness_source() -> str:
     candidate = _with_wire(_module_source("candidate.py") + "\nmain()\n")
-    return _with_wire(_module_source("harness.py") + f"\nmain({candidate!r})\n")
+    return privdrop_prelude() + _with_wire(_module_source("harness.py") + f"\nmain({candidate!r})\n")
 
 
 def _why_stopped(res: RunResult) -> str:

@@ -330,29 +330,10 @@ def _flush():
             pass
 
 
-_PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
-UNTRUSTED_UID_ENV = "TURNGYM_UNTRUSTED_UID"
-
-
-def _drop_privileges(uid):
-    """Become ``uid`` (keeping the gid, which owns the workdir) with no capability in any set;
-    raises OSError if any step fails."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    for cap in range(64):  # the bounding set (EINVAL past the last capability)
-        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:
-            raise OSError(ctypes.get_errno(), "cannot drop the capability bounding set")
-    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    gid = os.getgid()
-    os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
-    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
-    if libc.capset(header, (ctypes.c_uint32 * 6)()) != 0:
-        raise OSError(ctypes.get_errno(), "cannot clear the capability sets")
-    if os.getresuid() != (uid, uid, uid):
-        raise OSError(1, "the uid did not change")
+try:
+    from _turngym_privdrop import UNTRUSTED_UID_ENV, drop_privileges
+except ImportError:  # imported on the host (tests, linters); in the sandbox the prelude provides it
+    from turngym.sandbox.privdrop import UNTRUSTED_UID_ENV, drop_privileges
 
 
 def _become_untrusted(run_uid):
@@ -363,7 +344,7 @@ def _become_untrusted(run_uid):
         return ""
     before = os.getresuid()
     try:
-        _drop_privileges(run_uid)
+        drop_privileges(run_uid)
         return ""
     except (OSError, AttributeError) as exc:
         if os.getresuid() != before:

@@ -88,6 +88,7 @@ from typing import TYPE_CHECKING, Any
 
 from turngym.core.errors import ConfigError, InfraError
 from turngym.envs.swe.repos import Tree
+from turngym.sandbox.inline import privdrop_prelude
 
 if TYPE_CHECKING:
     from turngym.sandbox.base import Sandbox
@@ -128,7 +129,8 @@ _BOOTS = {"inprocess": "_grader_boot.py", "split": "_split_boot.py"}
 
 @lru_cache(maxsize=2)
 def _boot_source(mode: str = "inprocess") -> str:
-    return (Path(__file__).with_name(_BOOTS[mode])).read_text(encoding="utf-8")
+    source = (Path(__file__).with_name(_BOOTS[mode])).read_text(encoding="utf-8")
+    return privdrop_prelude() + source if mode == "split" else source
 
 
 def grader_argv(executable: str, site_dirs: Sequence[str], config: Mapping[str, Any]) -> list[str]:
