@@ -121,15 +121,22 @@ def _wandb_records(path: Path) -> list[bytes]:
 
 def _wandb_history(run_dir: Path) -> list[dict]:
     """The history rows of an offline W&B run, read from its ``.wandb`` transaction log."""
+    import time
+
     from wandb.proto import wandb_internal_pb2
 
     (log,) = run_dir.glob("*.wandb")
-    rows = []
-    for data in _wandb_records(log):
-        rec = wandb_internal_pb2.Record()
-        rec.ParseFromString(data)
-        if rec.WhichOneof("record_type") == "history":
-            rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in rec.history.item})
+    deadline = time.monotonic() + 30  # wandb's service writes the log asynchronously: wait for it
+    while True:
+        rows = []
+        for data in _wandb_records(log):
+            rec = wandb_internal_pb2.Record()
+            rec.ParseFromString(data)
+            if rec.WhichOneof("record_type") == "history":
+                rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in rec.history.item})
+        if rows or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert rows, f"no history records in {log}"
     return rows
 
