@@ -450,6 +450,20 @@ def test_string_ids_factorize_in_first_appearance_order_and_survive_hash_collisi
     assert _factorize(collide, "group").tolist() == [0, 1, 0]
 
 
+@pytest.mark.parametrize("spread", [4, 32])
+def test_dense_int_codes_rank_values_on_dense_and_sparse_tables(spread: int) -> None:
+    """The lookup-table ranks (a running sum when dense, packed popcounts when sparse, as for
+    scattered object addresses) equal a sort's, for values on every bit of a byte."""
+    from turngym.trainers.advantages._ids import _dense_ints
+
+    rng = np.random.default_rng(spread)
+    for size, n in ((10**6, 3000), (20_000, 3000), (5000, 5000), (1, 1)):
+        values = rng.integers(-(size // 2), size - size // 2, n) * 3 + 7
+        values[: min(n, 16)] = values[0] + np.arange(min(n, 16))  # runs of neighbours: every bit position of a byte
+        want = np.unique(values, return_inverse=True)[1].reshape(-1)
+        np.testing.assert_array_equal(_dense_ints(values, spread=spread), want)
+
+
 def test_gigpo_with_string_ids_equals_gigpo_with_int_ids():
     rng = np.random.default_rng(3)
     n = 400

@@ -8,17 +8,20 @@ so the work is done in as few per-object passes as possible:
    is appended once per turn). An object array is an array of pointers; those are read as
    integers (no per-row Python call) and deduplicated numerically, leaving one representative
    per distinct object.
-2. **Equal hash and equal value ⇒ same id.** The representatives are grouped by Python's own
-   hash (C, cached on ``str``) with a NumPy sort, and every one is compared with the first of
-   its hash class, so a hash collision can never merge two different ids (it falls back to a
-   dict).
+2. **Equal values ⇒ same id.** The representatives, in address order, go through one dict:
+   ``map(seen.setdefault, objects, count())`` is a loop in C (no Python frame per row) that
+   hashes each object, compares it with the ids already seen and returns the row where its
+   value first appeared. Equality is the dict's own, so a hash collision can never merge two
+   different ids and an id unequal to itself (a NaN) behaves as it would as a dict key.
 
-Codes come out in order of first appearance, so they do not depend on memory layout.
+With ``ordered=True`` (the default) the codes are then renumbered in order of first appearance,
+so they do not depend on memory layout; grouping alone can skip that pass.
 """
 
 from __future__ import annotations
 
 import ctypes
+from itertools import count
 from typing import Any
 
 import numpy as np
@@ -26,6 +29,9 @@ import numpy as np
 from turngym.core.errors import ConfigError
 
 __all__ = ["IdError", "factorize"]
+
+
+_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], np.uint8)
 
 
 class IdError(ConfigError):
@@ -37,8 +43,9 @@ def factorize(values: Any, column: str, *, ordered: bool = True) -> np.ndarray:
 
     Ints of moderate range take a lookup table (O(n)), other ints a sort, strings and other
     objects the two steps of the module docstring. ``ordered``: number string and object ids
-    in order of first appearance (ints: in increasing order); without it the numbering is
-    arbitrary (but deterministic), which grouping alone does not mind and which saves a pass.
+    in order of first appearance (ints: in increasing order); without it the numbering of
+    object ids follows where they lie in memory (the partition into equal ids is the same),
+    which grouping alone does not mind and which saves a pass.
     """
     arr = np.asarray(values)
     if arr.ndim != 1:
@@ -61,14 +68,26 @@ def factorize(values: Any, column: str, *, ordered: bool = True) -> np.ndarray:
 
 def _dense_ints(arr: np.ndarray, spread: int = 4) -> np.ndarray:
     """Codes in increasing order of value; a lookup table when the range is at most about
-    ``spread`` times the number of values (O(n), no sort)."""
+    ``spread`` times the number of values (O(n), no sort).
+
+    A code is the number of distinct values below it: a running sum over the table when it is
+    dense, and over its packed bytes (popcounts) when it is sparse, so a wide table costs one
+    pass over ``range / 8`` bytes rather than a sum over every entry.
+    """
     lo, hi = int(arr.min()), int(arr.max())
-    if hi - lo < spread * arr.size + 1024:
-        present = np.zeros(hi - lo + 1, np.bool_)
-        present[arr - lo] = True
-        dense = np.cumsum(present, dtype=np.int32 if hi - lo < 2**31 else np.int64)
-        return dense[arr - lo].astype(np.int64) - 1
-    return np.unique(arr, return_inverse=True)[1].reshape(-1).astype(np.int64, copy=False)
+    size = hi - lo + 1
+    if size > spread * arr.size + 1024:
+        return np.unique(arr, return_inverse=True)[1].reshape(-1).astype(np.int64, copy=False)
+    off = arr - lo
+    present = np.zeros(size, np.bool_)
+    present[off] = True
+    if size <= 8 * arr.size + 1024:
+        dense = np.cumsum(present, dtype=np.int32 if size < 2**31 else np.int64)
+        return dense[off].astype(np.int64) - 1
+    bits = np.packbits(present, bitorder="little")
+    upto = np.cumsum(_POPCOUNT[bits], dtype=np.int64)  # distinct values up to the end of each byte
+    byte = off >> 3
+    return upto[byte] - _POPCOUNT[bits[byte] >> (off & 7).astype(np.uint8)]  # less those from this one on
 
 
 def _first_appearance(codes: np.ndarray) -> np.ndarray:
@@ -88,8 +107,8 @@ def _by_address(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     object on every row (the cache misses, not the hashing, dominate a permuted column).
     """
     n = arr.size
-    ptr = np.ctypeslib.as_array((ctypes.c_uint64 * n).from_address(arr.ctypes.data)).astype(np.int64)
-    off = ptr - int(ptr.min())
+    ptr = np.ctypeslib.as_array((ctypes.c_uint64 * n).from_address(arr.ctypes.data)).view(np.int64)
+    off = ptr - ptr.min()  # user-space addresses are below 2**63
     common = int(np.bitwise_or.reduce(off))
     off >>= min((common & -common).bit_length() - 1, 6) if common else 0  # the addresses' shared alignment
     rank = _dense_ints(off, spread=32)  # addresses: a few bytes of table per object beat a sort
@@ -99,42 +118,9 @@ def _by_address(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _factorize_objects(arr: np.ndarray) -> np.ndarray:
+    """Dense codes (in address order of each id's first object) for an object array."""
     objects, rank = _by_address(arr)
-    return _factorize_by_hash(arr[objects])[rank]
-
-
-def _hash_classes(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(representative row per class, class per row) for equal int64 hashes.
-
-    An open-addressing hash table in NumPy (linear probing, at most half full): each pass
-    claims the free slots, settles every row whose slot holds its hash and moves the rest one
-    slot on. O(n) per pass and few passes, about twice as fast as sorting the hashes.
-    """
-    n = h.size
-    bits = max(10, (2 * n - 1).bit_length())
-    mask = (1 << bits) - 1
-    owner = np.full(mask + 1, -1, np.int64)
-    slot_of = np.empty(n, np.int64)
-    pending = np.arange(n)
-    slot = (h ^ (h >> bits)) & mask
-    while pending.size:
-        free = owner[slot] < 0
-        owner[slot[free]] = pending[free]  # any one of the rows claiming a slot wins it
-        settled = h[owner[slot]] == h[pending]
-        slot_of[pending[settled]] = slot[settled]
-        pending, slot = pending[~settled], (slot[~settled] + 1) & mask
-    used = np.flatnonzero(owner >= 0)
-    code = np.empty(mask + 1, np.int64)
-    code[used] = np.arange(used.size)
-    return owner[used], code[slot_of]
-
-
-def _factorize_by_hash(obj: np.ndarray) -> np.ndarray:
-    """Dense codes (in no particular order) for an object array of hashable ids."""
-    items = obj.tolist()
-    n = len(items)
-    rep, cls = _hash_classes(np.fromiter(map(hash, items), np.int64, n))
-    if not bool(np.all(obj == obj[rep[cls]])):  # a hash collision (or ids unequal to themselves)
-        seen: dict[Any, int] = {}
-        return np.fromiter((seen.setdefault(v, len(seen)) for v in items), np.int64, n)
-    return cls
+    items = arr[objects].tolist()
+    seen: dict[Any, int] = {}
+    first = np.fromiter(map(seen.setdefault, items, count()), np.int64, len(items))
+    return _dense_ints(first)[rank]
