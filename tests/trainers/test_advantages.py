@@ -452,12 +452,13 @@ def test_string_ids_factorize_in_first_appearance_order_and_survive_hash_collisi
 
 @pytest.mark.parametrize("spread", [4, 32])
 def test_dense_int_codes_rank_values_on_dense_and_sparse_tables(spread: int) -> None:
-    """The lookup-table ranks (a running sum when dense, packed popcounts when sparse, as for
-    scattered object addresses) equal a sort's, for values on every bit of a byte."""
+    """Every way of ranking ints (a running sum over a dense table, packed popcounts over a
+    sparse one as for scattered object addresses, radix passes over 16-bit digits for wide
+    ranges, a comparison sort past 2**48) equals a sort's, for values on every bit of a byte."""
     from turngym.trainers.advantages._ids import _dense_ints
 
     rng = np.random.default_rng(spread)
-    for size, n in ((10**6, 3000), (20_000, 3000), (5000, 5000), (1, 1)):
+    for size, n in ((10**6, 3000), (2**40, 3000), (2**61, 3000), (20_000, 3000), (5000, 5000), (1, 1)):
         values = rng.integers(-(size // 2), size - size // 2, n) * 3 + 7
         values[: min(n, 16)] = values[0] + np.arange(min(n, 16))  # runs of neighbours: every bit position of a byte
         want = np.unique(values, return_inverse=True)[1].reshape(-1)
