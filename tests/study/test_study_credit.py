@@ -190,3 +190,49 @@ def test_arm_differences_are_paired_by_seed() -> None:
     assert (mean, n) == (pytest.approx(0.06), 3) and se == pytest.approx(0.01 / 3**0.5)
     unpaired_mean, unpaired_se, _ = _arm_diff(a, b[:2], lambda r: r["v"])  # seeds differ: unpaired
     assert unpaired_se > 0.2 and unpaired_mean == pytest.approx(np.mean([x["v"] for x in a]) - 0.3)
+
+
+def test_pretrained_regenerate_command_round_trips() -> None:
+    """A pretrained study's command spells out every default it took, so it reproduces the study
+    even if ``pretrained_config``'s defaults change later."""
+    import argparse
+    import shlex
+
+    from turngym.study.credit import config_from_args, setup_parser
+
+    cfg = StudyConfig.pretrained_config("smollm2", seeds=3, envs=("math",), out="x/y", lora_layers=4, train_overrides={"warmup_lr": 1e-3})
+    assert cfg.task_pool == 0 and cfg.shared_warm_start and cfg.claims == ("gigpo_vs_grpo",)
+    parser = argparse.ArgumentParser()
+    setup_parser(parser)
+    command = regenerate_command(cfg)
+    again = config_from_args(parser.parse_args(shlex.split(command)[2:]))
+    assert again.to_dict() == cfg.to_dict()
+    with pytest.raises(ConfigError, match="unknown StudyConfig field"):
+        config_from_args(parser.parse_args(["credit", "--model", "smollm2", "--set", "lora_layer=3"]))
+
+
+def test_pretrained_study_shares_one_evaluated_warm_start(tmp_path) -> None:
+    """A pretrained model (here the tiny model's directory, so it runs in seconds; anything but
+    ``"tiny"`` takes the pretrained path): LoRA runs, one warm start shared by the seeds, evaluated
+    once (base model zero-shot and warm start, ``evals.json``) and that evaluation is every run's
+    "before"; the report gets the held-out section."""
+    from turngym.agents.tiny import build_tiny_model
+    from turngym.study.credit import run_study, warm_start_dir
+
+    cfg = StudyConfig.pretrained_config(
+        str(build_tiny_model()), out=tmp_path, envs=("math",), seeds=2, budget=8, warmup_steps=2, demo_episodes=8,
+        eval_episodes=4, heldout_episodes=4, groups_per_step=2, group_size=2, threads=1, lora_layers=1, max_new_tokens=8, max_turns=3,
+        train_overrides={"warmup_batch_size": 4})
+    report = run_study(cfg, log=lambda msg: None)
+    assert warm_start_dir(cfg, "math", 0) == warm_start_dir(cfg, "math", 1) == tmp_path / "warm" / "math-s0"
+    assert [p.name for p in (tmp_path / "warm").iterdir()] == ["math-s0"]
+    evals = json.loads((tmp_path / "warm" / "math-s0" / "evals.json").read_text())
+    runs = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("runs/*/*/study.json"))]
+    assert len(runs) == 4 and {(r["algo"], r["seed"]) for r in runs} == {(a, s) for a in ("gigpo", "grpo") for s in (0, 1)}
+    for r in runs:
+        assert r["train_config"]["lora"] is True and r["train_config"]["lora_layers"] == 1
+        assert r["success_before"] == evals["warm_eval"] == r["heldout_before"] and r["heldout_base"] == evals["base_heldout"]
+        assert r["heldout_eval"] == r["pool_eval"]  # fresh training tasks: the trainer's final evaluation is on held-out seeds
+        assert r["heldout_eval"]["episodes"] == 4
+    text = report.read_text()
+    assert "Held-out success of the pretrained model" in text and "with LoRA on its last 1 layers" in text

@@ -244,3 +244,48 @@ def test_a_saved_warm_start_is_where_rl_starts(tmp_path: Path) -> None:
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert shared.success_before == full.success_before
     assert [json.loads(x)["phase"] for x in (tmp_path / "w" / "metrics.jsonl").read_text().splitlines()] == ["warmup"]
+
+
+def test_lora_layers_adapt_only_the_top_layers_and_backward_stops_there(tmp_path: Path) -> None:
+    """``lora_layers=k``: adapters exist only in the last k decoder layers (every linear there but
+    the head), so nothing below them needs a gradient; the run trains and saves adapters only."""
+    pytest.importorskip("peft")
+    cfg = _tiny(steps=1, lora=True, lora_rank=4, lora_layers=1, warmup_steps=0)
+    trainer = Trainer(cfg, tmp_path / "top", progress=False, log=None)
+    trainer.run()
+    state = _weights(tmp_path / "top")
+    n_layers = trainer.model.config.num_hidden_layers
+    assert n_layers > 1 and state and all("lora" in k for k in state)
+    assert {int(k.split("layers.")[1].split(".")[0]) for k in state} == {n_layers - 1}
+    adapted = {k.split(".lora_")[0].rsplit(".", 1)[-1] for k in state}
+    assert {"q_proj", "v_proj", "down_proj"} <= adapted  # every linear of the layer, not only attention
+    with pytest.raises(ConfigError, match="decoder layers"):
+        Trainer(_tiny(lora=True, lora_layers=n_layers + 1), tmp_path / "bad", progress=False, log=None).run()
+
+
+def test_known_success_before_skips_the_warm_start_evaluation(tmp_path: Path) -> None:
+    """A caller that measured the shared warm start passes its success rate: the run evaluates
+    only after RL, and reports the number it was given."""
+    seen: list[str] = []
+    res = Trainer(_tiny(steps=1), tmp_path / "k", progress=False, log=None, hook=seen.append, success_before=0.125).run()
+    assert res.success_before == 0.125
+    evals = [r for r in metric_rows(tmp_path / "k") if r["phase"] == "eval"]
+    assert [r["success"] for r in evals][0] == 0.125 and len(evals) == 2
+
+
+def test_evaluate_on_another_env_uses_its_held_out_seeds(tmp_path: Path) -> None:
+    """``evaluate(env_id=...)`` plays the other env's held-out task seeds (an unseen split) and
+    leaves the config as it was."""
+    import turngym
+    from turngym.trainers.loop import EVAL_SEED
+
+    kwargs = {"difficulties": [1], "max_turns": 2}
+    cfg = _tiny(warmup_steps=0, env_id="turngym/Household-v0", env_kwargs=kwargs)
+    trainer = Trainer(cfg, tmp_path / "e", progress=False, log=None).load()
+    before = trainer.config
+    trainer.evaluate(3, env_id="turngym/Household-Unseen-v0")
+    eps = trainer.last_eval_episodes
+    assert trainer.config is before and len(eps) == 3
+    env = turngym.make("turngym/Household-Unseen-v0", **kwargs)
+    assert [e.task_id for e in eps] == [env.reset(seed=EVAL_SEED + i)[1]["task_id"] for i in range(3)]
+    assert all("/unseen/" in e.task_id for e in eps)

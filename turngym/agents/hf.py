@@ -25,6 +25,7 @@ True
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 import shutil
 import tempfile
@@ -395,6 +396,8 @@ class HFPolicy:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
         self.max_positions = getattr(model.config, "max_position_embeddings", None)
         self._prefix = PrefixCache(int(prefix_cache_mb) << 20)
+        forward_args = inspect.signature(model.forward).parameters
+        self._last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in forward_args else {}
         self._weights_seen = self._weights_version()
         self.stats = GenerationStats()
 
@@ -543,8 +546,9 @@ class HFPolicy:
         done: set[int] = set()
         next_pos = pos[:, -1]
         with torch.inference_mode():
-            out = self.model(
-                input_ids=ids, attention_mask=attn, position_ids=pos[:, -dmax:], past_key_values=past, use_cache=True
+            out = self.model(  # only the last position's logits: a long prompt's full vocabulary projection is wasted work
+                input_ids=ids, attention_mask=attn, position_ids=pos[:, -dmax:], past_key_values=past, use_cache=True,
+                **self._last_logits_only,
             )
             past = out.past_key_values
             for step in range(max(limits)):

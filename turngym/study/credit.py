@@ -60,13 +60,16 @@ class EnvPreset:
     max_new_tokens: int = 24
     train: dict[str, Any] = field(default_factory=dict)
     """TrainConfig fields this env needs at CPU scale (the same for every algo of the env)."""
+    pretrained_train: dict[str, Any] = field(default_factory=dict)
+    """More of them for a pretrained model (applied last): its sequences cost ~100× the tiny model's."""
 
 
 ENV_PRESETS: dict[str, EnvPreset] = {
     # ALFWorld's text without the admissible-action list: the list triples the sequence length
     # (1,194 → 369 tokens per demonstration), which a 2-core CPU pays for in every update.
     "household": EnvPreset("turngym/Household-v0", {"difficulties": [1], "max_turns": 12, "show_admissible": False},
-                           heldout_env_id="turngym/Household-Unseen-v0", train={"micro_batch_size": 16}),
+                           heldout_env_id="turngym/Household-Unseen-v0", train={"micro_batch_size": 16},
+                           pretrained_train={"warmup_steps": 12, "warmup_batch_size": 8}),
     # WebShop pages are long: 1,503 tokens per demonstration with its 10 results per page,
     # 1,041 with 3 (the goal is still reachable by paging; the oracle solves every task). With
     # length-sorted micro-batches of 8 and a shorter, smaller-batch warm start a run fits in minutes.
@@ -148,6 +151,19 @@ class StudyConfig:
     """Experiment trackers of every training run (``TrainConfig.report_to``); each run's under its own directory."""
     critic_envs: Sequence[str] = ("household",)
     """Envs of claim 6 (PPO with a learned critic vs GRPO vs GiGPO)."""
+    model: str = "tiny"
+    """``"tiny"`` (the study's 0.5M-parameter model, trained in full) or a pretrained model
+    (``"smollm2"``, a model directory), trained with LoRA (``lora_layers``) — see
+    :meth:`pretrained_config` for the defaults that fit a pretrained model on a CPU."""
+    lora_layers: int = 0
+    """Pretrained models: adapters on the last this-many decoder layers (0 = all)."""
+    threads: int = 1
+    """torch threads per training run (1 suits the tiny model and ``--jobs``; a 135M model wants the cores)."""
+    train_overrides: dict[str, Any] = field(default_factory=dict)
+    """TrainConfig fields set for every run after the env presets (e.g. a pretrained model's ``warmup_lr``)."""
+    shared_warm_start: bool = False
+    """One warm start per env shared by every seed (seeds then vary only the RL phase), instead of
+    one per (env, seed): a pretrained model's warm start costs as much as an RL run."""
 
     def __post_init__(self) -> None:
         from turngym.trainers.tracking import parse_backends
@@ -176,6 +192,19 @@ class StudyConfig:
         base.update({k: v for k, v in kw.items() if v is not None})
         return cls(**base)
 
+    @classmethod
+    def pretrained_config(cls, model: str, **kw: Any) -> StudyConfig:
+        """A pretrained model (LoRA) at a budget a 2-core CPU runs in about an hour: fresh
+        training tasks every episode (``task_pool=0``), so every evaluation is on tasks never
+        trained on; small groups; a short warm start shared by the seeds; adapters on the top
+        quarter of the layers (backward stops there); the cores for one run at a time."""
+        base = dict(model=model, task_pool=0, groups_per_step=4, group_size=4, warmup_steps=16, demo_episodes=256,
+                    eval_episodes=48, heldout_episodes=48, lr=1e-4, lora_layers=8, threads=2, shared_warm_start=True,
+                    seeds=2, budget=512, claims=("gigpo_vs_grpo",), envs=("math", "household"),
+                    train_overrides={"warmup_lr": 2e-3, "warmup_batch_size": 16, "micro_batch_size": 8})
+        base.update({k: v for k, v in kw.items() if v is not None})
+        return cls(**base)
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["out"] = str(self.out)
@@ -190,7 +219,8 @@ def plan_runs(cfg: StudyConfig) -> list[RunSpec]:
     runs: list[RunSpec] = []
     seeds = range(cfg.seeds)
     if "gigpo_vs_grpo" in cfg.claims:
-        runs += [RunSpec("gigpo_vs_grpo", env, algo, s) for env in cfg.envs for algo in cfg.algos for s in seeds]
+        # seed-major: the arms of a seed finish together, so a study stopped early still holds paired comparisons
+        runs += [RunSpec("gigpo_vs_grpo", env, algo, s) for env in cfg.envs for s in seeds for algo in cfg.algos]
     if "papo" in cfg.claims:  # PAPO's setting: an outcome-only reward, where GRPO goes silent on all-correct groups
         zero = {"reward_weights": outcome_only_weights("math")}
         runs += [RunSpec("papo", "math", algo, s, f"{algo}_outcome", zero) for algo in ("papo", "grpo") for s in seeds]
@@ -230,14 +260,24 @@ def study_model() -> Path:
     return build_tiny_model(config=TinyModelConfig(**TrainConfig().tiny_model), env_ids=sorted({p.env_id for p in ENV_PRESETS.values()} | {"turngym/Household-Unseen-v0"}))
 
 
+def run_model(cfg: StudyConfig) -> Path:
+    """The model every run of ``cfg`` starts from: :func:`study_model` or the pretrained one."""
+    if cfg.model == "tiny":
+        return study_model()
+    from turngym.agents.hf import resolve_model_path
+
+    return Path(resolve_model_path(cfg.model))
+
+
 def _train_config(cfg: StudyConfig, spec: RunSpec, steps: int) -> Any:
     from turngym.trainers.config import TrainConfig
 
     preset = ENV_PRESETS[spec.env]
     env_kwargs = dict(preset.env_kwargs) | ({"max_turns": cfg.max_turns} if getattr(cfg, "max_turns", None) else {})
+    pretrained = cfg.model != "tiny"  # the tiny model is trained in full, as model="tiny"; a pretrained one with LoRA
     params: dict[str, Any] = dict(
-        model=str(study_model()), lora=False, keep_system_prompt=False,  # the tiny model, trained in full, as model="tiny"
-        env_id=preset.env_id, env_kwargs=env_kwargs, algo=spec.algo, seed=spec.seed, steps=steps,
+        model=str(run_model(cfg)), lora=pretrained, lora_layers=cfg.lora_layers if pretrained else 0, keep_system_prompt=False,
+        threads=cfg.threads, env_id=preset.env_id, env_kwargs=env_kwargs, algo=spec.algo, seed=spec.seed, steps=steps,
         groups_per_step=cfg.groups_per_step, group_size=cfg.group_size, warmup_steps=cfg.warmup_steps,
         demo_episodes=cfg.demo_episodes, task_pool=cfg.task_pool, eval_episodes=cfg.eval_episodes,
         max_new_tokens=getattr(cfg, "max_new_tokens", None) or preset.max_new_tokens, lr=cfg.lr, save_every=10**6,
@@ -249,6 +289,9 @@ def _train_config(cfg: StudyConfig, spec: RunSpec, steps: int) -> Any:
         params["algo_params"] = {"gamma": 0.95, "lam": 0.95}
     if not cfg.quick:
         params.update(preset.train)
+    params.update(cfg.train_overrides)
+    if pretrained:
+        params.update(preset.pretrained_train)
     params.update(spec.overrides)
     return TrainConfig(**params)
 
@@ -280,7 +323,7 @@ def _episode_stats(episodes: list[Any], env_id: str, env_kwargs: dict[str, Any])
 def warm_start_dir(cfg: StudyConfig, env: str, seed: int) -> Path:
     """Where the warm start of ``(env, seed)`` lives: one per env and seed, shared by every
     arm (the imitation phase does not depend on the estimator or the reward weights)."""
-    return cfg.out / "warm" / f"{env}-s{seed}"
+    return cfg.out / "warm" / f"{env}-s{0 if cfg.shared_warm_start else seed}"
 
 
 def warm_start(cfg: StudyConfig, env: str, seed: int) -> Path:
@@ -292,33 +335,72 @@ def warm_start(cfg: StudyConfig, env: str, seed: int) -> Path:
     if is_complete_dir(out / "model"):  # a model directory is reused only if it was saved whole
         return out / "model"
     train_cfg = _train_config(cfg, RunSpec("warm", env, "grpo", seed), steps=1)
-    return Trainer(train_cfg, out, progress=False, log=None).warm_start_only(out / "model")
+    return Trainer(train_cfg, out, progress=cfg.model != "tiny" and cfg.jobs == 1, log=None).warm_start_only(out / "model")
+
+
+def _same_heldout(cfg: StudyConfig, env: str) -> bool:
+    """True when the held-out evaluation is the trainer's own final one: no unseen split, fresh
+    training tasks (``task_pool=0``, so the trainer evaluates on held-out seeds) and as many episodes."""
+    return ENV_PRESETS[env].heldout_env_id is None and cfg.task_pool == 0 and cfg.heldout_episodes == cfg.eval_episodes
+
+
+def warm_start_evals(cfg: StudyConfig, env: str, seed: int) -> dict[str, Any]:
+    """Success of the warm start on the runs' evaluation tasks and on the held-out split, and of
+    the pretrained base model zero-shot on the held-out split (with the env's system prompt, the
+    format it is given at inference; the trained runs see none); measured once per warm start
+    and kept beside it (``evals.json``), since every arm and seed sharing it would measure the same."""
+    from turngym.trainers.loop import Trainer
+
+    wdir = warm_start_dir(cfg, env, seed)
+    path = wdir / "evals.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    preset = ENV_PRESETS[env]
+    heldout_id = preset.heldout_env_id or preset.env_id
+    base_cfg = replace(_train_config(cfg, RunSpec("warm", env, "grpo", seed), steps=1), warmup_steps=0)
+    res: dict[str, Any] = {}
+    if cfg.model != "tiny":
+        base = Trainer(replace(base_cfg, keep_system_prompt=True), wdir / "base-eval", progress=cfg.jobs == 1, log=None).load()
+        res["base_heldout"] = base.evaluate(cfg.heldout_episodes, env_id=heldout_id)
+        res["base_heldout_eval"] = _episode_stats(base.last_eval_episodes, heldout_id, base_cfg.env_kwargs)
+        del base
+    warm = Trainer(replace(base_cfg, model=str(warm_start(cfg, env, seed))), wdir / "warm-eval", progress=cfg.jobs == 1, log=None).load()
+    res["warm_eval"] = warm.evaluate()
+    res["warm_heldout"] = res["warm_eval"] if _same_heldout(cfg, env) else warm.evaluate(cfg.heldout_episodes, env_id=heldout_id)
+    res["warm_heldout_eval"] = _episode_stats(warm.last_eval_episodes, heldout_id, base_cfg.env_kwargs)
+    write_text(path, json.dumps(res, indent=1))
+    return res
 
 
 def run_one(cfg: StudyConfig, spec: RunSpec, steps: int) -> dict[str, Any]:
     """Train one run from its (env, seed)'s shared warm start, evaluate it on the pool and on
     held-out tasks; write ``study.json``."""
-    from turngym.trainers.loop import EVAL_SEED, Trainer
+    from turngym.trainers.loop import Trainer
 
     out = cfg.out / "runs" / spec.name
     preset = ENV_PRESETS[spec.env]
     train_cfg = replace(_train_config(cfg, spec, steps), model=str(warm_start(cfg, spec.env, spec.seed)), warmup_steps=0)
+    known = warm_start_evals(cfg, spec.env, spec.seed) if cfg.model != "tiny" else {}
     t0 = time.perf_counter()
-    trainer = Trainer(train_cfg, out, overwrite=True, progress=False, log=None)  # a run without study.json is redone
+    trainer = Trainer(train_cfg, out, overwrite=True, progress=cfg.model != "tiny" and cfg.jobs == 1, log=None,  # a run without study.json is redone
+                      success_before=known.get("warm_eval"))
     result = trainer.run()
     # the pool evaluation of the trained policy (the trainer's final one), with its episodes
     pool = _episode_stats(trainer.last_eval_episodes, preset.env_id, train_cfg.env_kwargs)
     # held out: the unseen split, or fresh task seeds of the same env
     heldout_id = preset.heldout_env_id or preset.env_id
-    trainer.config = replace(train_cfg, env_id=heldout_id, task_pool=0)
-    held_eps = trainer._rollout([EVAL_SEED + i for i in range(cfg.heldout_episodes)], group_size=1, policy_seed=train_cfg.seed + EVAL_SEED)
-    held = _episode_stats(held_eps, heldout_id, train_cfg.env_kwargs)
+    if _same_heldout(cfg, spec.env):
+        held = pool
+    else:
+        trainer.evaluate(cfg.heldout_episodes, env_id=heldout_id)
+        held = _episode_stats(trainer.last_eval_episodes, heldout_id, train_cfg.env_kwargs)
     record = {
         "name": spec.name, "claim": spec.claim, "env": spec.env, "env_id": preset.env_id, "heldout_env_id": heldout_id,
         "algo": spec.algo, "arm": spec.arm, "seed": spec.seed, "steps": steps,
         "success_before": result.success_before, "success_after": result.success_after,
         "pool_eval": pool, "heldout_eval": held, "seconds": round(time.perf_counter() - t0, 1),
         "warm_start": str(warm_start_dir(cfg, spec.env, spec.seed)), "train_config": train_cfg.to_dict(),
+        **({"heldout_before": known["warm_heldout"], "heldout_base": known.get("base_heldout")} if known else {}),
     }
     write_text(out / "study.json", json.dumps(record, indent=1, default=str))  # atomic: it marks the run done
     for heavy in ("checkpoints", "warm_start"):  # weights are not part of the evidence
@@ -365,7 +447,7 @@ def run_study(cfg: StudyConfig, *, log: Callable[[str], None] = print) -> Path:
             log(f"  done in {res['seconds']} s")
     runs = plan_runs(cfg)
     if runs:  # build (or find) the shared tiny model once, before parallel runs race to build it
-        log(f"model: {study_model()}")
+        log(f"model: {run_model(cfg)}")
     steps = {}
     for env in sorted({r.env for r in runs}):
         steps[env], mean_len = steps_for(cfg, ENV_PRESETS[env])
@@ -373,10 +455,11 @@ def run_study(cfg: StudyConfig, *, log: Callable[[str], None] = print) -> Path:
     todo = [r for r in runs if not (cfg.out / "runs" / r.name / "study.json").exists()]
     if len(todo) < len(runs):
         log(f"{len(runs) - len(todo)} of {len(runs)} runs already done (their study.json exists): skipping them")
-    warm = sorted({(r.env, r.seed) for r in todo if not is_complete_dir(warm_start_dir(cfg, r.env, r.seed) / "model")})
+    warm = sorted({(r.env, 0 if cfg.shared_warm_start else r.seed) for r in todo if not is_complete_dir(warm_start_dir(cfg, r.env, r.seed) / "model")})
     log(f"{len(warm)} warm starts (one per env and seed, shared by its arms), then {len(todo)} training runs, {cfg.jobs} at a time")
-    for path in _map(warm_start, [(cfg, env, seed) for env, seed in warm], cfg.jobs):
-        log(f"warm start ready: {path}")
+    if cfg.jobs > 1:  # parallel runs would race to build a shared warm start; one at a time builds each when first needed
+        for path in _map(warm_start, [(cfg, env, seed) for env, seed in warm], cfg.jobs):
+            log(f"warm start ready: {path}")
     for i, rec in enumerate(_map(run_one, [(cfg, spec, steps[spec.env]) for spec in todo], cfg.jobs), 1):
         log(f"[{i}/{len(todo)}] {rec['name']}: {rec['success_before']:.2f} -> {rec['success_after']:.2f} (held out {rec['heldout_eval']['success']:.2f}), {rec['seconds']:.0f} s")
     for model in cfg.out.glob("warm/*/model"):  # weights are not evidence; a re-run recreates them exactly
@@ -398,6 +481,11 @@ def regenerate_command(cfg: StudyConfig) -> str:
         parts += ["--critic-envs", *cfg.critic_envs]
     if cfg.quick:
         parts.append("--quick")
+    if cfg.model != "tiny":  # every field the pretrained defaults set, spelled out
+        parts += ["--model", cfg.model]
+        for name in ("task_pool", "groups_per_step", "group_size", "warmup_steps", "demo_episodes", "eval_episodes", "heldout_episodes",
+                     "lr", "lora_layers", "threads", "shared_warm_start", "train_overrides"):
+            parts += ["--set", f"{name}={json.dumps(getattr(cfg, name), separators=(',', ':'))}"]
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -415,6 +503,9 @@ def setup_parser(parser: Any) -> None:
     c.add_argument("--jobs", type=int, default=1, help="training runs in parallel (processes of 1 torch thread each)")
     c.add_argument("--quick", action="store_true", help="CI smoke test: every claim at a tiny scale (about 30 s)")
     c.add_argument("--report-to", metavar="BACKENDS", help="mirror every training run's metrics to tensorboard and/or wandb, comma-separated")
+    c.add_argument("--model", help="tiny (default: the study's 0.5M-parameter model, trained in full) or a pretrained model: smollm2 or a "
+                   "model directory (LoRA; defaults sized for a CPU hour: StudyConfig.pretrained_config)")
+    c.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="any StudyConfig field (e.g. task_pool=0, lora_layers=8)")
     c.add_argument("--report-only", action="store_true", help="rewrite OUT/report.md, summary.json and the plots from OUT's metrics files; train nothing")
 
 
@@ -424,6 +515,16 @@ def config_from_args(args: Any) -> StudyConfig:
                           "critic_envs": getattr(args, "critic_envs", None)}
     kw["out"] = Path(args.out or ("runs/study-quick" if args.quick else "runs/study"))
     kw = {k: v for k, v in kw.items() if v is not None}
+    from turngym.cli_args import parse_kv
+
+    extra = parse_kv(getattr(args, "set", None) or [], flag="--set")
+    unknown = sorted(set(extra) - set(StudyConfig.__dataclass_fields__))
+    if unknown:
+        raise ConfigError(f"unknown StudyConfig field(s) {unknown}; fields: {', '.join(StudyConfig.__dataclass_fields__)}")
+    kw |= extra
+    model = getattr(args, "model", None)
+    if model and model != "tiny":
+        return StudyConfig.pretrained_config(model, **kw)
     return StudyConfig.quick_config(**kw) if args.quick else StudyConfig(**kw)
 
 

@@ -203,7 +203,9 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
     md += [f"Regenerate everything (runs, metrics, this report): `{command}`", ""]
     if note:
         md += [f"> **Note.** {note}", ""]
-    md += [f"Wall time: {wall / 60:.1f} min on this machine (2 shared CPU cores, tiny 0.5M-parameter model, 1 torch thread per run, "
+    model = cfg.get("model", "tiny")
+    model_words = "tiny 0.5M-parameter model" if model == "tiny" else f"pretrained `{model}` with LoRA on its last {cfg.get('lora_layers') or 'all'} layers"
+    md += [f"Wall time: {wall / 60:.1f} min on this machine (2 shared CPU cores, {model_words}, {cfg.get('threads', 1)} torch thread(s) per run, "
            f"{cfg.get('jobs', 1)} run(s) in parallel). {len(runs)} training runs; budget {cfg.get('budget')} RL env steps per run, "
            f"{cfg.get('seeds')} seed(s)." + (" **Quick mode** (CI smoke test): the numbers are not evidence." if cfg.get("quick") else ""), ""]
     md += ["Every (env, seed) has **one** warm start — imitation of noisy oracle demonstrations (30% random turns), seeded by "
@@ -222,6 +224,8 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
     table, rows = _results_table(runs)
     md += ["## Results", "", *table, ""]
     summary["results"] = rows
+    if model != "tiny":
+        md += _pretrained_section(cfg, runs, summary)
 
     # ---- claim 1
     md += ["## Claim 1 — GiGPO beats GRPO on household and shop", "",
@@ -448,6 +452,60 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
     path = out / "report.md"
     path.write_text("\n".join(md) + "\n")
     return path
+
+
+def _wilson(k: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion ``k / n``."""
+    if n == 0:
+        return float("nan"), float("nan")
+    p = k / n
+    centre, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _pooled(rates: list[tuple[float, int]]) -> tuple[float, int, tuple[float, float]]:
+    """Success over every held-out episode of several evaluations: (rate, episodes, Wilson CI)."""
+    k, n = sum(r * m for r, m in rates), sum(m for _, m in rates)
+    return (k / n if n else float("nan")), n, _wilson(k, n)
+
+
+def _two_prop_z(a: tuple[float, int], b: tuple[float, int]) -> float:
+    """z statistic of the difference of two proportions (pooled standard error)."""
+    (pa, na), (pb, nb) = a, b
+    p = (pa * na + pb * nb) / max(na + nb, 1)
+    se = math.sqrt(max(p * (1 - p) * (1 / max(na, 1) + 1 / max(nb, 1)), 1e-12))
+    return (pa - pb) / se
+
+
+def _pretrained_section(cfg: dict[str, Any], runs: list[dict[str, Any]], summary: dict[str, Any]) -> list[str]:
+    """Held-out success of a pretrained model: zero-shot, after the warm start, after RL per arm."""
+    md = ["## Held-out success of the pretrained model", "",
+          f"`{cfg.get('model')}`, every number on tasks never trained on (RL draws a fresh task every episode; the held-out seeds "
+          "and the unseen split are never drawn). *Zero-shot* = the base model with the env's system prompt (action grammar and a "
+          "worked example), the format it gets at inference; the warm start and the RL runs see no system prompt (they learned the "
+          "format from demonstrations). Rates pool every held-out episode of an arm's seeds, with 95% Wilson intervals; "
+          "*z* compares after-RL with the warm start (two-proportion test, |z| > 1.96 ≈ p < 0.05).", "",
+          "| env | held-out split | zero-shot | warm start | arm | after RL | Δ vs warm start (z) | seeds |", "|---|---|---|---|---|---|---|---|"]
+    out: dict[str, Any] = {}
+    for env in sorted({r["env"] for r in runs}):
+        rs = [r for r in runs if r["env"] == env and "heldout_before" in r]
+        if not rs:
+            continue
+        n_held = rs[0]["heldout_eval"]["episodes"]
+        base = rs[0].get("heldout_base")
+        warm = _pooled([(rs[0]["heldout_before"], n_held)])  # one shared warm start: its evaluation once
+        base_s = "—" if base is None else f"{100 * base:.1f} [{100 * _wilson(base * n_held, n_held)[0]:.0f}, {100 * _wilson(base * n_held, n_held)[1]:.0f}]"
+        for arm in sorted({r["arm"] for r in rs}):
+            ar = [r for r in rs if r["arm"] == arm]
+            after = _pooled([(r["heldout_eval"]["success"], r["heldout_eval"]["episodes"]) for r in ar])
+            z = _two_prop_z((after[0], after[1]), (warm[0], warm[1]))
+            per_seed = ", ".join(f"{100 * r['heldout_eval']['success']:.1f}" for r in sorted(ar, key=lambda r: r["seed"]))
+            md.append(f"| {env} | `{ar[0]['heldout_env_id']}` | {base_s} | {100 * warm[0]:.1f} [{100 * warm[2][0]:.0f}, {100 * warm[2][1]:.0f}] "
+                      f"| {arm} | {100 * after[0]:.1f} [{100 * after[2][0]:.0f}, {100 * after[2][1]:.0f}] | {100 * (after[0] - warm[0]):+.1f} ({z:+.2f}) "
+                      f"| {per_seed} |")
+            out[f"{env}/{arm}"] = {"zero_shot": base, "warm_start": warm[0], "after": after[0], "episodes": after[1], "z_vs_warm": z}
+    summary["pretrained_heldout"] = out
+    return md + [""]
 
 
 _CRITIC_ARMS = {"gae": "PPO + learned critic (shared head)", "gae_separate": "PPO + learned critic (separate trunk)", "grpo": "GRPO", "gigpo": "GiGPO"}

@@ -103,6 +103,10 @@ class TrainConfig:
     """LoRA rank."""
     lora_alpha: int = 32
     """LoRA alpha."""
+    lora_layers: int = 0
+    """Put adapters on the last ``lora_layers`` decoder layers only (0 = every layer). Backward
+    then stops at the lowest adapted layer: on a CPU, where a 135M model's update costs minutes,
+    adapting the top quarter makes an update about half as expensive as adapting all of it."""
     bf16: bool = True
     """bfloat16 autocast on CUDA (ignored on CPU, where it is slower)."""
     keep_system_prompt: bool | None = None
@@ -184,7 +188,7 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup_steps", "demo_episodes", "eval_episodes", "eval_every", "kl_coef", "threads", "task_pool"):
+        for name in ("warmup_steps", "demo_episodes", "eval_episodes", "eval_every", "kl_coef", "threads", "task_pool", "lora_layers"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.demo_noise <= 1.0:

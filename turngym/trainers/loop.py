@@ -28,7 +28,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,11 +81,16 @@ class Trainer:
         hook: called with the name of every save and evaluation boundary as the run reaches it
             (``"eval@0"``, ``"checkpoint@3 written"``, ...) — fault-injection tests raise from it
             to stop the run exactly there.
+        success_before: the warm start's success rate on this run's evaluation tasks, when the
+            caller measured it already (a study whose arms share one warm start evaluates it
+            once), so the run skips evaluating it.
     """
 
     def __init__(self, config: TrainConfig, out: str | Path, *, resume: bool = False, overwrite: bool = False, progress: bool = True,
-                 log: Callable[[str], None] | None = print, hook: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = print, hook: Callable[[str], None] | None = None,
+                 success_before: float | None = None) -> None:
         self.out = Path(out)
+        self.known_before = success_before
         self.rundir = RunDir(self.out)
         self.resume = resume
         self.overwrite = overwrite
@@ -183,19 +188,35 @@ class Trainer:
             name=f"hf:{self.config.model}",
         )
 
-    def _rollout(self, seeds: list[int], *, group_size: int, policy_seed: int) -> list[Any]:
+    def _rollout(self, seeds: list[int], *, group_size: int, policy_seed: int, desc: str | None = None) -> list[Any]:
+        """Play ``group_size`` episodes per seed; ``desc`` shows a progress bar (episodes, turns),
+        since evaluating a pretrained model on a CPU takes minutes."""
         from turngym.rollout import run_episodes
 
         self.model.eval()
-        return run_episodes(
-            self._make_env,
-            self._policy(seed=policy_seed),
-            seeds,
-            batch_size=len(seeds) * group_size,
-            group_size=group_size,
-            history=self.config.history,
-            env_id=self.config.env_id,
-        )
+        bar = self._bar(len(seeds) * group_size, desc) if desc else None
+        turns = [0]
+
+        def on_turn(_ep: Any, _turn: Any) -> None:
+            turns[0] += 1
+            if bar is not None and turns[0] % 8 == 0:
+                bar.set_postfix(turns=turns[0], refresh=True)
+
+        try:
+            return run_episodes(
+                self._make_env,
+                self._policy(seed=policy_seed),
+                seeds,
+                batch_size=len(seeds) * group_size,
+                group_size=group_size,
+                history=self.config.history,
+                env_id=self.config.env_id,
+                on_episode=(lambda _ep: bar.update(1)) if bar is not None else None,
+                on_turn=on_turn if bar is not None else None,
+            )
+        finally:
+            if bar is not None:
+                bar.close()
 
     def _engine_sync(self) -> Any:
         """Start the vLLM rollout engine on first use and push the trainer's weights into it if they
@@ -208,15 +229,22 @@ class Trainer:
             self.log(f"vLLM engine started in {self.engine.start_seconds:.0f} s")
         return sync_if_stale(self.engine, self.model)
 
-    def evaluate(self, n: int | None = None) -> float:
+    def evaluate(self, n: int | None = None, *, env_id: str | None = None) -> float:
         """Success rate of the current policy, sampling at ``temperature``: on held-out task seeds,
-        or on the task pool (cycled) when ``task_pool`` is set."""
+        or on the task pool (cycled) when ``task_pool`` is set. ``env_id``: on the held-out task
+        seeds of another env instead (an unseen split, e.g. ``turngym/Household-Unseen-v0``)."""
         n = n or self.config.eval_episodes
         if n == 0:
             return float("nan")
-        pool = self.config.task_pool
+        pool = self.config.task_pool if env_id is None else 0
         seeds = [i % pool for i in range(n)] if pool else [EVAL_SEED + i for i in range(n)]
-        eps = self._rollout(seeds, group_size=1, policy_seed=self.config.seed + EVAL_SEED)
+        config = self.config
+        if env_id is not None:
+            self.config = replace(config, env_id=env_id, task_pool=0)
+        try:
+            eps = self._rollout(seeds, group_size=1, policy_seed=config.seed + EVAL_SEED, desc="evaluate")
+        finally:
+            self.config = config
         self.last_eval_episodes = eps  # for callers that want more than the success rate
         eps = [e for e in eps if not e.infra_error]
         return float(np.mean([e.success for e in eps])) if eps else float("nan")
@@ -292,7 +320,16 @@ class Trainer:
         import torch
 
         cfg = self.config
-        lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules="all-linear", lora_dropout=0.0, task_type="CAUSAL_LM")
+        layers, targets = None, "all-linear"
+        if cfg.lora_layers:
+            n_layers = int(model.config.num_hidden_layers)
+            if cfg.lora_layers > n_layers:
+                raise ConfigError(f"lora_layers={cfg.lora_layers} but the model has {n_layers} decoder layers")
+            layers = list(range(n_layers - cfg.lora_layers, n_layers))
+            head = model.get_output_embeddings()  # peft takes a layer range only with named targets: every linear but the head
+            targets = sorted({name.rsplit(".", 1)[-1] for name, mod in model.named_modules() if isinstance(mod, torch.nn.Linear) and mod is not head})
+        lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=targets, lora_dropout=0.0, task_type="CAUSAL_LM",
+                          layers_to_transform=layers)
         with torch.random.fork_rng(devices=[]):  # adapters initialised from the seed alone: a resumed run draws the same ones
             torch.manual_seed(cfg.seed)
             return get_peft_model(model, lora)
@@ -628,7 +665,7 @@ class Trainer:
             if phase == "warm_started":
                 self.log(f"resuming {self.out}: the warm start is saved; evaluating it")
             self._event("eval@0")
-            before = self.evaluate()
+            before = self.evaluate() if self.known_before is None else self.known_before
             self._metric({"phase": "eval", "step": 0, "success": before, "label": "warm start"})
             self._event("eval logged@0")
             self.log(f"success rate of the warm-started policy: {before:.1%} ({cfg.eval_episodes} episodes)")
@@ -713,6 +750,13 @@ class Trainer:
                 plot_value_vs_return(*self._critic_last, self.out / "value_vs_return.png", ev_by_step=ev, title=f"{cfg.critic_kind} critic")
         except ImportError:
             self.log("matplotlib is not installed: skipped learning_curve.png (pip install matplotlib)")
+
+    def load(self) -> Trainer:
+        """Load ``config.model`` as it is (no warm start, no RL, nothing written), for callers
+        that only :meth:`evaluate` a model."""
+        self._prepare()
+        self._setup()
+        return self
 
     def warm_start_only(self, save_to: str | Path) -> Path:
         """Run only the imitation phase and save the warm-started model (a normal HF model
