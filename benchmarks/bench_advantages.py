@@ -10,8 +10,8 @@ with string ids as trainers have them: ``episode`` and ``group`` uuids (one str 
 episode or group, repeated on its rows, as a trainer appends ``ep.episode_id`` per turn) and
 ``state_before`` hex digests (a fresh str object on every row, as an env returns them), where
 turning the strings into codes dominates; its row reports ``str_vs_int``, its time over the
-int-id time. The loop time runs :mod:`turngym.trainers.advantages.reference` (plain Python
-dicts over the same ids) on ``--loop-rows`` rows (default: all), scaled linearly to the full
+int-id time (``str_vs_int_cpu``: the same for CPU time, steadier on a shared machine). The
+loop time runs :mod:`turngym.trainers.advantages.reference` (plain Python dicts over the same ids) on ``--loop-rows`` rows (default: all), scaled linearly to the full
 size when smaller; ``speedup`` is loop time over vectorized time.
 """
 
@@ -101,12 +101,18 @@ def tree_table(rows: int, *, leaves: int = 8, depth: int = 10, seed: int = 0) ->
 
 
 def _time(fn, repeat: int) -> float:
-    best = float("inf")
+    return _times(fn, repeat)[0]
+
+
+def _times(fn, repeat: int) -> tuple[float, float]:
+    """Best wall-clock and best CPU (process) time over ``repeat`` runs; on a shared machine
+    the CPU time is the steadier of the two."""
+    wall = cpu = float("inf")
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+        wall, cpu = min(wall, time.perf_counter() - t0), min(cpu, time.process_time() - c0)
+    return wall, cpu
 
 
 def main() -> None:
@@ -127,17 +133,18 @@ def main() -> None:
         name, _, variant = label.partition(":")
         str_keys = variant == "str"
         cols = tree if name in TREE else (chain_table(args.rows, str_keys=True) if str_keys else chain)
-        fast = _time(lambda n=name, c=cols: compute_advantages(n, c), args.repeat)
+        fast, fast_cpu = _times(lambda n=name, c=cols: compute_advantages(n, c), args.repeat)
         sub = tree_table(loop_rows) if name in TREE else chain_table(loop_rows, str_keys=str_keys)
         lists = {k: v.tolist() for k, v in sub.items()}
         loop = _time(lambda n=name, c=lists: ref.REFERENCE[n](c), 1) * args.rows / loop_rows
         check = {k: v[:2000] for k, v in (tree_table(2000) if name in TREE else chain_table(2000)).items()}
         np.testing.assert_allclose(compute_advantages(name, check), ref.REFERENCE[name]({k: v.tolist() for k, v in check.items()}), atol=1e-8)
-        row = {"estimator": name + (" (str ids)" if str_keys else ""), "rows": args.rows, "vectorized_s": round(fast, 4), "loop_s": round(loop, 2), "speedup": round(loop / fast, 1)}
+        row = {"estimator": name + (" (str ids)" if str_keys else ""), "rows": args.rows, "vectorized_s": round(fast, 4), "vectorized_cpu_s": round(fast_cpu, 4), "loop_s": round(loop, 2), "speedup": round(loop / fast, 1)}
         if str_keys:
             np.testing.assert_allclose(compute_advantages(name, cols), compute_advantages(name, chain))  # same table, other ids
             ints = next(r for r in results if r["estimator"] == name)
             row["str_vs_int"] = round(fast / ints["vectorized_s"], 2)
+            row["str_vs_int_cpu"] = round(fast_cpu / ints["vectorized_cpu_s"], 2)
         results.append(row)
     if args.json:
         print(json.dumps(results, indent=2))
