@@ -236,3 +236,4 @@ def test_pretrained_study_shares_one_evaluated_warm_start(tmp_path) -> None:
         assert r["heldout_eval"]["episodes"] == 4
     text = report.read_text()
     assert "Held-out success of the pretrained model" in text and "with LoRA on its last 1 layers" in text
+    assert (tmp_path / "heldout.png").stat().st_size > 1000 and "![held-out success](heldout.png)" in text

@@ -225,7 +225,7 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
     md += ["## Results", "", *table, ""]
     summary["results"] = rows
     if model != "tiny":
-        md += _pretrained_section(cfg, runs, summary)
+        md += _pretrained_section(cfg, runs, summary, out)
 
     # ---- claim 1
     md += ["## Claim 1 — GiGPO beats GRPO on household and shop", "",
@@ -477,7 +477,7 @@ def _two_prop_z(a: tuple[float, int], b: tuple[float, int]) -> float:
     return (pa - pb) / se
 
 
-def _pretrained_section(cfg: dict[str, Any], runs: list[dict[str, Any]], summary: dict[str, Any]) -> list[str]:
+def _pretrained_section(cfg: dict[str, Any], runs: list[dict[str, Any]], summary: dict[str, Any], out_dir: Path) -> list[str]:
     """Held-out success of a pretrained model: zero-shot, after the warm start, after RL per arm."""
     md = ["## Held-out success of the pretrained model", "",
           f"`{cfg.get('model')}`, every number on tasks never trained on (RL draws a fresh task every episode; the held-out seeds "
@@ -503,9 +503,44 @@ def _pretrained_section(cfg: dict[str, Any], runs: list[dict[str, Any]], summary
             md.append(f"| {env} | `{ar[0]['heldout_env_id']}` | {base_s} | {100 * warm[0]:.1f} [{100 * warm[2][0]:.0f}, {100 * warm[2][1]:.0f}] "
                       f"| {arm} | {100 * after[0]:.1f} [{100 * after[2][0]:.0f}, {100 * after[2][1]:.0f}] | {100 * (after[0] - warm[0]):+.1f} ({z:+.2f}) "
                       f"| {per_seed} |")
-            out[f"{env}/{arm}"] = {"zero_shot": base, "warm_start": warm[0], "after": after[0], "episodes": after[1], "z_vs_warm": z}
+            out[f"{env}/{arm}"] = {"zero_shot": base, "warm_start": warm[0], "after": after[0], "episodes": after[1], "seeds": len(ar),
+                                   "z_vs_warm": z}
     summary["pretrained_heldout"] = out
-    return md + [""]
+    png = _heldout_bars(out, out_dir / "heldout.png") if out else None
+    return md + [""] + ([f"![held-out success]({png})", ""] if png else [])
+
+
+def _heldout_bars(rows: dict[str, dict[str, Any]], path: Path) -> str | None:
+    """Held-out success per env: zero-shot, warm start, and each arm after RL (bars with 95% Wilson intervals)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - matplotlib is in the train extra
+        return None
+    envs = sorted({k.split("/")[0] for k in rows})
+    fig, axes = plt.subplots(1, len(envs), figsize=(3.6 * len(envs), 3.4), dpi=100, squeeze=False)
+    for ax, env in zip(axes[0], envs, strict=True):
+        arms = {k.split("/")[1]: v for k, v in rows.items() if k.startswith(env + "/")}
+        first = next(iter(arms.values()))
+        n = first["episodes"] // max(1, first.get("seeds", 1))
+        bars = [("zero-shot", first["zero_shot"], n), ("warm start", first["warm_start"], n)]
+        bars += [(f"{arm}\n(after RL)", v["after"], v["episodes"]) for arm, v in arms.items()]
+        for i, (_label, rate, m) in enumerate(bars):
+            if rate is None:
+                continue
+            lo, hi = _wilson(rate * m, m)
+            ax.bar(i, 100 * rate, color=f"C{i}", alpha=0.8)
+            ax.errorbar(i, 100 * rate, yerr=[[100 * (rate - lo)], [100 * (hi - rate)]], color="k", capsize=4)
+        ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=8)
+        ax.set_title(env, fontsize=10)
+        ax.set_ylabel("held-out success (%)")
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path.name
 
 
 _CRITIC_ARMS = {"gae": "PPO + learned critic (shared head)", "gae_separate": "PPO + learned critic (separate trunk)", "grpo": "GRPO", "gigpo": "GiGPO"}
