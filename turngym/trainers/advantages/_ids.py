@@ -41,7 +41,7 @@ class IdError(ConfigError):
 def factorize(values: Any, column: str, *, ordered: bool = True) -> np.ndarray:
     """Dense int64 codes for arbitrary hashable ids: equal ids ⇔ equal codes.
 
-    Ints of moderate range take a lookup table (O(n)), other ints a sort, strings and other
+    Ints of moderate range take a lookup table (O(n)), other ints a radix sort, strings and other
     objects the two steps of the module docstring. ``ordered``: number string and object ids
     in order of first appearance (ints: in increasing order); without it the numbering of
     object ids follows where they lie in memory (the partition into equal ids is the same),
@@ -123,7 +123,7 @@ def _by_address(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(one row per distinct object in increasing address order, that object's index per row).
 
     Rows holding the same object collapse to one, and the objects that remain are visited in
-    memory order, so the hash pass streams through memory instead of jumping to a random
+    memory order, so the dict pass streams through memory instead of jumping to a random
     object on every row (the cache misses, not the hashing, dominate a permuted column).
     """
     n = arr.size
@@ -131,7 +131,7 @@ def _by_address(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     off = ptr - ptr.min()  # user-space addresses are below 2**63
     common = int(np.bitwise_or.reduce(off))
     off >>= min((common & -common).bit_length() - 1, 6) if common else 0  # the addresses' shared alignment
-    rank = _dense_ints(off, spread=32)  # addresses: a few bytes of table per object beat a sort
+    rank = _dense_ints(off, spread=32)  # addresses: a few bits of table per object beat a sort
     row = np.empty(int(rank.max()) + 1, np.int64)
     row[rank] = np.arange(n)  # any row holding the object will do
     return row, rank
