@@ -5,12 +5,14 @@ One command regenerates the table::
 
     python scripts/baselines.py                      # SmolLM2-135M-Instruct, every env id
     python scripts/baselines.py --envs turngym/Math-v0 --episodes 20 --json
+    python scripts/baselines.py --rows rows.json      # resumable: envs already in rows.json are skipped
 
 The model is loaded once and reused for every env (its prefix cache is cleared between envs).
 Each env runs ``--episodes`` tasks (seeds ``seed..seed+N-1``) with the env's own prompt, stop
 strings and per-action token budget, batched across all episodes. The table reports success
 with its 95% Wilson interval, the invalid-action rate, generated tokens per action, wall time
-and the process CPU time (on a shared machine wall time depends on the load, CPU time less so).
+and the process CPU time (on a shared machine wall time depends on the load, CPU time less so;
+each row also records the 1-minute load average when its env finished).
 Progress goes to stderr; ``--json`` prints the rows as JSON on stdout.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
@@ -40,7 +43,12 @@ HEAVY: dict[str, dict[str, Any]] = {
     "turngym/Household-v0": {"history": 4},
     "turngym/Household-Unseen-v0": {"history": 4},
     "turngym/Tools-v0": {"episodes": 5, "history": 6},
-    "turngym/Tools-Store-v0": {"episodes": 10, "history": 6},
+    "turngym/Tools-Store-v0": {"episodes": 5, "history": 6},
+    "turngym/Tools-BFCL-v0": {"episodes": 5, "history": 6},
+    "turngym/Tools-BFCL-Base-v0": {"episodes": 5, "history": 6},
+    "turngym/Tools-BFCL-LongContext-v0": {"episodes": 3, "history": 6},
+    "turngym/Tools-BFCL-MissFunc-v0": {"episodes": 5, "history": 6},
+    "turngym/Tools-BFCL-MissParam-v0": {"episodes": 5, "history": 6},
 }
 
 
@@ -84,6 +92,7 @@ def run_env(env_id: str, agent: Any, *, episodes: int, seed: int, history: int |
         "cpu_s": round(cpu, 1),
         "generated_tokens": tokens,
         "tokens_per_s": round(tokens / gen_s, 1) if tokens and gen_s else None,
+        "load_avg_1m": round(os.getloadavg()[0], 1),
     }
 
 
@@ -130,7 +139,10 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "| env | episodes | success (95% CI) | invalid actions | tokens/action | turns/episode | wall s | CPU s | tokens/s |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in rows:
+    have = {r["env_id"] for r in rows}
+    pending = [{"env_id": e, "error": "pending: not measured yet (the command above measures it; finished envs are kept)"}
+               for e in sorted(turngym.list_envs()) if e not in have]
+    for r in sorted(rows + pending, key=lambda r: r["env_id"]):
         if "error" in r:
             lines.append(f"| `{r['env_id']}` | — | {r['error']} | | | | | | |")
             continue
@@ -152,31 +164,56 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _meta(args: argparse.Namespace, wall: float) -> dict[str, Any]:
-    import os
+SETTINGS = ("agent", "temperature", "force_action_prefix", "episodes", "seed", "cap")
+
+
+def _meta(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[str, Any]:
     import subprocess
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    # The command that regenerates the whole table with these settings (not the --envs subset a
+    # resumed run happened to be given: rows accumulate in --rows until every env is in).
     cmd = "python scripts/baselines.py" + (f" --episodes {args.episodes}" if args.episodes != 20 else "")
     if args.temperature != 1.0:
-        cmd += f" --temperature {args.temperature}"
+        cmd += f" --temperature {args.temperature:g}"
     if args.force_action_prefix:
         cmd += " --force-action-prefix"
-    if args.envs:
-        cmd += " --envs " + " ".join(args.envs)
+    if not args.cap:
+        cmd += " --no-cap"
+    if args.threads:
+        cmd += f" --threads {args.threads}"
+    loads = [r["load_avg_1m"] for r in rows if "load_avg_1m" in r]
     return {
         "agent": args.agent, "temperature": args.temperature, "force_action_prefix": args.force_action_prefix,
+        "episodes": args.episodes, "seed": args.seed, "cap": args.cap,
         "command": cmd, "commit": commit or "?",
-        "machine": f"{platform.machine()} CPU ({os.cpu_count()} cores)",
-        "date": time.strftime("%Y-%m-%d"), "total_wall_s": wall,
+        "machine": f"{platform.machine()} CPU ({os.cpu_count()} cores"
+        + (f", shared: 1-minute load average {min(loads):.1f}-{max(loads):.1f} during the run)" if loads else ")"),
+        "date": time.strftime("%Y-%m-%d"), "total_wall_s": sum(r.get("wall_s", 0.0) for r in rows),
     }
+
+
+def _load_rows(path: Path | None, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Rows already measured with the same settings (a resumed run skips their envs)."""
+    if path is None or not path.exists():
+        return []
+    saved = json.loads(path.read_text())
+    old = saved.get("meta", {})
+    mismatch = {k: (old.get(k), getattr(args, k)) for k in SETTINGS if old.get(k) != getattr(args, k)}
+    if mismatch:
+        raise SystemExit(
+            f"{path} holds rows measured with other settings {mismatch} (saved, now); "
+            "pass the same settings, or another --rows file (or delete it) to start over"
+        )
+    return [r for r in saved["rows"] if "error" not in r]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--agent", default="hf:smollm2", help="agent spec (default: hf:smollm2)")
     p.add_argument("--envs", nargs="*", help="env ids (default: every registered env)")
-    p.add_argument("--episodes", type=int, default=20, help="tasks per env (heavy families default lower, see HEAVY)")
+    p.add_argument("--episodes", type=int, default=20, help="tasks per env (heavy families are capped lower, see HEAVY)")
+    p.add_argument("--no-cap", dest="cap", action="store_false", help="run --episodes on the HEAVY families too")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0, the training setting)")
     p.add_argument("--force-action-prefix", action="store_true",
@@ -184,38 +221,50 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "baselines.md", help="markdown table to write ('-': none)")
+    p.add_argument("--rows", type=Path, default=ROOT / "docs" / "baselines.json",
+                   help="JSON rows, rewritten after every env; envs already in it (same settings) are skipped ('-': none)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON on stdout")
-    p.add_argument("--render", type=Path, metavar="ROWS.json", help="only rewrite --out from a saved --json output")
+    p.add_argument("--render", type=Path, metavar="ROWS.json", help="only rewrite --out from saved rows (--rows or --json output)")
     args = p.parse_args(argv)
     if args.render:
         saved = json.loads(args.render.read_text())
         args.out.write_text(markdown(saved["rows"], saved["meta"]))
         return 0
-    if args.threads:
-        import torch
+    rows_path = None if str(args.rows) == "-" else args.rows
+    rows = _load_rows(rows_path, args)
+    done = {r["env_id"] for r in rows}
+    env_ids = [e for e in (args.envs or sorted(turngym.list_envs())) if e not in done]
+    if done:
+        print(f"{len(done)} envs already in {rows_path}, skipped: {sorted(done)}", file=sys.stderr, flush=True)
+    meta = _meta(args, rows)
+    if env_ids:
+        if args.threads:
+            import torch
 
-        torch.set_num_threads(args.threads)
-    env_ids = args.envs or sorted(turngym.list_envs())
-    agent = make_agent(args.agent, seed=args.seed, temperature=args.temperature,
-                       force_action_prefix=args.force_action_prefix or None)
-    rows: list[dict[str, Any]] = []
-    meta: dict[str, Any] = {}
-    t0 = time.perf_counter()
+            torch.set_num_threads(args.threads)
+        agent = make_agent(args.agent, seed=args.seed, temperature=args.temperature,
+                           force_action_prefix=args.force_action_prefix or None)
     for env_id in env_ids:
-        heavy = HEAVY.get(env_id, {})
-        episodes = args.episodes if args.envs else min(args.episodes, heavy.get("episodes", args.episodes))
+        cap = HEAVY.get(env_id, {}).get("episodes", args.episodes) if args.cap else args.episodes
+        episodes = min(args.episodes, cap)
         print(f"{env_id}: {episodes} episodes", file=sys.stderr, flush=True)
         try:
-            row = run_env(env_id, agent, episodes=episodes, seed=args.seed, history=heavy.get("history"),
+            row = run_env(env_id, agent, episodes=episodes, seed=args.seed, history=HEAVY.get(env_id, {}).get("history"),
                           batch_size=args.batch_size)
         except Exception as exc:  # noqa: BLE001 - an env that cannot run here (missing extra) gets a row saying why
             row = {"env_id": env_id, "error": f"not run: {type(exc).__name__}: {exc}"[:200]}
         rows.append(row)
+        rows.sort(key=lambda r: r["env_id"])
         print(f"  -> {json.dumps(row)}", file=sys.stderr, flush=True)
-        meta = _meta(args, time.perf_counter() - t0)
-        if str(args.out) != "-":  # after every env, so a long run interrupted still leaves its rows
+        meta = _meta(args, rows)
+        # after every env, so a long run interrupted still leaves its rows (and a rerun resumes)
+        if rows_path is not None:
+            rows_path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+        if str(args.out) != "-":
             args.out.write_text(markdown(rows, meta))
-    print(f"wrote {args.out}", file=sys.stderr)
+    if str(args.out) != "-":
+        args.out.write_text(markdown(rows, meta))
+        print(f"wrote {args.out}", file=sys.stderr)
     if args.json:
         print(json.dumps({"meta": meta, "rows": rows}, indent=2))
     return 0

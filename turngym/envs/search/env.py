@@ -41,17 +41,17 @@ _TAGS = ("search", "answer")
 MAX_QUERY_CHARS = 1000
 
 SYSTEM_PROMPT = """\
-Answer the question using a search engine over an encyclopedia of made-up facts: you cannot know the
-answer in advance, look it up. Write exactly one action per message, nothing else:
-<search> QUERY </search> searches; the top passages come back inside <information> ... </information>.
-<answer> ANSWER </answer> gives the answer, short and without explanation, and ends the episode.
-Questions may need several searches, one fact at a time. Only the first <search> or <answer> counts.
+Answer the question by searching an encyclopedia of made-up facts (you cannot know the answer, look it up).
+Each message you write is exactly one action, nothing else:
+<search> QUERY </search> to search, or <answer> ANSWER </answer> to answer (short, ends the episode).
+Search one fact at a time, with a short query of a few words. The search results come back
+inside <information> tags: never write <information> yourself.
 Example:
 Question: In what year was the publisher of Blue Harbor founded?
 You: <search> Blue Harbor publisher </search>
-Reply: <information>Doc 1(Title: "Blue Harbor") Blue Harbor was published by Vellamir Press.</information>
+Reply: Doc 1(Title: "Blue Harbor") Blue Harbor was published by Vellamir Press.
 You: <search> Vellamir Press founded </search>
-Reply: <information>Doc 1(Title: "Vellamir Press") Vellamir Press was founded in 1921.</information>
+Reply: Doc 1(Title: "Vellamir Press") Vellamir Press was founded in 1921.
 You: <answer> 1921 </answer>"""
 
 
