@@ -41,7 +41,8 @@ You: click[b0ts1rt0a1]
 Reply: ... size: [small] [large] ... Available actions: click[small], click[large], click[buy now], ...
 You: click[large]
 Reply: ... Selected: size: large ...
-You: click[buy now]"""
+You: click[buy now]
+Write only one action, e.g. search[red cotton t-shirt] or click[buy now]: never a sentence."""
 
 
 @dataclass(frozen=True, slots=True)
