@@ -38,17 +38,17 @@ from turngym.rollout import run_episodes, summarize  # noqa: E402
 # smaller default episode count and a bounded prompt history, so the whole table fits in
 # about an hour on a 2-core machine; the row says what it ran.
 HEAVY: dict[str, dict[str, Any]] = {
-    "turngym/Code-v0": {"episodes": 5},
+    "turngym/Code-v0": {"episodes": 3},
     "turngym/SWE-v0": {"episodes": 3, "history": 4},
-    "turngym/Household-v0": {"history": 4},
-    "turngym/Household-Unseen-v0": {"history": 4},
-    "turngym/Tools-v0": {"episodes": 5, "history": 6},
-    "turngym/Tools-Store-v0": {"episodes": 5, "history": 6},
-    "turngym/Tools-BFCL-v0": {"episodes": 5, "history": 6},
-    "turngym/Tools-BFCL-Base-v0": {"episodes": 5, "history": 6},
+    "turngym/Household-v0": {"episodes": 3, "history": 4},  # 50 turns per episode when nothing succeeds
+    "turngym/Household-Unseen-v0": {"episodes": 3, "history": 4},
+    "turngym/Tools-v0": {"episodes": 3, "history": 6},
+    "turngym/Tools-Store-v0": {"episodes": 3, "history": 6},
+    "turngym/Tools-BFCL-v0": {"episodes": 3, "history": 6},
+    "turngym/Tools-BFCL-Base-v0": {"episodes": 3, "history": 6},
     "turngym/Tools-BFCL-LongContext-v0": {"episodes": 3, "history": 6},
-    "turngym/Tools-BFCL-MissFunc-v0": {"episodes": 5, "history": 6},
-    "turngym/Tools-BFCL-MissParam-v0": {"episodes": 5, "history": 6},
+    "turngym/Tools-BFCL-MissFunc-v0": {"episodes": 3, "history": 6},
+    "turngym/Tools-BFCL-MissParam-v0": {"episodes": 3, "history": 6},
 }
 
 
