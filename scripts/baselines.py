@@ -34,31 +34,39 @@ import turngym  # noqa: E402
 from turngym.agents import make_agent  # noqa: E402
 from turngym.rollout import run_episodes, summarize  # noqa: E402
 
-# Families whose episodes are long (many turns, long prompts or a sandbox per step) get a
-# smaller default episode count and a bounded prompt history, so the whole table fits in
-# about an hour on a 2-core machine; the row says what it ran.
+# Families whose episodes are long (many turns, prompts of thousands of tokens, a sandbox per
+# step) get fewer episodes, a bounded prompt history and, where one episode alone would take tens
+# of minutes on a 2-core machine, a turn cap (``max_turns``; the env truncates there, so success is
+# a lower bound, which for a zero-shot 135M model at 0 changes nothing). The row says what it ran.
 HEAVY: dict[str, dict[str, Any]] = {
-    "turngym/Code-v0": {"episodes": 3},
-    "turngym/SWE-v0": {"episodes": 3, "history": 4},
-    "turngym/Household-v0": {"episodes": 3, "history": 4},  # 50 turns per episode when nothing succeeds
-    "turngym/Household-Unseen-v0": {"episodes": 3, "history": 4},
-    "turngym/Tools-v0": {"episodes": 3, "history": 6},
-    "turngym/Tools-Store-v0": {"episodes": 3, "history": 6},
-    "turngym/Tools-BFCL-v0": {"episodes": 3, "history": 6},
-    "turngym/Tools-BFCL-Base-v0": {"episodes": 3, "history": 6},
-    "turngym/Tools-BFCL-LongContext-v0": {"episodes": 3, "history": 6},
-    "turngym/Tools-BFCL-MissFunc-v0": {"episodes": 3, "history": 6},
-    "turngym/Tools-BFCL-MissParam-v0": {"episodes": 3, "history": 6},
+    "turngym/Code-v0": {"episodes": 2, "max_turns": 3},
+    "turngym/SWE-v0": {"episodes": 2, "history": 4, "max_turns": 3},
+    "turngym/Household-v0": {"episodes": 3, "history": 4, "max_turns": 10},
+    "turngym/Household-Unseen-v0": {"episodes": 3, "history": 4, "max_turns": 10},
+    # ~4k-token prompts (tool schemas), 40 turns and 160-token actions
+    "turngym/Tools-v0": {"episodes": 2, "history": 6, "max_turns": 2},
+    "turngym/Tools-Store-v0": {"episodes": 2, "history": 6, "max_turns": 2},
+    "turngym/Tools-BFCL-v0": {"episodes": 2, "history": 6, "max_turns": 2},
+    "turngym/Tools-BFCL-Base-v0": {"episodes": 2, "history": 6, "max_turns": 2},
+    "turngym/Tools-BFCL-LongContext-v0": {"episodes": 2, "history": 6, "max_turns": 2},
+    "turngym/Tools-BFCL-MissFunc-v0": {"episodes": 2, "history": 6, "max_turns": 2},
+    "turngym/Tools-BFCL-MissParam-v0": {"episodes": 2, "history": 6, "max_turns": 2},
 }
 
 
-def run_env(env_id: str, agent: Any, *, episodes: int, seed: int, history: int | None, batch_size: int) -> dict[str, Any]:
+def run_env(env_id: str, agent: Any, *, episodes: int, seed: int, history: int | None, batch_size: int,
+            max_turns: int | None = None) -> dict[str, Any]:
     """Evaluate ``agent`` on ``env_id`` and return one table row."""
     stats = getattr(agent, "stats", None)
     tok0, gen0 = (stats.tokens, stats.seconds) if stats is not None else (0, 0.0)
     if hasattr(agent, "clear_prefix_cache"):
         agent.clear_prefix_cache()
-    judge = turngym.make(env_id)
+    kwargs = {} if max_turns is None else {"max_turns": max_turns}
+
+    def make() -> Any:
+        return turngym.make(env_id, **kwargs)
+
+    judge = make()
     done = [0]
 
     def progress(ep: Any) -> None:
@@ -69,7 +77,7 @@ def run_env(env_id: str, agent: Any, *, episodes: int, seed: int, history: int |
 
     t0, c0 = time.perf_counter(), time.process_time()
     eps = run_episodes(
-        lambda: turngym.make(env_id), agent, [seed + i for i in range(episodes)],
+        make, agent, [seed + i for i in range(episodes)],
         batch_size=batch_size, history=history, env_id=env_id, on_episode=progress,
     )
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -88,6 +96,7 @@ def run_env(env_id: str, agent: Any, *, episodes: int, seed: int, history: int |
         "tokens_per_action": s.mean_generated_tokens,
         "mean_turns": s.mean_turns,
         "history": history,
+        "max_turns": max_turns,
         "wall_s": round(wall, 1),
         "cpu_s": round(cpu, 1),
         "generated_tokens": tokens,
@@ -103,8 +112,14 @@ NOTES = """\
   greedily with the env's `action_prefix` forced (`<` for the tag grammars of Math and SearchQA: `HFPolicy(
   force_action_prefix=True)`, `turngym eval --force-action-prefix`; the forced tokens are fed, kept in the
   action's token ids with the model's log-probs for them). Success near 0 is its honest zero-shot start.
-* Heavy families run fewer episodes (`HEAVY` in the script: 3, Household's 50-turn episodes included) and
-  keep the first observation plus the last k turns in the prompt (the "history" in the episodes column).
+* Load: every row ran with `nice -n 10` and one torch thread while a SmolLM2 training study held the same
+  2 cores (the load average in the header is `os.getloadavg()` at the end of each env), so wall time is
+  roughly 1.5x the CPU time; on an idle machine expect about the CPU column.
+* Heavy families run fewer episodes, keep the first observation plus the last k turns in the prompt
+  ("history") and, where one episode alone would take tens of minutes here, stop at a turn cap ("at most
+  N turns"; `HEAVY` in the script, `--no-cap` lifts it): Tools prompts are ~4k tokens of tool schemas
+  with 40 turns of up to 160 tokens, Household episodes run 50 turns when nothing succeeds. Under a cap,
+  success is a lower bound; invalid rate, tokens per action and tokens/s are what the cap leaves measured.
 * Prompt work behind the invalid-action column (greedy, forced prefix, SmolLM2 on this machine):
   * SearchQA: the model answered with `<information> ...` — it copied the `Reply: <information>...`
     lines of the worked example (and later the env's real `<information>` observations): 96.9% invalid
@@ -164,7 +179,9 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             continue
         lo, hi = r["success_ci95"]
         tpa = f"{r['tokens_per_action']:.1f}" if r["tokens_per_action"] is not None else "—"
-        hist = f" (history {r['history']})" if r["history"] is not None else ""
+        caps = ([f"history {r['history']}"] if r["history"] is not None else []) + (
+            [f"at most {r['max_turns']} turns"] if r.get("max_turns") is not None else [])
+        hist = f" ({', '.join(caps)})" if caps else ""
         infra = f", {r['infra_errors']} infra errors" if r["infra_errors"] else ""
         lines.append(
             f"| `{r['env_id']}` | {r['episodes']}{hist}{infra} | {r['success_rate']:.2f} ({lo:.2f}–{hi:.2f}) "
@@ -265,8 +282,9 @@ def main(argv: list[str] | None = None) -> int:
         episodes = min(args.episodes, cap)
         print(f"{env_id}: {episodes} episodes", file=sys.stderr, flush=True)
         try:
+            heavy = HEAVY.get(env_id, {}) if args.cap else {}
             row = run_env(env_id, agent, episodes=episodes, seed=args.seed, history=HEAVY.get(env_id, {}).get("history"),
-                          batch_size=args.batch_size)
+                          batch_size=args.batch_size, max_turns=heavy.get("max_turns"))
         except Exception as exc:  # noqa: BLE001 - an env that cannot run here (missing extra) gets a row saying why
             row = {"env_id": env_id, "error": f"not run: {type(exc).__name__}: {exc}"[:200]}
         rows.append(row)
