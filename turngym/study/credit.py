@@ -60,6 +60,8 @@ class EnvPreset:
     max_new_tokens: int = 24
     train: dict[str, Any] = field(default_factory=dict)
     """TrainConfig fields this env needs at CPU scale (the same for every algo of the env)."""
+    pretrained_env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Env arguments added for a pretrained model."""
     pretrained_train: dict[str, Any] = field(default_factory=dict)
     """More of them for a pretrained model (applied last): its sequences cost ~100× the tiny model's."""
 
@@ -69,13 +71,15 @@ ENV_PRESETS: dict[str, EnvPreset] = {
     # (1,194 → 369 tokens per demonstration), which a 2-core CPU pays for in every update.
     "household": EnvPreset("turngym/Household-v0", {"difficulties": [1], "max_turns": 12, "show_admissible": False},
                            heldout_env_id="turngym/Household-Unseen-v0", train={"micro_batch_size": 16},
-                           pretrained_train={"warmup_steps": 12, "warmup_batch_size": 8}),
+                           # the study's own evaluation is on the unseen split; the seen split's fresh seeds would double the cost
+                           pretrained_train={"warmup_steps": 12, "warmup_batch_size": 8, "eval_episodes": 0}),
     # WebShop pages are long: 1,503 tokens per demonstration with its 10 results per page,
     # 1,041 with 3 (the goal is still reachable by paging; the oracle solves every task). With
     # length-sorted micro-batches of 8 and a shorter, smaller-batch warm start a run fits in minutes.
     "shop": EnvPreset("turngym/Shop-v0", {"difficulty": "easy", "max_turns": 8, "page_size": 3},
                       train={"micro_batch_size": 8, "warmup_steps": 100, "warmup_batch_size": 16}),
-    "math": EnvPreset("turngym/Math-v0", {"min_steps": 1, "max_steps": 2}),
+    # A pretrained model's zero-shot episodes run to the turn limit: 5 turns leave room for the 3 a solution takes.
+    "math": EnvPreset("turngym/Math-v0", {"min_steps": 1, "max_steps": 2}, pretrained_env_kwargs={"max_turns": 5}),
     "search": EnvPreset("turngym/SearchQA-v0", {"min_hops": 1, "max_hops": 3, "max_turns": 8}),
 }
 
@@ -161,6 +165,9 @@ class StudyConfig:
     """torch threads per training run (1 suits the tiny model and ``--jobs``; a 135M model wants the cores)."""
     train_overrides: dict[str, Any] = field(default_factory=dict)
     """TrainConfig fields set for every run after the env presets (e.g. a pretrained model's ``warmup_lr``)."""
+    base_episodes: int | None = None
+    """Held-out episodes of the pretrained base model's zero-shot evaluation (None = ``heldout_episodes``):
+    with the system prompt and an untrained model running to the turn limit, the costliest evaluation."""
     shared_warm_start: bool = False
     """One warm start per env shared by every seed (seeds then vary only the RL phase), instead of
     one per (env, seed): a pretrained model's warm start costs as much as an RL run."""
@@ -199,8 +206,8 @@ class StudyConfig:
         trained on; small groups; a short warm start shared by the seeds; adapters on the top
         quarter of the layers (backward stops there); the cores for one run at a time."""
         base = dict(model=model, task_pool=0, groups_per_step=4, group_size=4, warmup_steps=16, demo_episodes=256,
-                    eval_episodes=48, heldout_episodes=48, lr=1e-4, lora_layers=8, threads=2, shared_warm_start=True,
-                    seeds=2, budget=512, claims=("gigpo_vs_grpo",), envs=("math", "household"),
+                    eval_episodes=32, heldout_episodes=32, base_episodes=24, lr=1e-4, lora_layers=8, threads=2, shared_warm_start=True,
+                    seeds=2, budget=320, claims=("gigpo_vs_grpo",), envs=("math", "household"),
                     train_overrides={"warmup_lr": 2e-3, "warmup_batch_size": 16, "micro_batch_size": 8})
         base.update({k: v for k, v in kw.items() if v is not None})
         return cls(**base)
@@ -273,8 +280,9 @@ def _train_config(cfg: StudyConfig, spec: RunSpec, steps: int) -> Any:
     from turngym.trainers.config import TrainConfig
 
     preset = ENV_PRESETS[spec.env]
-    env_kwargs = dict(preset.env_kwargs) | ({"max_turns": cfg.max_turns} if getattr(cfg, "max_turns", None) else {})
-    pretrained = cfg.model != "tiny"  # the tiny model is trained in full, as model="tiny"; a pretrained one with LoRA
+    pretrained = cfg.model != "tiny"
+    env_kwargs = dict(preset.env_kwargs) | (preset.pretrained_env_kwargs if pretrained else {})
+    env_kwargs |= {"max_turns": cfg.max_turns} if getattr(cfg, "max_turns", None) else {}  # the tiny model is trained in full, as model="tiny"; a pretrained one with LoRA
     params: dict[str, Any] = dict(
         model=str(run_model(cfg)), lora=pretrained, lora_layers=cfg.lora_layers if pretrained else 0, keep_system_prompt=False,
         threads=cfg.threads, env_id=preset.env_id, env_kwargs=env_kwargs, algo=spec.algo, seed=spec.seed, steps=steps,
@@ -361,7 +369,7 @@ def warm_start_evals(cfg: StudyConfig, env: str, seed: int) -> dict[str, Any]:
     res: dict[str, Any] = {}
     if cfg.model != "tiny":
         base = Trainer(replace(base_cfg, keep_system_prompt=True), wdir / "base-eval", progress=cfg.jobs == 1, log=None).load()
-        res["base_heldout"] = base.evaluate(cfg.heldout_episodes, env_id=heldout_id)
+        res["base_heldout"] = base.evaluate(cfg.base_episodes or cfg.heldout_episodes, env_id=heldout_id)
         res["base_heldout_eval"] = _episode_stats(base.last_eval_episodes, heldout_id, base_cfg.env_kwargs)
         del base
     warm = Trainer(replace(base_cfg, model=str(warm_start(cfg, env, seed))), wdir / "warm-eval", progress=cfg.jobs == 1, log=None).load()
@@ -370,6 +378,14 @@ def warm_start_evals(cfg: StudyConfig, env: str, seed: int) -> dict[str, Any]:
     res["warm_heldout_eval"] = _episode_stats(warm.last_eval_episodes, heldout_id, base_cfg.env_kwargs)
     write_text(path, json.dumps(res, indent=1))
     return res
+
+
+def prepare_warm_start(cfg: StudyConfig, env: str, seed: int) -> Path:
+    """The warm start of ``(env, seed)`` and, for a pretrained model, its evaluations."""
+    path = warm_start(cfg, env, seed)
+    if cfg.model != "tiny":
+        warm_start_evals(cfg, env, seed)
+    return path
 
 
 def run_one(cfg: StudyConfig, spec: RunSpec, steps: int) -> dict[str, Any]:
@@ -455,10 +471,12 @@ def run_study(cfg: StudyConfig, *, log: Callable[[str], None] = print) -> Path:
     todo = [r for r in runs if not (cfg.out / "runs" / r.name / "study.json").exists()]
     if len(todo) < len(runs):
         log(f"{len(runs) - len(todo)} of {len(runs)} runs already done (their study.json exists): skipping them")
-    warm = sorted({(r.env, 0 if cfg.shared_warm_start else r.seed) for r in todo if not is_complete_dir(warm_start_dir(cfg, r.env, r.seed) / "model")})
+    ready = (lambda r: (warm_start_dir(cfg, r.env, r.seed) / "evals.json").exists()) if cfg.model != "tiny" else (lambda r: False)
+    warm = sorted({(r.env, 0 if cfg.shared_warm_start else r.seed) for r in todo
+                   if not is_complete_dir(warm_start_dir(cfg, r.env, r.seed) / "model") or not ready(r)})
     log(f"{len(warm)} warm starts (one per env and seed, shared by its arms), then {len(todo)} training runs, {cfg.jobs} at a time")
-    if cfg.jobs > 1:  # parallel runs would race to build a shared warm start; one at a time builds each when first needed
-        for path in _map(warm_start, [(cfg, env, seed) for env, seed in warm], cfg.jobs):
+    if cfg.jobs > 1:  # parallel runs would race to build (and evaluate) a shared warm start; one at a time builds each when first needed
+        for path in _map(prepare_warm_start, [(cfg, env, seed) for env, seed in warm], cfg.jobs):
             log(f"warm start ready: {path}")
     for i, rec in enumerate(_map(run_one, [(cfg, spec, steps[spec.env]) for spec in todo], cfg.jobs), 1):
         log(f"[{i}/{len(todo)}] {rec['name']}: {rec['success_before']:.2f} -> {rec['success_after']:.2f} (held out {rec['heldout_eval']['success']:.2f}), {rec['seconds']:.0f} s")
@@ -484,7 +502,7 @@ def regenerate_command(cfg: StudyConfig) -> str:
     if cfg.model != "tiny":  # every field the pretrained defaults set, spelled out
         parts += ["--model", cfg.model]
         for name in ("task_pool", "groups_per_step", "group_size", "warmup_steps", "demo_episodes", "eval_episodes", "heldout_episodes",
-                     "lr", "lora_layers", "threads", "shared_warm_start", "train_overrides"):
+                     "base_episodes", "lr", "lora_layers", "threads", "shared_warm_start", "train_overrides"):
             parts += ["--set", f"{name}={json.dumps(getattr(cfg, name), separators=(',', ':'))}"]
     return " ".join(shlex.quote(p) for p in parts)
 
