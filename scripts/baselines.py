@@ -135,9 +135,10 @@ NOTES = """\
     `,`/`</action>` stops, an explicit "only the command" line; all 92-100% invalid, so the prompt is
     unchanged. A 135M model needs training (or constrained decoding over the admissible list) here.
   * Math (forced `<`) was already parseable: 2.1% invalid.
-  * Code, SWE and Tools (JSON calls, code blocks; no prompt change here) mostly run to their token budget
-    (384/256/160): the model writes prose or code fragments that rarely end in the grammar's closing
-    tag, so most of their time is spent generating text that does not parse.
+  * Code, SWE and Tools (code blocks, JSON calls; no prompt change here) mostly write up to their token
+    budget (384/256/160): long prose or code. Whether that counts as invalid depends on the grammar: a
+    Code solution or a Tools/BFCL plain-text reply to the user parses, an SWE message without a tool
+    call does not. Their invalid rate says little about skill; tokens/action says what a turn costs.
 * Speed: `time turngym eval turngym/Math-v0 --agent hf:smollm2 --episodes 20 --temperature 0
   --force-action-prefix --threads 1` (niced, 1-minute load average 4.9-5.1 from other work on the 2 cores):
   149 s wall, 101 s CPU (95 user + 6 sys), 2.9 GB peak RSS; 10.2 tokens per action, 2.1% invalid. A
