@@ -103,3 +103,25 @@ def test_the_workdir_moves_only_when_a_host_dir_is_there():
     assert _pick_workdir(["/usr", "/work/main/.venv"]) == "/workdir"
     assert _pick_workdir(["/usr", "/work", "/workdir/x"]) == "/sandbox/work"
     assert _pick_workdir(["/sandbox", "/work", "/workdir"]) == "/.turngym-sandbox/work"
+
+
+def test_removing_a_session_tree_never_changes_its_parents_mode(tmp_path) -> None:
+    """The cleanup opens up 000 directories *inside* the tree it removes, and never touches the
+    parent: when the error is about the tree's own root (already gone, a race between two reapers)
+    the parent is the shared temp dir, and a 0700 ``/tmp`` locks every other user and apt out."""
+    import os
+    import stat
+
+    from turngym.sandbox.local import _rmtree
+
+    parent = tmp_path / "shared"
+    parent.mkdir()
+    parent.chmod(0o1777)
+    _rmtree(str(parent / "already-gone"))  # the error is about the root itself
+    assert stat.S_IMODE(os.stat(parent).st_mode) == 0o1777
+    tree = parent / "session"
+    (tree / "locked" / "deep").mkdir(parents=True)
+    (tree / "locked" / "deep" / "f").write_text("x")
+    (tree / "locked").chmod(0)  # what a sandboxed program may leave behind
+    _rmtree(str(tree))
+    assert not tree.exists() and stat.S_IMODE(os.stat(parent).st_mode) == 0o1777

@@ -159,9 +159,9 @@ def _rmtree(path: str) -> None:
     """Delete a tree a sandbox wrote (modes may be 000, nesting deeper than Python recurses)."""
     try:
         if sys.version_info >= (3, 12):
-            shutil.rmtree(path, onexc=lambda func, p, exc: _force_remove(func, p))
+            shutil.rmtree(path, onexc=lambda func, p, exc: _force_remove(func, p, path))
         else:
-            shutil.rmtree(path, onerror=lambda func, p, info: _force_remove(func, p))
+            shutil.rmtree(path, onerror=lambda func, p, info: _force_remove(func, p, path))
     except RecursionError:
         subprocess.run(["rm", "-rf", "--one-file-system", path], check=False, capture_output=True)
 
@@ -430,10 +430,17 @@ class LocalSession(Session):
         _rmtree(self.host_dir)
 
 
-def _force_remove(func: Callable[[str], object], path: str) -> None:
-    """rmtree error hook: a sandboxed program may have chmod-ed a dir to 000."""
+def _force_remove(func: Callable[[str], object], path: str, top: str) -> None:
+    """rmtree error hook: a sandboxed program may have chmod-ed a dir to 000.
+
+    Only directories *inside* the tree being removed are opened up: when the error is about
+    ``top`` itself (already gone, still mounted) its parent is someone else's — ``/tmp`` — and
+    making it 0700 would lock every other user (and apt) out of it.
+    """
+    parent = os.path.dirname(path)
     try:
-        os.chmod(os.path.dirname(path), 0o700)
+        if os.path.commonpath([os.path.abspath(parent), os.path.abspath(top)]) == os.path.abspath(top):
+            os.chmod(parent, 0o700)
         func(path)
     except OSError:
         pass
