@@ -223,6 +223,9 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
     md += _setup_table(out, runs)
     table, rows = _results_table(runs)
     md += ["## Results", "", *table, ""]
+    if cfg.get("task_pool") == 0:
+        md += ["With `task_pool=0` every training episode draws a fresh task, so the *pool* columns are evaluations on "
+               "held-out seeds of the training distribution, not on tasks trained on.", ""]
     summary["results"] = rows
     if model != "tiny":
         md += _pretrained_section(cfg, runs, summary, out)
