@@ -117,3 +117,32 @@ def test_a_forced_action_prefix_is_fed_and_recorded_faithfully(tiny: HFPolicy) -
     off = HFPolicy(tiny.model, tiny.tokenizer, temperature=0.0)  # opt-in: without it the prefix is ignored
     [free] = off.act([AgentInput(PROMPT, max_new_tokens=12, action_prefix="zzz")])
     assert free.meta["forced_tokens"] == 0 and not free.text.startswith("zzz")
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_the_prompt_pass_projects_only_the_last_position(lora: bool) -> None:
+    """The prefill asks the model for the last position's logits only — also through peft's
+    wrapper (the trainer's LoRA policy), whose forward hides the keyword behind ``**kwargs``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from turngym.agents.tiny import build_tiny_model
+
+    path = build_tiny_model()
+    model = AutoModelForCausalLM.from_pretrained(path)
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM"))
+    policy = HFPolicy(model, AutoTokenizer.from_pretrained(path), temperature=0.0, max_new_tokens=2)
+    base = model.get_base_model() if lora else model
+    widths: list[int] = []
+    forward = base.forward
+
+    def spy(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        widths.append(out.logits.shape[1])
+        return out
+
+    base.forward = spy
+    policy.generate([list(range(5, 25))], max_new_tokens=[2])
+    assert widths and widths[0] == 1  # 20 prompt tokens, one row of logits

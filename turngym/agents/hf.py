@@ -396,7 +396,8 @@ class HFPolicy:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
         self.max_positions = getattr(model.config, "max_position_embeddings", None)
         self._prefix = PrefixCache(int(prefix_cache_mb) << 20)
-        forward_args = inspect.signature(model.forward).parameters
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft's forward hides the keyword behind **kwargs
+        forward_args = inspect.signature(base.forward).parameters
         self._last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in forward_args else {}
         self._weights_seen = self._weights_version()
         self.stats = GenerationStats()
