@@ -125,3 +125,11 @@ def test_removing_a_session_tree_never_changes_its_parents_mode(tmp_path) -> Non
     (tree / "locked").chmod(0)  # what a sandboxed program may leave behind
     _rmtree(str(tree))
     assert not tree.exists() and stat.S_IMODE(os.stat(parent).st_mode) == 0o1777
+    from turngym.sandbox.local import _force_remove
+
+    outside = tmp_path / "host"  # a link the program planted inside its tree, pointing out of it
+    outside.mkdir(mode=0o755)
+    tree.mkdir()
+    (tree / "link").symlink_to(outside)
+    _force_remove(os.rmdir, str(tree / "link" / "x"), str(tree))
+    assert stat.S_IMODE(os.stat(outside).st_mode) == 0o755

@@ -435,11 +435,13 @@ def _force_remove(func: Callable[[str], object], path: str, top: str) -> None:
 
     Only directories *inside* the tree being removed are opened up: when the error is about
     ``top`` itself (already gone, still mounted) its parent is someone else's — ``/tmp`` — and
-    making it 0700 would lock every other user (and apt) out of it.
+    making it 0700 would lock every other user (and apt) out of it. Resolved paths are compared,
+    so a symlink the sandboxed program planted in the tree cannot point the chmod at a host dir.
     """
     parent = os.path.dirname(path)
     try:
-        if os.path.commonpath([os.path.abspath(parent), os.path.abspath(top)]) == os.path.abspath(top):
+        root = os.path.realpath(top)
+        if os.path.commonpath([os.path.realpath(parent), root]) == root:
             os.chmod(parent, 0o700)
         func(path)
     except OSError:
