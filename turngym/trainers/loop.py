@@ -28,7 +28,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -163,10 +163,10 @@ class Trainer:
                 raise ConfigError(f"tiny_model: {exc}; fields are those of turngym.agents.tiny.TinyModelConfig") from exc
         return resolve_model_path(self.config.model)
 
-    def _make_env(self) -> Any:
+    def _make_env(self, env_id: str | None = None) -> Any:
         import turngym
 
-        env = turngym.make(self.config.env_id, **self.config.env_kwargs)
+        env = turngym.make(env_id or self.config.env_id, **self.config.env_kwargs)
         if not self.config.show_system_prompt:
             env.unwrapped.system_prompt = ""
         return env
@@ -188,34 +188,36 @@ class Trainer:
             name=f"hf:{self.config.model}",
         )
 
-    def _rollout(self, seeds: list[int], *, group_size: int, policy_seed: int, desc: str | None = None) -> list[Any]:
-        """Play ``group_size`` episodes per seed; ``desc`` shows a progress bar (episodes, turns),
-        since evaluating a pretrained model on a CPU takes minutes."""
+    def _rollout(self, seeds: list[int], *, group_size: int, policy_seed: int, desc: str | None = None, env_id: str | None = None) -> list[Any]:
+        """Play ``group_size`` episodes per seed (on ``env_id``, default the run's env); ``desc``
+        shows a progress bar (episodes, turns), since evaluating a pretrained model on a CPU takes minutes."""
         from turngym.rollout import run_episodes
 
         self.model.eval()
-        bar = self._bar(len(seeds) * group_size, desc) if desc else None
-        turns = [0]
+        env_id = env_id or self.config.env_id
+        callbacks: dict[str, Any] = {}
+        if desc:
+            bar, turns = self._bar(len(seeds) * group_size, desc), [0]
 
-        def on_turn(_ep: Any, _turn: Any) -> None:
-            turns[0] += 1
-            if bar is not None and turns[0] % 8 == 0:
-                bar.set_postfix(turns=turns[0], refresh=True)
+            def on_turn(_ep: Any, _turn: Any) -> None:
+                turns[0] += 1
+                if turns[0] % 8 == 0:
+                    bar.set_postfix(turns=turns[0], refresh=True)
 
+            callbacks = {"on_episode": lambda _ep: bar.update(1), "on_turn": on_turn}
         try:
             return run_episodes(
-                self._make_env,
+                lambda: self._make_env(env_id),
                 self._policy(seed=policy_seed),
                 seeds,
                 batch_size=len(seeds) * group_size,
                 group_size=group_size,
                 history=self.config.history,
-                env_id=self.config.env_id,
-                on_episode=(lambda _ep: bar.update(1)) if bar is not None else None,
-                on_turn=on_turn if bar is not None else None,
+                env_id=env_id,
+                **callbacks,
             )
         finally:
-            if bar is not None:
+            if desc:
                 bar.close()
 
     def _engine_sync(self) -> Any:
@@ -238,13 +240,7 @@ class Trainer:
             return float("nan")
         pool = self.config.task_pool if env_id is None else 0
         seeds = [i % pool for i in range(n)] if pool else [EVAL_SEED + i for i in range(n)]
-        config = self.config
-        if env_id is not None:
-            self.config = replace(config, env_id=env_id, task_pool=0)
-        try:
-            eps = self._rollout(seeds, group_size=1, policy_seed=config.seed + EVAL_SEED, desc="evaluate")
-        finally:
-            self.config = config
+        eps = self._rollout(seeds, group_size=1, policy_seed=self.config.seed + EVAL_SEED, desc="evaluate", env_id=env_id)
         self.last_eval_episodes = eps  # for callers that want more than the success rate
         eps = [e for e in eps if not e.infra_error]
         return float(np.mean([e.success for e in eps])) if eps else float("nan")
