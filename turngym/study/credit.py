@@ -199,6 +199,20 @@ class StudyConfig:
         base.update({k: v for k, v in kw.items() if v is not None})
         return cls(**base)
 
+    @property
+    def pretrained(self) -> bool:
+        """A pretrained model (LoRA, shared evaluated warm starts) rather than the tiny one."""
+        return self.model != "tiny"
+
+    @property
+    def progress(self) -> bool:
+        """Progress bars for the training runs: a pretrained model's take minutes, and only one runs at a time."""
+        return self.pretrained and self.jobs == 1
+
+    def warm_seed(self, seed: int) -> int:
+        """The seed of the warm start a run of ``seed`` starts from."""
+        return 0 if self.shared_warm_start else seed
+
     @classmethod
     def pretrained_config(cls, model: str, **kw: Any) -> StudyConfig:
         """A pretrained model (LoRA) at a budget a 2-core CPU runs in about an hour: fresh
@@ -269,7 +283,7 @@ def study_model() -> Path:
 
 def run_model(cfg: StudyConfig) -> Path:
     """The model every run of ``cfg`` starts from: :func:`study_model` or the pretrained one."""
-    if cfg.model == "tiny":
+    if not cfg.pretrained:
         return study_model()
     from turngym.agents.hf import resolve_model_path
 
@@ -280,10 +294,10 @@ def _train_config(cfg: StudyConfig, spec: RunSpec, steps: int) -> Any:
     from turngym.trainers.config import TrainConfig
 
     preset = ENV_PRESETS[spec.env]
-    pretrained = cfg.model != "tiny"
+    pretrained = cfg.pretrained
     env_kwargs = dict(preset.env_kwargs) | (preset.pretrained_env_kwargs if pretrained else {})
-    env_kwargs |= {"max_turns": cfg.max_turns} if getattr(cfg, "max_turns", None) else {}  # the tiny model is trained in full, as model="tiny"; a pretrained one with LoRA
-    params: dict[str, Any] = dict(
+    env_kwargs |= {"max_turns": cfg.max_turns} if getattr(cfg, "max_turns", None) else {}
+    params: dict[str, Any] = dict(  # the tiny model is trained in full, as model="tiny"; a pretrained one with LoRA
         model=str(run_model(cfg)), lora=pretrained, lora_layers=cfg.lora_layers if pretrained else 0, keep_system_prompt=False,
         threads=cfg.threads, env_id=preset.env_id, env_kwargs=env_kwargs, algo=spec.algo, seed=spec.seed, steps=steps,
         groups_per_step=cfg.groups_per_step, group_size=cfg.group_size, warmup_steps=cfg.warmup_steps,
@@ -331,7 +345,7 @@ def _episode_stats(episodes: list[Any], env_id: str, env_kwargs: dict[str, Any])
 def warm_start_dir(cfg: StudyConfig, env: str, seed: int) -> Path:
     """Where the warm start of ``(env, seed)`` lives: one per env and seed, shared by every
     arm (the imitation phase does not depend on the estimator or the reward weights)."""
-    return cfg.out / "warm" / f"{env}-s{0 if cfg.shared_warm_start else seed}"
+    return cfg.out / "warm" / f"{env}-s{cfg.warm_seed(seed)}"
 
 
 def warm_start(cfg: StudyConfig, env: str, seed: int) -> Path:
@@ -343,13 +357,13 @@ def warm_start(cfg: StudyConfig, env: str, seed: int) -> Path:
     if is_complete_dir(out / "model"):  # a model directory is reused only if it was saved whole
         return out / "model"
     train_cfg = _train_config(cfg, RunSpec("warm", env, "grpo", seed), steps=1)
-    return Trainer(train_cfg, out, progress=cfg.model != "tiny" and cfg.jobs == 1, log=None).warm_start_only(out / "model")
+    return Trainer(train_cfg, out, progress=cfg.progress, log=None).warm_start_only(out / "model")
 
 
-def _same_heldout(cfg: StudyConfig, env: str) -> bool:
-    """True when the held-out evaluation is the trainer's own final one: no unseen split, fresh
+def _same_heldout(cfg: StudyConfig, env: str, train_cfg: Any) -> bool:
+    """True when the held-out evaluation is the run's own final one: no unseen split, fresh
     training tasks (``task_pool=0``, so the trainer evaluates on held-out seeds) and as many episodes."""
-    return ENV_PRESETS[env].heldout_env_id is None and cfg.task_pool == 0 and cfg.heldout_episodes == cfg.eval_episodes
+    return ENV_PRESETS[env].heldout_env_id is None and train_cfg.task_pool == 0 and train_cfg.eval_episodes == cfg.heldout_episodes
 
 
 def warm_start_evals(cfg: StudyConfig, env: str, seed: int) -> dict[str, Any]:
@@ -365,16 +379,16 @@ def warm_start_evals(cfg: StudyConfig, env: str, seed: int) -> dict[str, Any]:
         return json.loads(path.read_text())
     preset = ENV_PRESETS[env]
     heldout_id = preset.heldout_env_id or preset.env_id
-    base_cfg = replace(_train_config(cfg, RunSpec("warm", env, "grpo", seed), steps=1), warmup_steps=0)
+    base_cfg = replace(_train_config(cfg, RunSpec("warm", env, "grpo", cfg.warm_seed(seed)), steps=1), warmup_steps=0)
     res: dict[str, Any] = {}
-    if cfg.model != "tiny":
+    if cfg.pretrained:
         base = Trainer(replace(base_cfg, keep_system_prompt=True), wdir / "base-eval", progress=cfg.jobs == 1, log=None).load()
         res["base_heldout"] = base.evaluate(cfg.base_episodes or cfg.heldout_episodes, env_id=heldout_id)
         res["base_heldout_eval"] = _episode_stats(base.last_eval_episodes, heldout_id, base_cfg.env_kwargs)
         del base
     warm = Trainer(replace(base_cfg, model=str(warm_start(cfg, env, seed))), wdir / "warm-eval", progress=cfg.jobs == 1, log=None).load()
     res["warm_eval"] = warm.evaluate()
-    res["warm_heldout"] = res["warm_eval"] if _same_heldout(cfg, env) else warm.evaluate(cfg.heldout_episodes, env_id=heldout_id)
+    res["warm_heldout"] = res["warm_eval"] if _same_heldout(cfg, env, base_cfg) else warm.evaluate(cfg.heldout_episodes, env_id=heldout_id)
     res["warm_heldout_eval"] = _episode_stats(warm.last_eval_episodes, heldout_id, base_cfg.env_kwargs)
     write_text(path, json.dumps(res, indent=1))
     return res
@@ -383,9 +397,15 @@ def warm_start_evals(cfg: StudyConfig, env: str, seed: int) -> dict[str, Any]:
 def prepare_warm_start(cfg: StudyConfig, env: str, seed: int) -> Path:
     """The warm start of ``(env, seed)`` and, for a pretrained model, its evaluations."""
     path = warm_start(cfg, env, seed)
-    if cfg.model != "tiny":
+    if cfg.pretrained:
         warm_start_evals(cfg, env, seed)
     return path
+
+
+def _warm_ready(cfg: StudyConfig, env: str, seed: int) -> bool:
+    """The warm start of ``(env, seed)`` is saved whole (and, for a pretrained model, evaluated)."""
+    wdir = warm_start_dir(cfg, env, seed)
+    return is_complete_dir(wdir / "model") and (not cfg.pretrained or (wdir / "evals.json").exists())
 
 
 def run_one(cfg: StudyConfig, spec: RunSpec, steps: int) -> dict[str, Any]:
@@ -396,16 +416,16 @@ def run_one(cfg: StudyConfig, spec: RunSpec, steps: int) -> dict[str, Any]:
     out = cfg.out / "runs" / spec.name
     preset = ENV_PRESETS[spec.env]
     train_cfg = replace(_train_config(cfg, spec, steps), model=str(warm_start(cfg, spec.env, spec.seed)), warmup_steps=0)
-    known = warm_start_evals(cfg, spec.env, spec.seed) if cfg.model != "tiny" else {}
+    known = warm_start_evals(cfg, spec.env, spec.seed) if cfg.pretrained else {}
     t0 = time.perf_counter()
-    trainer = Trainer(train_cfg, out, overwrite=True, progress=cfg.model != "tiny" and cfg.jobs == 1, log=None,  # a run without study.json is redone
+    trainer = Trainer(train_cfg, out, overwrite=True, progress=cfg.progress, log=None,  # a run without study.json is redone
                       success_before=known.get("warm_eval"))
     result = trainer.run()
     # the pool evaluation of the trained policy (the trainer's final one), with its episodes
     pool = _episode_stats(trainer.last_eval_episodes, preset.env_id, train_cfg.env_kwargs)
     # held out: the unseen split, or fresh task seeds of the same env
     heldout_id = preset.heldout_env_id or preset.env_id
-    if _same_heldout(cfg, spec.env):
+    if _same_heldout(cfg, spec.env, train_cfg):
         held = pool
     else:
         trainer.evaluate(cfg.heldout_episodes, env_id=heldout_id)
@@ -471,9 +491,7 @@ def run_study(cfg: StudyConfig, *, log: Callable[[str], None] = print) -> Path:
     todo = [r for r in runs if not (cfg.out / "runs" / r.name / "study.json").exists()]
     if len(todo) < len(runs):
         log(f"{len(runs) - len(todo)} of {len(runs)} runs already done (their study.json exists): skipping them")
-    ready = (lambda r: (warm_start_dir(cfg, r.env, r.seed) / "evals.json").exists()) if cfg.model != "tiny" else (lambda r: False)
-    warm = sorted({(r.env, 0 if cfg.shared_warm_start else r.seed) for r in todo
-                   if not is_complete_dir(warm_start_dir(cfg, r.env, r.seed) / "model") or not ready(r)})
+    warm = sorted({(r.env, cfg.warm_seed(r.seed)) for r in todo if not _warm_ready(cfg, r.env, r.seed)})
     log(f"{len(warm)} warm starts (one per env and seed, shared by its arms), then {len(todo)} training runs, {cfg.jobs} at a time")
     if cfg.jobs > 1:  # parallel runs would race to build (and evaluate) a shared warm start; one at a time builds each when first needed
         for path in _map(prepare_warm_start, [(cfg, env, seed) for env, seed in warm], cfg.jobs):
@@ -499,7 +517,7 @@ def regenerate_command(cfg: StudyConfig) -> str:
         parts += ["--critic-envs", *cfg.critic_envs]
     if cfg.quick:
         parts.append("--quick")
-    if cfg.model != "tiny":  # every field the pretrained defaults set, spelled out
+    if cfg.pretrained:  # every field the pretrained defaults set, spelled out
         parts += ["--model", cfg.model]
         for name in ("task_pool", "groups_per_step", "group_size", "warmup_steps", "demo_episodes", "eval_episodes", "heldout_episodes",
                      "base_episodes", "lr", "lora_layers", "threads", "shared_warm_start", "train_overrides"):

@@ -457,19 +457,11 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
     return path
 
 
-def _wilson(k: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion ``k / n``."""
-    if n == 0:
-        return float("nan"), float("nan")
-    p = k / n
-    centre, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+def _rate_ci(rate: float, n: int) -> tuple[float, float]:
+    """95% Wilson interval of a success rate measured on ``n`` episodes."""
+    from turngym.rollout.metrics import wilson_interval
 
-
-def _pooled(rates: list[tuple[float, int]]) -> tuple[float, int, tuple[float, float]]:
-    """Success over every held-out episode of several evaluations: (rate, episodes, Wilson CI)."""
-    k, n = sum(r * m for r, m in rates), sum(m for _, m in rates)
-    return (k / n if n else float("nan")), n, _wilson(k, n)
+    return wilson_interval(round(rate * n), n)
 
 
 def _two_prop_z(a: tuple[float, int], b: tuple[float, int]) -> float:
@@ -480,8 +472,16 @@ def _two_prop_z(a: tuple[float, int], b: tuple[float, int]) -> float:
     return (pa - pb) / se
 
 
+def _pct_ci(rate: float | None, n: int) -> str:
+    if rate is None or n == 0:
+        return "—"
+    lo, hi = _rate_ci(rate, n)
+    return f"{100 * rate:.1f} [{100 * lo:.0f}, {100 * hi:.0f}]"
+
+
 def _pretrained_section(cfg: dict[str, Any], runs: list[dict[str, Any]], summary: dict[str, Any], out_dir: Path) -> list[str]:
-    """Held-out success of a pretrained model: zero-shot, after the warm start, after RL per arm."""
+    """Held-out success of a pretrained model: zero-shot, after the warm start (both from the warm
+    start's ``evals.json``, measured once), after RL per arm (its seeds' episodes pooled)."""
     md = ["## Held-out success of the pretrained model", "",
           f"`{cfg.get('model')}`, every number on tasks never trained on (RL draws a fresh task every episode; the held-out seeds "
           "and the unseen split are never drawn). *Zero-shot* = the base model with the env's system prompt (action grammar and a "
@@ -494,20 +494,22 @@ def _pretrained_section(cfg: dict[str, Any], runs: list[dict[str, Any]], summary
         rs = [r for r in runs if r["env"] == env and "heldout_before" in r]
         if not rs:
             continue
-        n_held = rs[0]["heldout_eval"]["episodes"]
-        base = rs[0].get("heldout_base")
-        warm = _pooled([(rs[0]["heldout_before"], n_held)])  # one shared warm start: its evaluation once
-        base_s = "—" if base is None else f"{100 * base:.1f} [{100 * _wilson(base * n_held, n_held)[0]:.0f}, {100 * _wilson(base * n_held, n_held)[1]:.0f}]"
+        evals_path = out_dir / "warm" / Path(rs[0]["warm_start"]).name / "evals.json"
+        evals = json.loads(evals_path.read_text()) if evals_path.exists() else {}
+        n_after = rs[0]["heldout_eval"]["episodes"]
+        n_warm = evals.get("warm_heldout_eval", {}).get("episodes", n_after)
+        base, n_base = rs[0].get("heldout_base"), evals.get("base_heldout_eval", {}).get("episodes", n_after)
+        warm = rs[0]["heldout_before"]  # one shared warm start: its evaluation once
         for arm in sorted({r["arm"] for r in rs}):
             ar = [r for r in rs if r["arm"] == arm]
-            after = _pooled([(r["heldout_eval"]["success"], r["heldout_eval"]["episodes"]) for r in ar])
-            z = _two_prop_z((after[0], after[1]), (warm[0], warm[1]))
+            n = sum(r["heldout_eval"]["episodes"] for r in ar)
+            after = sum(r["heldout_eval"]["success"] * r["heldout_eval"]["episodes"] for r in ar) / max(n, 1)
+            z = _two_prop_z((after, n), (warm, n_warm))
             per_seed = ", ".join(f"{100 * r['heldout_eval']['success']:.1f}" for r in sorted(ar, key=lambda r: r["seed"]))
-            md.append(f"| {env} | `{ar[0]['heldout_env_id']}` | {base_s} | {100 * warm[0]:.1f} [{100 * warm[2][0]:.0f}, {100 * warm[2][1]:.0f}] "
-                      f"| {arm} | {100 * after[0]:.1f} [{100 * after[2][0]:.0f}, {100 * after[2][1]:.0f}] | {100 * (after[0] - warm[0]):+.1f} ({z:+.2f}) "
-                      f"| {per_seed} |")
-            out[f"{env}/{arm}"] = {"zero_shot": base, "warm_start": warm[0], "after": after[0], "episodes": after[1], "seeds": len(ar),
-                                   "z_vs_warm": z}
+            md.append(f"| {env} | `{ar[0]['heldout_env_id']}` | {_pct_ci(base, n_base)} | {_pct_ci(warm, n_warm)} "
+                      f"| {arm} | {_pct_ci(after, n)} | {100 * (after - warm):+.1f} ({z:+.2f}) | {per_seed} |")
+            out[f"{env}/{arm}"] = {"zero_shot": base, "zero_shot_episodes": n_base, "warm_start": warm, "warm_start_episodes": n_warm,
+                                   "after": after, "episodes": n, "seeds": len(ar), "z_vs_warm": z}
     summary["pretrained_heldout"] = out
     png = _heldout_bars(out, out_dir / "heldout.png") if out else None
     return md + [""] + ([f"![held-out success]({png})", ""] if png else [])
@@ -527,13 +529,12 @@ def _heldout_bars(rows: dict[str, dict[str, Any]], path: Path) -> str | None:
     for ax, env in zip(axes[0], envs, strict=True):
         arms = {k.split("/")[1]: v for k, v in rows.items() if k.startswith(env + "/")}
         first = next(iter(arms.values()))
-        n = first["episodes"] // max(1, first.get("seeds", 1))
-        bars = [("zero-shot", first["zero_shot"], n), ("warm start", first["warm_start"], n)]
+        bars = [("zero-shot", first["zero_shot"], first["zero_shot_episodes"]), ("warm start", first["warm_start"], first["warm_start_episodes"])]
         bars += [(f"{arm}\n(after RL)", v["after"], v["episodes"]) for arm, v in arms.items()]
         for i, (_label, rate, m) in enumerate(bars):
             if rate is None:
                 continue
-            lo, hi = _wilson(rate * m, m)
+            lo, hi = _rate_ci(rate, m)
             ax.bar(i, 100 * rate, color=f"C{i}", alpha=0.8)
             ax.errorbar(i, 100 * rate, yerr=[[100 * (rate - lo)], [100 * (hi - rate)]], color="k", capsize=4)
         ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=8)
