@@ -6,6 +6,7 @@ One command regenerates the table::
     python scripts/baselines.py                      # SmolLM2-135M-Instruct, every env id
     python scripts/baselines.py --envs turngym/Math-v0 --episodes 20 --json
     python scripts/baselines.py --rows rows.json      # resumable: envs already in rows.json are skipped
+    python scripts/baselines.py --constrain-choices   # extra rows, decoding over the env's valid actions
 
 The model is loaded once and reused for every env (its prefix cache is cleared between envs).
 Each env runs ``--episodes`` tasks (seeds ``seed..seed+N-1``) with the env's own prompt, stop
@@ -14,6 +15,11 @@ with its 95% Wilson interval, the invalid-action rate, generated tokens per acti
 and the process CPU time (on a shared machine wall time depends on the load, CPU time less so;
 each row also records the 1-minute load average when its env finished).
 Progress goes to stderr; ``--json`` prints the rows as JSON on stdout.
+
+``--constrain-choices`` measures separate rows (labelled *constrained*, kept next to the
+free-decoding rows of the same env) where the model decodes exactly one of the env's enumerated
+valid actions (``HFPolicy(constrain_choices=True)``); by default only for the envs that enumerate
+them (``action_choices``).
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ sys.path.insert(0, str(ROOT))
 
 import turngym  # noqa: E402
 from turngym.agents import make_agent  # noqa: E402
+from turngym.core.env import TurngymEnv  # noqa: E402
+from turngym.core.registry import env_info, load_entry_point  # noqa: E402
 from turngym.rollout import run_episodes, summarize  # noqa: E402
 
 # Families whose episodes are long (many turns, prompts of thousands of tokens, a sandbox per
@@ -52,6 +60,27 @@ HEAVY: dict[str, dict[str, Any]] = {
     "turngym/Tools-BFCL-MissFunc-v0": {"episodes": 2, "history": 6, "max_turns": 2},
     "turngym/Tools-BFCL-MissParam-v0": {"episodes": 2, "history": 6, "max_turns": 2},
 }
+
+
+CONSTRAINED = " [constrained]"
+
+
+def row_key(row: dict[str, Any]) -> str:
+    """A row's identity: its env id, marked when it was measured with constrained decoding."""
+    return row["env_id"] + (CONSTRAINED if row.get("constrain_choices") else "")
+
+
+def enumerating_envs() -> list[str]:
+    """Env ids whose env class enumerates its valid actions (overrides ``action_choices``)."""
+    out = []
+    for env_id in sorted(turngym.list_envs()):
+        try:
+            cls = load_entry_point(env_info(env_id).entry_point)
+        except Exception:  # noqa: BLE001 - a family whose extra is missing cannot enumerate here
+            continue
+        if isinstance(cls, type) and getattr(cls, "action_choices", None) is not TurngymEnv.action_choices:
+            out.append(env_id)
+    return out
 
 
 def run_env(env_id: str, agent: Any, *, episodes: int, seed: int, history: int | None, batch_size: int,
@@ -87,6 +116,7 @@ def run_env(env_id: str, agent: Any, *, episodes: int, seed: int, history: int |
     gen_s = (stats.seconds - gen0) if stats is not None else None
     return {
         "env_id": env_id,
+        **({"constrain_choices": True} if getattr(agent, "constrain_choices", False) else {}),
         "episodes": s.episodes,
         "infra_errors": s.infra_errors,
         "success_rate": s.success_rate,
@@ -169,17 +199,19 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "```bash",
         "rm -f docs/baselines.json",
         meta["command"],
+        *([meta["command"] + " --constrain-choices"] if any(r.get("constrain_choices") for r in rows) else []),
         "```",
         "",
         "| env | episodes | success (95% CI) | invalid actions | tokens/action | turns/episode | wall s | CPU s | tokens/s |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    have = {r["env_id"] for r in rows}
+    have = {r["env_id"] for r in rows if not r.get("constrain_choices")}
     pending = [{"env_id": e, "error": "pending: not measured yet (the command above measures it; finished envs are kept)"}
                for e in sorted(turngym.list_envs()) if e not in have]
-    for r in sorted(rows + pending, key=lambda r: r["env_id"]):
+    for r in sorted(rows + pending, key=row_key):
+        label = f"`{r['env_id']}`" + (" constrained" if r.get("constrain_choices") else "")
         if "error" in r:
-            lines.append(f"| `{r['env_id']}` | — | {r['error']} | | | | | | |")
+            lines.append(f"| {label} | — | {r['error']} | | | | | | |")
             continue
         lo, hi = r["success_ci95"]
         tpa = f"{r['tokens_per_action']:.1f}" if r["tokens_per_action"] is not None else "—"
@@ -188,10 +220,20 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         hist = f" ({', '.join(caps)})" if caps else ""
         infra = f", {r['infra_errors']} infra errors" if r["infra_errors"] else ""
         lines.append(
-            f"| `{r['env_id']}` | {r['episodes']}{hist}{infra} | {r['success_rate']:.2f} ({lo:.2f}–{hi:.2f}) "
+            f"| {label} | {r['episodes']}{hist}{infra} | {r['success_rate']:.2f} ({lo:.2f}–{hi:.2f}) "
             f"| {r['invalid_action_rate']:.1%} | {tpa} | {r['mean_turns']:.1f} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} "
             f"| {r['tokens_per_s'] or '—'} |"
         )
+    constrained = [r for r in sorted(rows, key=row_key) if r.get("constrain_choices") and "error" not in r]
+    if constrained:
+        lines += ["", "Rows marked *constrained* decode with `--constrain-choices` (`HFPolicy(constrain_choices=True)`): each "
+                  "action is generated token by token inside a trie of the env's admissible actions "
+                  "(`env.action_choices()`), so their invalid rate is 0 by construction and their log-probs are those of "
+                  "the constrained distribution (an evaluation setting, not a training one). What they measure is whether "
+                  "the model picks the *right* admissible action: success "
+                  + "; ".join(f"{r['success_rate']:.2f} ({r['success_ci95'][0]:.2f}–{r['success_ci95'][1]:.2f}) on "
+                              f"`{r['env_id']}`" for r in constrained)
+                  + ", against 0 with free decoding (every free action invalid)."]
     lines += ["", NOTES] if NOTES else []
     lines += [
         "",
@@ -245,6 +287,11 @@ def _load_rows(path: Path | None, args: argparse.Namespace) -> list[dict[str, An
     return [r for r in saved["rows"] if "error" not in r]
 
 
+def _write_rows(path: Path, meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """Rewrite ``path`` with ``rows`` (both decoding modes: a constrained run keeps the free rows it loaded)."""
+    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--agent", default="hf:smollm2", help="agent spec (default: hf:smollm2)")
@@ -255,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0, the training setting)")
     p.add_argument("--force-action-prefix", action="store_true",
                    help="start each action with the env's action_prefix (e.g. '<' for tag grammars)")
+    p.add_argument("--constrain-choices", action="store_true",
+                   help="separate rows decoding exactly one of the env's valid actions (default envs: those that list them)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "baselines.md", help="markdown table to write ('-': none)")
@@ -269,10 +318,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows_path = None if str(args.rows) == "-" else args.rows
     rows = _load_rows(rows_path, args)
-    done = {r["env_id"] for r in rows}
-    env_ids = [e for e in (args.envs or sorted(turngym.list_envs())) if e not in done]
-    if done:
-        print(f"{len(done)} envs already in {rows_path}, skipped: {sorted(done)}", file=sys.stderr, flush=True)
+    mark = CONSTRAINED if args.constrain_choices else ""
+    done = {row_key(r) for r in rows}
+    default_envs = enumerating_envs() if args.constrain_choices else sorted(turngym.list_envs())
+    env_ids = [e for e in (args.envs or default_envs) if e + mark not in done]
+    skipped = sorted(e for e in (args.envs or default_envs) if e + mark in done)
+    if skipped:
+        print(f"{len(skipped)} envs already in {rows_path}, skipped: {skipped}", file=sys.stderr, flush=True)
     meta = _meta(args, rows)
     if env_ids:
         if args.threads:
@@ -280,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
 
             torch.set_num_threads(args.threads)
         agent = make_agent(args.agent, seed=args.seed, temperature=args.temperature,
-                           force_action_prefix=args.force_action_prefix or None)
+                           force_action_prefix=args.force_action_prefix or None,
+                           constrain_choices=args.constrain_choices or None)
     for env_id in env_ids:
         cap = HEAVY.get(env_id, {}).get("episodes", args.episodes) if args.cap else args.episodes
         episodes = min(args.episodes, cap)
@@ -291,13 +344,15 @@ def main(argv: list[str] | None = None) -> int:
                           batch_size=args.batch_size, max_turns=heavy.get("max_turns"))
         except Exception as exc:  # noqa: BLE001 - an env that cannot run here (missing extra) gets a row saying why
             row = {"env_id": env_id, "error": f"not run: {type(exc).__name__}: {exc}"[:200]}
+            if args.constrain_choices:
+                row["constrain_choices"] = True
         rows.append(row)
-        rows.sort(key=lambda r: r["env_id"])
+        rows.sort(key=row_key)
         print(f"  -> {json.dumps(row)}", file=sys.stderr, flush=True)
         meta = _meta(args, rows)
         # after every env, so a long run interrupted still leaves its rows (and a rerun resumes)
         if rows_path is not None:
-            rows_path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+            _write_rows(rows_path, meta, rows)
         if str(args.out) != "-":
             args.out.write_text(markdown(rows, meta))
     if str(args.out) != "-":

@@ -133,6 +133,9 @@ def _setup_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, help="torch CPU threads for hf agents (1 is often faster on a busy machine)")
     p.add_argument("--force-action-prefix", action="store_true",
                    help="hf agents: start every action with the env's action_prefix (e.g. '<' for tag grammars)")
+    p.add_argument("--constrain-choices", action="store_true",
+                   help="hf agents: where the env lists its valid actions (Household), decode exactly one of them "
+                   "(evaluation only: log-probs are of the constrained distribution)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--out", type=Path, help="write episodes.jsonl, summary.json, report.md and report.html here")
@@ -155,6 +158,7 @@ def _run_eval(args: argparse.Namespace) -> int:
     options = {
         "seed": args.seed, "model": args.model, "temperature": args.temperature, "top_p": args.top_p,
         "max_new_tokens": args.max_new_tokens, "concurrency": args.concurrency, "device": args.device, "force_action_prefix": args.force_action_prefix or None,
+        "constrain_choices": args.constrain_choices or None,
     }
     if args.threads:
         import torch

@@ -43,6 +43,10 @@ class AgentInput:
         action_prefix: text every valid action of the env starts with (``env.action_prefix``,
             e.g. ``<`` for a tag grammar); a generating policy may force it (HF:
             ``force_action_prefix``). Empty when the grammar has no common start.
+        choices: the complete set of valid actions this turn when the env can enumerate it
+            (``env.action_choices()``, e.g. ALFWorld's admissible commands); None when it cannot.
+            A generating policy may restrict its output to exactly one of them (HF:
+            ``constrain_choices``); others ignore it.
     """
 
     messages: list[Message]
@@ -52,6 +56,7 @@ class AgentInput:
     action_token_ids: list[list[int] | None] = field(default_factory=list)
     max_new_tokens: int | None = None
     action_prefix: str = ""
+    choices: tuple[str, ...] | None = None
 
 
 @dataclass

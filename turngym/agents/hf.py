@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym.agents.base import Action, AgentInput
+from turngym.agents.choices import ChoiceTrie, encode_choices
 from turngym.agents.render import ChatRenderer
 from turngym.core.errors import ConfigError
 
@@ -351,6 +352,18 @@ class HFPolicy:
             (so rendering stays exact and training sees what the model was conditioned on); an
             action's ``meta["forced_tokens"]`` counts them. Off by default: it is a decoding
             constraint that lets a very small model produce parseable actions, not sampling.
+        constrain_choices: where the env enumerates its valid actions (``AgentInput.choices``),
+            decode exactly one of them: each step may only continue some choice (a token trie of
+            the choices as the renderer encodes them, :mod:`turngym.agents.choices`), and the
+            end-of-turn token is allowed only after a whole choice. Sampling renormalizes over the
+            allowed tokens (greedy takes the argmax among them), and ``logprobs`` are log-probs of
+            that *constrained* distribution, flagged by ``meta["constrained"] = True``. Rows without
+            choices decode freely in the same batch. With choices, the forced action prefix, the
+            stop strings and the token budget do not apply (the choices win: every choice already
+            is a whole valid action; the budget becomes the longest choice plus the end token).
+            For evaluation and benchmarks only, never for training: a trainer recomputes the
+            model's free log-probs, so a constrained rollout would be off-policy data with
+            log-prob ratios against a distribution that was not sampled. Off by default.
         prefix_cache_mb: memory for keys/values kept between turns (0 disables prefix reuse).
             A multi-turn prompt extends the previous turn's sequence, so only the new
             observation is run through the model instead of the whole history.
@@ -368,6 +381,7 @@ class HFPolicy:
         seed: int = 0,
         max_batch_size: int = 64,
         force_action_prefix: bool = False,
+        constrain_choices: bool = False,
         prefix_cache_mb: int = 2048,
         name: str = "hf",
     ) -> None:
@@ -387,12 +401,15 @@ class HFPolicy:
         self.max_batch_size = int(max_batch_size)
         self.name = name
         self.force_action_prefix = bool(force_action_prefix)
+        self.constrain_choices = bool(constrain_choices)
         self.device = next(model.parameters()).device
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         eos = {tokenizer.eos_token_id}
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         eos |= set(gen_eos) if isinstance(gen_eos, (list, tuple)) else {gen_eos}
         self.eos_ids = frozenset(i for i in eos if i is not None)
+        # after a whole choice only the renderer's end-of-turn token: the one it splices back
+        self.end_id = tokenizer.eos_token_id if tokenizer.eos_token_id in self.eos_ids else min(self.eos_ids)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
         self.max_positions = getattr(model.config, "max_position_embeddings", None)
         self._prefix = PrefixCache(int(prefix_cache_mb) << 20)
@@ -442,21 +459,28 @@ class HFPolicy:
             # (the last sampled token was never fed back), which is what the cache holds.
             reusable.append(r.spans[-1][1] - 1 if r.spans and r.generated[-1] else 0)
         limits = [self.max_new_tokens or inp.max_new_tokens or DEFAULT_MAX_NEW_TOKENS for inp in batch]
+        tries = [self._choice_trie(inp.choices) if self.constrain_choices and inp.choices else None for inp in batch]
         forced = [
-            self.renderer.encode(inp.action_prefix) if self.force_action_prefix and inp.action_prefix else []
-            for inp in batch
+            self.renderer.encode(inp.action_prefix) if self.force_action_prefix and inp.action_prefix and t is None else []
+            for inp, t in zip(batch, tries, strict=True)
         ]
-        gens = self.generate(prompts, [inp.stop for inp in batch], reusable, limits, forced)
+        gens = self.generate(prompts, [inp.stop for inp in batch], reusable, limits, forced, tries)
         return [
             Action(
                 g.text,
                 token_ids=g.token_ids,
                 logprobs=g.logprobs,
                 prompt_ids=g.prompt_ids,
-                meta={"finish_reason": g.finish_reason, "stop": g.stop, "forced_tokens": min(len(f), len(g.token_ids))},
+                meta={"finish_reason": g.finish_reason, "stop": g.stop, "forced_tokens": min(len(f), len(g.token_ids)),
+                      "constrained": t is not None},
             )
-            for g, f in zip(gens, forced, strict=True)
+            for g, f, t in zip(gens, forced, tries, strict=True)
         ]
+
+    def _choice_trie(self, choices: Sequence[str]) -> ChoiceTrie:
+        return encode_choices(
+            choices, self.renderer.encode, lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True), self.end_id
+        )
 
     # ------------------------------------------------------------------ generation
     def generate(
@@ -466,6 +490,7 @@ class HFPolicy:
         reusable: Sequence[int] | None = None,
         max_new_tokens: Sequence[int] | None = None,
         forced: Sequence[Sequence[int]] | None = None,
+        tries: Sequence[ChoiceTrie | None] | None = None,
     ) -> list[Generation]:
         """Sample one continuation per prompt (token ids in, token ids + log-probs out).
 
@@ -473,6 +498,9 @@ class HFPolicy:
         :data:`DEFAULT_MAX_NEW_TOKENS`); rows with different budgets share one batch.
         ``forced[i]``: token ids prompt ``i``'s continuation must start with (fed instead of
         sampled, recorded with the model's log-probs; see ``force_action_prefix``).
+        ``tries[i]``: a :class:`~turngym.agents.choices.ChoiceTrie` prompt ``i``'s continuation
+        must follow to its end token (see ``constrain_choices``); it overrides ``forced[i]``,
+        the stop strings and the budget of that prompt.
 
         ``reusable[i]``: the length of a prefix of prompt ``i`` that may be cached — a
         sequence this policy produced before, i.e. an earlier ``prompt + token_ids[:-1]``
@@ -490,12 +518,14 @@ class HFPolicy:
         limits = [int(m) for m in max_new_tokens] if max_new_tokens is not None else [default] * len(prompts)
         if any(m < 1 for m in limits):
             raise ConfigError(f"max_new_tokens must be >= 1 for every prompt, got {min(limits)}")
-        force = [list(f) for f in forced] if forced is not None else [[] for _ in prompts]
+        trie = list(tries) if tries is not None else [None] * len(prompts)
+        force = [list(f) if t is None else [] for f, t in zip(forced or [[]] * len(prompts), trie, strict=True)]
+        limits = [m if t is None else t.longest + 1 for m, t in zip(limits, trie, strict=True)]
         out: list[Generation] = []
         t0 = time.perf_counter()
         for i in range(0, len(prompts), self.max_batch_size):
             j = i + self.max_batch_size
-            out += self._generate_batch(prompts[i:j], stops[i:j], reuse[i:j], limits[i:j], force[i:j])
+            out += self._generate_batch(prompts[i:j], stops[i:j], reuse[i:j], limits[i:j], force[i:j], trie[i:j])
         self.stats.add(out, time.perf_counter() - t0)
         return out
 
@@ -506,6 +536,7 @@ class HFPolicy:
         reusable: Sequence[int],
         limits: Sequence[int],
         forced: Sequence[Sequence[int]] = (),
+        tries: Sequence[ChoiceTrie | None] = (),
     ) -> list[Generation]:
         import torch
 
@@ -545,6 +576,7 @@ class HFPolicy:
         window = [max((len(s) for s in st), default=0) + 2 for st in stops]
         rows = list(range(n))  # original row of each live batch position
         done: set[int] = set()
+        node = [ChoiceTrie.ROOT if tries and tries[r] is not None else None for r in range(n)]
         next_pos = pos[:, -1]
         with torch.inference_mode():
             out = self.model(  # only the last position's logits: a long prompt's full vocabulary projection is wasted work
@@ -553,7 +585,10 @@ class HFPolicy:
             )
             past = out.past_key_values
             for step in range(max(limits)):
-                token, logprob = self._sample(out.logits[:, -1, :])
+                logits = out.logits[:, -1, :]
+                if any(node[r] is not None and r not in done for r in rows):
+                    logits = self._mask_choices(logits, [(tries[r], node[r]) if r not in done else (None, None) for r in rows])
+                token, logprob = self._sample(logits)
                 keep: list[int] = []
                 for b, r in enumerate(rows):
                     if r in done:  # a finished row carried along by a cache that cannot shrink
@@ -565,8 +600,13 @@ class HFPolicy:
                     t = int(token[b])
                     gen_ids[r].append(t)
                     gen_lps[r].append(float(logprob[b]))
+                    if node[r] is not None:
+                        node[r] = tries[r].advance(node[r], t)
                     if t in self.eos_ids:
                         finish[r] = ("eos", None)
+                    elif node[r] is not None:  # a constrained row ends only at its end token
+                        keep.append(b)
+                        continue
                     elif (hit := self._stop_hit(gen_ids[r], stops[r], window[r])) is not None:
                         finish[r] = ("stop", hit)
                     elif len(gen_ids[r]) < limits[r]:
@@ -612,6 +652,19 @@ class HFPolicy:
                 )
             )
         return results
+
+    def _mask_choices(self, logits: Any, row_tries: Sequence[tuple[ChoiceTrie | None, int | None]]) -> Any:
+        """``logits`` with every token a row's choice trie does not allow at its node set to -inf."""
+        import torch
+
+        masked = logits.float().clone()
+        for b, (trie, at) in enumerate(row_tries):
+            if trie is not None and at is not None:
+                allowed = trie.allowed_tensor(at, masked.device)
+                row = torch.full_like(masked[b], float("-inf"))
+                row[allowed] = masked[b, allowed]
+                masked[b] = row
+        return masked
 
     def _stop_hit(self, ids: list[int], stops: Sequence[str], window: int) -> str | None:
         if not stops:

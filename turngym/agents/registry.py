@@ -31,7 +31,7 @@ def _hf(arg: str | None, **options: Any) -> Policy:
     """``hf`` / ``hf:tiny`` (embedded model), ``hf:smollm2``, ``hf:/path/to/model_dir``."""
     from turngym.agents.hf import HFPolicy  # torch is imported only when an HF agent is built
 
-    return HFPolicy.from_pretrained(arg, device=options.get("device"), **_pick(options, (*_SAMPLING, "max_batch_size", "force_action_prefix")))
+    return HFPolicy.from_pretrained(arg, device=options.get("device"), **_pick(options, (*_SAMPLING, "max_batch_size", "force_action_prefix", "constrain_choices")))
 
 
 def _openai(arg: str | None, **options: Any) -> Policy:
@@ -73,7 +73,7 @@ def make_agent(spec: str, **options: Any) -> Policy:
     """Build a policy from a spec string such as ``"oracle"``, ``"hf:smollm2"`` or ``"openai:URL"``.
 
     Options (ignored by kinds that do not use them): ``seed``, ``temperature``, ``top_p``,
-    ``max_new_tokens``, ``device``, ``max_batch_size``, ``force_action_prefix`` (hf); ``model``, ``api_key_env``,
+    ``max_new_tokens``, ``device``, ``max_batch_size``, ``force_action_prefix``, ``constrain_choices`` (hf); ``model``, ``api_key_env``,
     ``timeout``, ``max_retries``, ``concurrency`` (openai). ``None`` values mean "default".
     """
     import turngym.envs  # noqa: F401  (families register their baseline agents on import)

@@ -283,6 +283,15 @@ class TurngymEnv(gym.Env[str, str], Generic[TaskT, StateT]):
         n = int(rng.integers(0, 40))
         return "".join(chr(int(c)) for c in rng.integers(32, 127, size=n))
 
+    def action_choices(self) -> tuple[str, ...] | None:
+        """Every valid action now, when the family can enumerate them; None (the default) when not.
+
+        A generating policy may then decode exactly one of them (``HFPolicy(constrain_choices=True)``),
+        which makes a small model's actions valid by construction. Families whose grammar is open
+        (free text, code, queries) keep None; the rollout passes it as ``AgentInput.choices``.
+        """
+        return None
+
     def faithfulness(self, episode: Any) -> float | None:
         """How faithfully a *successful* episode used its tools, in [0, 1], or None.
 

@@ -72,6 +72,8 @@ def agent_input(ep: Episode, env: Any, history: int | None) -> AgentInput:
     """What the policy sees for ``ep``'s next turn (see :meth:`Episode.context`)."""
     messages, action_ids = ep.context(history=history)
     raw = getattr(env, "unwrapped", env)
+    enumerate_choices = getattr(raw, "action_choices", None)  # absent on remote env proxies
+    choices = enumerate_choices() if callable(enumerate_choices) else None
     return AgentInput(
         messages=messages,
         env=env,
@@ -80,6 +82,7 @@ def agent_input(ep: Episode, env: Any, history: int | None) -> AgentInput:
         action_token_ids=action_ids,
         max_new_tokens=getattr(raw, "max_new_tokens", None),
         action_prefix=getattr(raw, "action_prefix", ""),
+        choices=None if choices is None else tuple(choices),
     )
 
 

@@ -275,6 +275,11 @@ class HouseholdEnv(TurngymEnv[HouseholdTask, HouseholdState | None]):
             return []
         return admissible(self.world, self.state)
 
+    def action_choices(self) -> tuple[str, ...] | None:
+        """The admissible commands: the complete set of valid actions this turn (the env enumerates them)."""
+        actions = self.admissible_actions()
+        return tuple(actions) if actions else None
+
     def _oracle_action(self) -> str:
         assert self.world is not None and self.state is not None
         return oracle.oracle_action(self.world, self.state)
