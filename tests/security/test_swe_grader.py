@@ -9,6 +9,7 @@ with no ``InfraError``; the gold patch must still resolve and a no-op must not.
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -382,6 +383,39 @@ def test_the_package_runs_as_the_untrusted_uid_with_no_capabilities_and_run_test
                   "    assert 'TURNGYM_UNTRUSTED_UID' not in os.environ\n")
     run = testing.run_pytest(tree.with_file("tests/test_caps.py", in_process), ["tests/test_caps.py"])
     assert run.passed == {"tests/test_caps.py::test_no_caps"}, (run.problem, run.messages)
+
+
+_FAILING_DROPS = {
+    # setresuid refused before anything changed: the old fallback ran the package with the grader's uid and caps
+    "before_the_uid_changes": "def drop_privileges(uid):\n    raise OSError(1, 'simulated: setresuid refused')\n",
+    # the uid changed, then clearing the capability sets failed
+    "after_the_uid_changed": ("def drop_privileges(uid):\n    import os\n    os.setresuid(uid, uid, uid)\n"
+                              "    raise OSError(1, 'simulated: capset refused')\n"),
+}
+
+
+@pytest.mark.parametrize("when", sorted(_FAILING_DROPS))
+def test_a_failed_privilege_drop_never_runs_the_package_and_is_infra(task, splits_uids, monkeypatch, when):
+    """The candidate that cannot become the untrusted uid exits before the package imports: the run
+    has no verdict and the host says the grader did not start (an infra error, not a 0 and never a
+    verdict from a package holding the grader's uid and capabilities)."""
+    if not splits_uids:
+        pytest.skip("the sandbox gives the package no uid of its own here (not bubblewrap as root)")
+    from importlib import resources
+
+    from turngym.sandbox.inline import inline_module
+
+    real = resources.files("turngym.sandbox").joinpath("privdrop.py").read_text(encoding="utf-8")
+    prelude = inline_module("_turngym_privdrop", real + "\n" + _FAILING_DROPS[when], "privdrop.py")
+    split_source = (Path(testing.__file__).with_name("_split_boot.py")).read_text(encoding="utf-8")
+    monkeypatch.setattr(testing, "_boot_source", lambda mode="inprocess": prelude + split_source if mode == "split"
+                        else testing._boot_source.__wrapped__(mode))
+    testing._CACHE.clear()
+    tree = load_repo(task.repo)  # the pristine package: every test would pass
+    with pytest.raises(InfraError, match="did not start") as err:
+        testing.run_pytest(tree, list(task.fail_to_pass), split=True)
+    assert "could not drop to the untrusted uid" in str(err.value)
+    testing._CACHE.clear()
 
 
 @pytest.mark.parametrize("name", sorted(FORGERIES))

@@ -38,9 +38,9 @@ the agent's package is never imported here:
   ``prlimit`` or ptrace this process (``EPERM``); this process can still kill it. The
   candidate reports its uid in a first frame, and only then is the banner written: a
   candidate that could not start (or changed uid but kept capabilities) is the
-  infrastructure's fault, never a verdict. Where the drop fails and the uid is unchanged, the
-  run keeps one uid, as the sandbox does when a trusted launch lacks the capabilities, and
-  says so in the verdict (``uid_warning``).
+  infrastructure's fault, never a verdict. A drop that fails at any step, before or after the
+  uid changed, ends the candidate before the package runs: it would otherwise run with this
+  process's uid and capabilities (kill, setuid) inside the sandbox.
 
 What the candidate can still do is behave: answer each call however its code says (that is
 the package under test). With one uid (Docker, bubblewrap in a user namespace) it can also
@@ -337,24 +337,24 @@ except ImportError:  # imported on the host (tests, linters); in the sandbox the
 
 
 def _become_untrusted(run_uid):
-    """The candidate's first step: the untrusted uid where there is one. Returns a warning
-    ("" when dropped or when there is no second uid); exits when the uid changed but the
-    capabilities could not be cleared (never run the package with capabilities)."""
+    """The candidate's first step: the untrusted uid where there is one. Any failure exits
+    (126) before the package runs, whether or not the uid changed: the package never runs
+    with the grader's uid or capabilities. The grader then sees no first frame and reports
+    that the candidate did not start (the host's infra error, never a verdict)."""
     if run_uid is None:
-        return ""
-    before = os.getresuid()
+        return
     try:
         drop_privileges(run_uid)
-        return ""
-    except (OSError, AttributeError) as exc:
-        if os.getresuid() != before:
+    except BaseException as exc:  # noqa: BLE001 - whatever failed, the package must not run
+        try:
+            os.write(2, f"[grader] the package's process could not drop to the untrusted uid {run_uid} ({exc!r})\n".encode())
+        finally:
             os._exit(126)
-        return f"the package's process could not drop to the untrusted uid {run_uid} ({exc}); it keeps the grader's uid"
 
 
 def _candidate(sock, out_w, root, nstd, run_uid=None):
     """The forked child: owns a socket and an output pipe, imports the agent's package on request."""
-    warning = _become_untrusted(run_uid)
+    _become_untrusted(run_uid)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT,
                 signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
@@ -371,7 +371,7 @@ def _candidate(sock, out_w, root, nstd, run_uid=None):
     sys.stderr = sys.stdout
     sys.path.insert(nstd, root)
     server = _Server(socket.socket(fileno=3))
-    _send(server.sock, {"uid": os.getuid(), "warning": warning})
+    _send(server.sock, {"uid": os.getuid()})
     while True:
         try:
             req = _recv(server.sock)
@@ -942,7 +942,7 @@ def main():
     os.close(out_w)
     try:  # the candidate's first frame, sent before it runs any of the package's code
         hello = _recv(mine, time.monotonic() + 30)
-        if type(hello.get("uid")) is not int or type(hello.get("warning")) is not str:
+        if type(hello.get("uid")) is not int or (run_uid is not None and hello["uid"] != run_uid):
             raise ValueError(f"unexpected first frame {hello!r}"[:200])
     except (OSError, EOFError, TimeoutError, ValueError) as exc:
         try:
@@ -952,10 +952,6 @@ def main():
         sys.stderr.write(f"the SWE grader's candidate process did not start ({exc!r})\n")
         sys.stderr.flush()
         os._exit(3)
-    uid_warning = hello["warning"]
-    if uid_warning:
-        sys.stderr.write(f"[grader] {uid_warning}\n")
-        sys.stderr.flush()
     os.write(1, BANNER)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_IGN)
@@ -1008,8 +1004,7 @@ def main():
             records = list(reporter.records)
             text = console.decode("utf-8", "replace") + cand_out.decode("utf-8", "replace")
             out = {"records": records, "forged": 0, "timed_out": timed_out or _client.timed_out,
-                   "status": None, "console": text, "fatal": _client.fatal,
-                   "uid_warning": uid_warning}
+                   "status": None, "console": text, "fatal": _client.fatal}
             _write_all(result_fd, (nonce + " " + json.dumps(out) + "\n").encode())
 
     watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), lambda: (report(True), os._exit(0)))

@@ -76,7 +76,6 @@ import sys
 import sysconfig
 import tempfile
 import time
-import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -347,8 +346,6 @@ def _interpret(raw: RawRun, nonce: str, canary_id: str | None, duration: float) 
     except ValueError:  # cut short: the parent was killed while writing it
         return TestRun(frozenset(), frozenset(), (), False, False, "", duration,
                        aborted="the grader's report was cut short (the code under test killed it or exhausted a limit)")
-    if payload.get("uid_warning"):
-        _warn_one_uid(str(payload["uid_warning"]))
     console = _stable(str(payload.get("console", ""))[-4000:])
     phases: dict[str, dict[str, str]] = {}
     messages: dict[str, str] = {}
@@ -399,13 +396,6 @@ def _interpret(raw: RawRun, nonce: str, canary_id: str | None, duration: float) 
     return TestRun(frozenset(passed), frozenset(failed), tuple(sorted(messages.items())), collection_error,
                    bool(payload.get("timed_out")), console, duration, aborted=aborted if not payload.get("timed_out") else "",
                    tampering=tampered)
-
-
-@lru_cache(maxsize=1)
-def _warn_one_uid(why: str) -> None:
-    """Once per process, as the sandbox warns when a trusted launch lacks the capabilities."""
-    warnings.warn(f"SWE split grader: {why}; the package can stop or kill its grader (a stalled run scores 0 "
-                  "after the wall budget)", RuntimeWarning, stacklevel=3)
 
 
 _CACHE: OrderedDict[tuple[str, str, tuple[str, ...], bool, bool], TestRun] = OrderedDict()
