@@ -80,7 +80,9 @@ ENV_PRESETS: dict[str, EnvPreset] = {
                       train={"micro_batch_size": 8, "warmup_steps": 100, "warmup_batch_size": 16}),
     # A pretrained model's zero-shot episodes run to the turn limit: 5 turns leave room for the 3 a solution takes.
     "math": EnvPreset("turngym/Math-v0", {"min_steps": 1, "max_steps": 2}, pretrained_env_kwargs={"max_turns": 5}),
-    "search": EnvPreset("turngym/SearchQA-v0", {"min_hops": 1, "max_hops": 3, "max_turns": 8}),
+    # A pretrained model: at most two hops (~150-token episodes) and room for one wasted search per hop.
+    "search": EnvPreset("turngym/SearchQA-v0", {"min_hops": 1, "max_hops": 3, "max_turns": 8},
+                        pretrained_env_kwargs={"max_hops": 2, "max_turns": 6}),
 }
 
 # Claim 4: the calculator's ``tool_ok`` signal pays every successful call (repeats included);
@@ -265,7 +267,8 @@ def steps_for(cfg: StudyConfig, preset: EnvPreset) -> tuple[int, float]:
     from turngym.rollout import run_episodes
     from turngym.trainers.imitation import NoisyOracle
 
-    eps = run_episodes(lambda: turngym.make(preset.env_id, **preset.env_kwargs), NoisyOracle(0.3, seed=0), list(range(16)), batch_size=16)
+    kwargs = preset.env_kwargs | (preset.pretrained_env_kwargs if cfg.pretrained else {})  # the env the runs play
+    eps = run_episodes(lambda: turngym.make(preset.env_id, **kwargs), NoisyOracle(0.3, seed=0), list(range(16)), batch_size=16)
     mean_len = float(np.mean([len(e.turns) for e in eps]))
     per_step = cfg.groups_per_step * cfg.group_size * mean_len
     return max(1, round(cfg.budget / per_step)), mean_len
