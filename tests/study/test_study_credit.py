@@ -237,3 +237,30 @@ def test_pretrained_study_shares_one_evaluated_warm_start(tmp_path) -> None:
     text = report.read_text()
     assert "Held-out success of the pretrained model" in text and "with LoRA on its last 1 layers" in text
     assert (tmp_path / "heldout.png").stat().st_size > 1000 and "![held-out success](heldout.png)" in text
+
+
+def test_pretrained_heldout_table_compares_after_rl_with_the_base_model_and_the_warm_start(tmp_path) -> None:
+    """The held-out row's numbers are the evaluations' own: 2 seeds pooled (10/40 + 14/40 = 30%),
+    zero-shot 0/32, warm start 4/64; z by the pooled two-proportion test against each."""
+    import math as _m
+
+    from turngym.study.report import _pretrained_section
+
+    (tmp_path / "warm" / "math-s0").mkdir(parents=True)
+    (tmp_path / "warm" / "math-s0" / "evals.json").write_text(json.dumps(
+        {"base_heldout_eval": {"episodes": 32, "success": 0.0}, "warm_heldout_eval": {"episodes": 64, "success": 0.0625}}))
+    runs = [{"env": "math", "arm": "grpo", "seed": s, "warm_start": str(tmp_path / "warm" / "math-s0"), "heldout_before": 0.0625,
+             "heldout_base": 0.0, "heldout_env_id": "turngym/Math-v0", "heldout_eval": {"episodes": 40, "success": k / 40}}
+            for s, k in ((0, 10), (1, 14))]
+    summary: dict = {}
+    md = "\n".join(_pretrained_section({"model": "smollm2"}, runs, summary, tmp_path))
+
+    def z(pa, na, pb, nb):
+        p = (pa * na + pb * nb) / (na + nb)
+        return (pa - pb) / _m.sqrt(p * (1 - p) * (1 / na + 1 / nb))
+
+    z_base, z_warm = z(0.3, 80, 0.0, 32), z(0.3, 80, 0.0625, 64)
+    assert f"| 30.0 [21, 41] | +30.0 ({z_base:+.2f}) | +23.8 ({z_warm:+.2f}) | 25.0, 35.0 |" in md
+    row = summary["pretrained_heldout"]["math/grpo"]
+    assert row["z_vs_zero_shot"] == pytest.approx(z_base) and row["z_vs_warm"] == pytest.approx(z_warm)
+    assert row["episodes"] == 80 and row["zero_shot_episodes"] == 32 and row["warm_start_episodes"] == 64
