@@ -163,7 +163,8 @@ NOTES = """\
     echoes the observation, or continues the comma-separated admissible list. Five prompt variants were
     probed (3 episodes x 3-4 turns each): `>`-labelled example, `<action>` tags with `<action>` forced and
     `,`/`</action>` stops, an explicit "only the command" line; all 92-100% invalid, so the prompt is
-    unchanged. A 135M model needs training (or constrained decoding over the admissible list) here.
+    unchanged. A 135M model needs training here, or constrained decoding over the admissible list (the
+    *constrained* rows).
   * Math (forced `<`) was already parseable: 2.1% invalid.
   * Code, SWE and Tools (code blocks, JSON calls; no prompt change here) mostly write up to their token
     budget (384/256/160): long prose or code. Whether that counts as invalid depends on the grammar: a
@@ -178,6 +179,15 @@ NOTES = """\
   under 5%. tokens/s is low because each turn's prompt (system prompt + history) is prefilled for a
   ~10-token action.
 """
+
+
+def _versus(con: dict[str, Any], free: dict[str, Any] | None) -> str:
+    """``env``: constrained success (CI) vs the free-decoding row's success and invalid rate."""
+    lo, hi = con["success_ci95"]
+    text = f"`{con['env_id']}` {con['success_rate']:.2f} ({lo:.2f}–{hi:.2f})"
+    if free is None:
+        return text + " (no free-decoding row)"
+    return text + f" vs {free['success_rate']:.2f} with {free['invalid_action_rate']:.0%} invalid"
 
 
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
@@ -225,15 +235,14 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"| {r['tokens_per_s'] or '—'} |"
         )
     constrained = [r for r in sorted(rows, key=row_key) if r.get("constrain_choices") and "error" not in r]
+    free = {r["env_id"]: r for r in rows if not r.get("constrain_choices") and "error" not in r}
     if constrained:
         lines += ["", "Rows marked *constrained* decode with `--constrain-choices` (`HFPolicy(constrain_choices=True)`): each "
                   "action is generated token by token inside a trie of the env's admissible actions "
                   "(`env.action_choices()`), so their invalid rate is 0 by construction and their log-probs are those of "
                   "the constrained distribution (an evaluation setting, not a training one). What they measure is whether "
-                  "the model picks the *right* admissible action: success "
-                  + "; ".join(f"{r['success_rate']:.2f} ({r['success_ci95'][0]:.2f}–{r['success_ci95'][1]:.2f}) on "
-                              f"`{r['env_id']}`" for r in constrained)
-                  + ", against 0 with free decoding (every free action invalid)."]
+                  "the model picks the *right* admissible action. Success constrained vs free: "
+                  + "; ".join(_versus(r, free.get(r["env_id"])) for r in constrained) + "."]
     lines += ["", NOTES] if NOTES else []
     lines += [
         "",
