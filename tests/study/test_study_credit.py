@@ -264,3 +264,22 @@ def test_pretrained_heldout_table_compares_after_rl_with_the_base_model_and_the_
     row = summary["pretrained_heldout"]["math/grpo"]
     assert row["z_vs_zero_shot"] == pytest.approx(z_base) and row["z_vs_warm"] == pytest.approx(z_warm)
     assert row["episodes"] == 80 and row["zero_shot_episodes"] == 32 and row["warm_start_episodes"] == 64
+
+
+def test_runs_start_as_soon_as_their_own_warm_start_is_ready() -> None:
+    """With --jobs, a key's runs are queued when *its* first job is done: here the fast key's run
+    finishes while the slow key's warm start still runs (a barrier after every warm start would
+    put it after); a key with no first job starts at once. Sleeps stand in for the jobs."""
+    import time
+
+    from turngym.study.credit import _pipeline
+
+    first = {"fast": (time.sleep, (0.1,)), "slow": (time.sleep, (6.0,))}
+    then = {"fast": [(time.sleep, (0.1,))], "slow": [(time.sleep, (0.1,))], "ready": [(time.sleep, (0.1,))]}
+    events = [(kind, key) for kind, key, _ in _pipeline(first, then, jobs=2)]
+    assert sorted(events) == sorted([("first", "fast"), ("first", "slow"), ("then", "fast"), ("then", "slow"), ("then", "ready")])
+    assert events.index(("then", "fast")) < events.index(("first", "slow")) < events.index(("then", "slow"))
+    assert events.index(("first", "fast")) < events.index(("then", "fast"))
+    # one job at a time: in order, a key's first before its runs
+    assert [(k, key) for k, key, _ in _pipeline(first | {"slow": (time.sleep, (0.0,))}, then, jobs=1)] == [
+        ("first", "fast"), ("then", "fast"), ("first", "slow"), ("then", "slow"), ("then", "ready")]

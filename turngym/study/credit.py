@@ -29,7 +29,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -452,17 +452,42 @@ def _call(fn_args: tuple[Callable[..., Any], tuple[Any, ...]]) -> Any:
     return fn(*args)
 
 
-def _map(fn: Callable[..., Any], arg_tuples: list[tuple[Any, ...]], jobs: int) -> Iterator[Any]:
-    """``fn(*args)`` for each tuple: in this process with ``jobs == 1``, else in ``jobs`` spawned
-    processes (one torch thread each), results in order of completion."""
-    if jobs == 1 or len(arg_tuples) <= 1:
-        yield from (fn(*args) for args in arg_tuples)
+Job = tuple[Callable[..., Any], tuple[Any, ...]]
+
+
+def _pipeline(first: dict[Any, Job], then: dict[Any, list[Job]], jobs: int) -> Iterator[tuple[str, Any, Any]]:
+    """Run ``first[key]``, then the jobs of ``then[key]`` (those of a key without a ``first`` at
+    once); yields ``("first" | "then", key, result)`` in order of completion. With ``jobs > 1``
+    in ``jobs`` spawned processes (one torch thread each), and a key's jobs are queued the moment
+    its ``first`` is done — not when every key's is: a short warm start's runs use the cores while
+    a long one still trains. In this process, in order, with ``jobs == 1``."""
+    if jobs == 1:
+        for key in dict.fromkeys([*first, *then]):
+            if key in first:
+                fn, args = first[key]
+                yield "first", key, fn(*args)
+            for fn, args in then.get(key, []):
+                yield "then", key, fn(*args)
         return
     import multiprocessing as mp
 
     with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-        for fut in as_completed([pool.submit(_call, (fn, args)) for args in arg_tuples]):
-            yield fut.result()
+        pending: dict[Any, tuple[str, Any]] = {pool.submit(_call, job): ("first", key) for key, job in first.items()}
+
+        def start(key: Any) -> None:
+            pending.update({pool.submit(_call, job): ("then", key) for job in then.get(key, [])})
+
+        for key in then:
+            if key not in first:
+                start(key)
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in sorted(done, key=list(pending).index):  # submission order among the finished
+                kind, key = pending.pop(fut)
+                result = fut.result()
+                if kind == "first":
+                    start(key)
+                yield kind, key, result
 
 
 def run_study(cfg: StudyConfig, *, log: Callable[[str], None] = print) -> Path:
@@ -496,10 +521,18 @@ def run_study(cfg: StudyConfig, *, log: Callable[[str], None] = print) -> Path:
         log(f"{len(runs) - len(todo)} of {len(runs)} runs already done (their study.json exists): skipping them")
     warm = sorted({(r.env, cfg.warm_seed(r.seed)) for r in todo if not _warm_ready(cfg, r.env, r.seed)})
     log(f"{len(warm)} warm starts (one per env and seed, shared by its arms), then {len(todo)} training runs, {cfg.jobs} at a time")
-    if cfg.jobs > 1:  # parallel runs would race to build (and evaluate) a shared warm start; one at a time builds each when first needed
-        for path in _map(prepare_warm_start, [(cfg, env, seed) for env, seed in warm], cfg.jobs):
-            log(f"warm start ready: {path}")
-    for i, rec in enumerate(_map(run_one, [(cfg, spec, steps[spec.env]) for spec in todo], cfg.jobs), 1):
+    # Parallel runs would race to build (and evaluate) a shared warm start, so with --jobs each is built
+    # first, and its runs start as soon as it is ready (one at a time builds each when first needed).
+    first = {key: (prepare_warm_start, (cfg, *key)) for key in warm} if cfg.jobs > 1 else {}
+    then: dict[tuple[str, int], list[tuple[Callable[..., Any], tuple[Any, ...]]]] = {}
+    for spec in todo:
+        then.setdefault((spec.env, cfg.warm_seed(spec.seed)), []).append((run_one, (cfg, spec, steps[spec.env])))
+    i = 0
+    for kind, _key, rec in _pipeline(first, then, cfg.jobs):
+        if kind == "first":
+            log(f"warm start ready: {rec}")
+            continue
+        i += 1
         log(f"[{i}/{len(todo)}] {rec['name']}: {rec['success_before']:.2f} -> {rec['success_after']:.2f} (held out {rec['heldout_eval']['success']:.2f}), {rec['seconds']:.0f} s")
     for model in cfg.out.glob("warm/*/model"):  # weights are not evidence; a re-run recreates them exactly
         shutil.rmtree(model, ignore_errors=True)
