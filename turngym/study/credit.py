@@ -217,14 +217,17 @@ class StudyConfig:
 
     @classmethod
     def pretrained_config(cls, model: str, **kw: Any) -> StudyConfig:
-        """A pretrained model (LoRA) at a budget a 2-core CPU runs in about an hour: fresh
+        """A pretrained model (LoRA) at a budget a 2-core CPU runs in one to two hours: fresh
         training tasks every episode (``task_pool=0``), so every evaluation is on tasks never
         trained on; small groups; a short warm start shared by the seeds; adapters on the top
-        quarter of the layers (backward stops there); the cores for one run at a time."""
+        quarter of the layers (backward stops there); the cores for one run at a time; clean
+        demonstrations (``demo_noise=0``): the noisy oracle's random turns teach the tiny model to
+        recover, but a pretrained model imitates them as habits (spurious calculator calls after the
+        answer is known), which costs most of the warm start's held-out success."""
         base = dict(model=model, task_pool=0, groups_per_step=4, group_size=4, warmup_steps=16, demo_episodes=256,
-                    eval_episodes=32, heldout_episodes=32, base_episodes=24, lr=1e-4, lora_layers=8, threads=2, shared_warm_start=True,
-                    seeds=2, budget=320, claims=("gigpo_vs_grpo",), envs=("math", "household"),
-                    train_overrides={"warmup_lr": 2e-3, "warmup_batch_size": 16, "micro_batch_size": 8})
+                    eval_episodes=64, heldout_episodes=64, base_episodes=32, lr=2e-4, lora_layers=8, threads=2, shared_warm_start=True,
+                    seeds=1, budget=560, claims=("gigpo_vs_grpo",), envs=("math", "search"),
+                    train_overrides={"warmup_lr": 2e-3, "warmup_batch_size": 16, "micro_batch_size": 8, "demo_noise": 0.0})
         base.update({k: v for k, v in kw.items() if v is not None})
         return cls(**base)
 
@@ -576,7 +579,7 @@ def setup_parser(parser: Any) -> None:
     c.add_argument("--quick", action="store_true", help="CI smoke test: every claim at a tiny scale (about 30 s)")
     c.add_argument("--report-to", metavar="BACKENDS", help="mirror every training run's metrics to tensorboard and/or wandb, comma-separated")
     c.add_argument("--model", help="tiny (default: the study's 0.5M-parameter model, trained in full) or a pretrained model: smollm2 or a "
-                   "model directory (LoRA; defaults sized for a CPU hour: StudyConfig.pretrained_config)")
+                   "model directory (LoRA; defaults sized for a 2-core CPU: StudyConfig.pretrained_config)")
     c.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="any StudyConfig field (e.g. task_pool=0, lora_layers=8)")
     c.add_argument("--report-only", action="store_true", help="rewrite OUT/report.md, summary.json and the plots from OUT's metrics files; train nothing")
 
