@@ -208,7 +208,10 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
     md += [f"Wall time: {wall / 60:.1f} min on this machine (2 shared CPU cores, {model_words}, {cfg.get('threads', 1)} torch thread(s) per run, "
            f"{cfg.get('jobs', 1)} run(s) in parallel). {len(runs)} training runs; budget {cfg.get('budget')} RL env steps per run, "
            f"{cfg.get('seeds')} seed(s)." + (" **Quick mode** (CI smoke test): the numbers are not evidence." if cfg.get("quick") else ""), ""]
-    md += ["Every (env, seed) has **one** warm start — imitation of noisy oracle demonstrations (30% random turns), seeded by "
+    noise = {r.get("train_config", {}).get("demo_noise", 0.3) for r in runs} or {0.3}
+    demos = ("clean oracle demonstrations" if noise == {0.0} else
+             "noisy oracle demonstrations (" + " / ".join(f"{n:.0%}" for n in sorted(noise)) + " random turns)")
+    md += [f"Every (env, seed) has **one** warm start — imitation of {demos}, seeded by "
            "the seed — and every arm of that env and seed starts from it, with the same hyper-parameters "
            f"(groups {cfg.get('groups_per_step')} × {cfg.get('group_size')}, lr {cfg.get('lr')}, task pool {cfg.get('task_pool')}, "
            "the same env-step budget); only the estimator (claim 3: also the process term, claim 4: the shaping guard) differs. "
