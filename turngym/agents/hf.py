@@ -409,7 +409,8 @@ class HFPolicy:
         eos |= set(gen_eos) if isinstance(gen_eos, (list, tuple)) else {gen_eos}
         self.eos_ids = frozenset(i for i in eos if i is not None)
         # after a whole choice only the renderer's end-of-turn token: the one it splices back
-        self.end_id = tokenizer.eos_token_id if tokenizer.eos_token_id in self.eos_ids else min(self.eos_ids)
+        self.end_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else min(self.eos_ids)
+        self._tries: OrderedDict[tuple[str, ...], ChoiceTrie] = OrderedDict()  # a location's choices recur every visit
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
         self.max_positions = getattr(model.config, "max_position_embeddings", None)
         self._prefix = PrefixCache(int(prefix_cache_mb) << 20)
@@ -459,7 +460,7 @@ class HFPolicy:
             # (the last sampled token was never fed back), which is what the cache holds.
             reusable.append(r.spans[-1][1] - 1 if r.spans and r.generated[-1] else 0)
         limits = [self.max_new_tokens or inp.max_new_tokens or DEFAULT_MAX_NEW_TOKENS for inp in batch]
-        tries = [self._choice_trie(inp.choices) if self.constrain_choices and inp.choices else None for inp in batch]
+        tries = [self._choice_trie(tuple(inp.choices)) if self.constrain_choices and inp.choices else None for inp in batch]
         forced = [
             self.renderer.encode(inp.action_prefix) if self.force_action_prefix and inp.action_prefix and t is None else []
             for inp, t in zip(batch, tries, strict=True)
@@ -477,10 +478,19 @@ class HFPolicy:
             for g, f, t in zip(gens, forced, tries, strict=True)
         ]
 
-    def _choice_trie(self, choices: Sequence[str]) -> ChoiceTrie:
-        return encode_choices(
-            choices, self.renderer.encode, lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True), self.end_id
-        )
+    def _choice_trie(self, choices: tuple[str, ...]) -> ChoiceTrie:
+        """The trie of ``choices``, built once per distinct set (a few hundred kept, least recent out):
+        every row of a batch and every turn at the same place would otherwise re-encode the same list."""
+        trie = self._tries.get(choices)
+        if trie is None:
+            trie = self._tries[choices] = encode_choices(
+                choices, self.renderer.encode, lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True), self.end_id
+            )
+            if len(self._tries) > 256:
+                self._tries.popitem(last=False)
+        else:
+            self._tries.move_to_end(choices)
+        return trie
 
     # ------------------------------------------------------------------ generation
     def generate(
@@ -657,14 +667,12 @@ class HFPolicy:
         """``logits`` with every token a row's choice trie does not allow at its node set to -inf."""
         import torch
 
-        masked = logits.float().clone()
+        bias = torch.zeros_like(logits, dtype=torch.float32)
         for b, (trie, at) in enumerate(row_tries):
             if trie is not None and at is not None:
-                allowed = trie.allowed_tensor(at, masked.device)
-                row = torch.full_like(masked[b], float("-inf"))
-                row[allowed] = masked[b, allowed]
-                masked[b] = row
-        return masked
+                bias[b] = float("-inf")
+                bias[b, trie.allowed_tensor(at, bias.device)] = 0.0
+        return logits.float() + bias
 
     def _stop_hit(self, ids: list[int], stops: Sequence[str], window: int) -> str | None:
         if not stops:
