@@ -527,7 +527,7 @@ def run_study(cfg: StudyConfig, *, log: Callable[[str], None] = print) -> Path:
     # Parallel runs would race to build (and evaluate) a shared warm start, so with --jobs each is built
     # first, and its runs start as soon as it is ready (one at a time builds each when first needed).
     first = {key: (prepare_warm_start, (cfg, *key)) for key in warm} if cfg.jobs > 1 else {}
-    then: dict[tuple[str, int], list[tuple[Callable[..., Any], tuple[Any, ...]]]] = {}
+    then: dict[tuple[str, int], list[Job]] = {}
     for spec in todo:
         then.setdefault((spec.env, cfg.warm_seed(spec.seed)), []).append((run_one, (cfg, spec, steps[spec.env])))
     i = 0
