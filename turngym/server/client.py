@@ -5,7 +5,9 @@ like the local env: same observations, rewards, ``info`` (signals, state keys, o
 same errors (a remote ``ResetNeeded`` is a ``ResetNeeded``), ``snapshot``/``restore`` (the
 snapshot is a handle to state kept on the server), ``oracle_action`` and ``sample_action(rng)``
 (drawn on the server from *your* generator's exact state, which then advances as it would
-have locally), so ``turngym.check_env`` passes on it and a seeded rollout is identical.
+have locally), ``action_choices()`` (sent by the server with each reset, step and restore, so
+reading it costs no round trip), so ``turngym.check_env`` passes on it and a seeded rollout is
+identical, constrained decoding included.
 
 Failures are infrastructure errors, never the agent's:
 
@@ -47,6 +49,7 @@ from turngym.core.spaces import TextSpace
 from turngym.core.spec import RewardSpec
 from turngym.server.errors import ConnectionLost, RemoteEnvError, ServerBusy, error_class
 from turngym.server.protocol import (
+    choices_from_wire,
     dumps,
     loads,
     reward_spec_from_wire,
@@ -129,6 +132,8 @@ class AsyncRemoteEnv:
         self.done = True
         self.state_key = ""
         self.task_id: str | None = None
+        self.choices: tuple[str, ...] | None = None
+        """The env's valid actions in its current state, from the last reply (see :meth:`action_choices`)."""
         self.lost: str | None = None
         """Why the current session was lost mid-episode (None while healthy)."""
 
@@ -240,6 +245,7 @@ class AsyncRemoteEnv:
             if "task" in options:
                 options["task"] = task_to_wire(options["task"])
         delay = self.backoff
+        self.choices = None  # a failed reset leaves no state whose choices we know
         for attempt in range(self.retries + 1):
             await self.connect()
             try:
@@ -254,6 +260,7 @@ class AsyncRemoteEnv:
         self.turn, self.done, self.lost = 0, False, None
         self.state_key = info.get("state_key", "")
         self.task_id = info.get("task_id")
+        self.choices = choices_from_wire(reply.get("choices"))
         return reply["obs"], info
 
     async def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -270,11 +277,13 @@ class AsyncRemoteEnv:
         self.turn = info.get("turn", self.turn + 1)
         self.state_key = info.get("state_key", self.state_key)
         self.done = bool(reply["terminated"] or reply["truncated"])
+        self.choices = choices_from_wire(reply.get("choices"))
         return reply["obs"], float(reply["reward"]), bool(reply["terminated"]), bool(reply["truncated"]), info
 
     def _infra_transition(self, why: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self.turn += 1
         self.done = True
+        self.choices = None
         self.lost = why
         signals = self.reward_spec.zeros() if self.reward_spec is not None else {}
         return infra_step(why, turn=self.turn, state_key=self.state_key, signals=signals)
@@ -293,6 +302,16 @@ class AsyncRemoteEnv:
             )
         reply = await self.request({"op": "restore", "handle": snap.handle})
         self.turn, self.done, self.state_key, self.lost = reply["turn"], reply["done"], reply["state_key"], None
+        self.choices = choices_from_wire(reply.get("choices"))  # the restored state's, computed by the server
+
+    def action_choices(self) -> tuple[str, ...] | None:
+        """Every valid action now, as the env's ``action_choices()`` on the server; None when it lists none.
+
+        Kept from the last reset/step/restore reply (no round trip). A server older than
+        protocol version 2 sends none, so this is None there, as for an env that cannot
+        enumerate its actions.
+        """
+        return self.choices
 
     async def release(self, snap: RemoteSnapshot) -> None:
         """Free a snapshot's server-side state early (sessions also keep a bounded number)."""
@@ -464,6 +483,10 @@ class RemoteEnv(gym.Env[str, str]):
 
     def sample_action(self, rng: np.random.Generator) -> str:
         return _run(self._async.sample_action(rng))
+
+    def action_choices(self) -> tuple[str, ...] | None:
+        """The env's valid actions now (see :meth:`AsyncRemoteEnv.action_choices`); None when it lists none."""
+        return self._async.action_choices()
 
     def __repr__(self) -> str:
         return f"RemoteEnv({self.env_id!r} at {self.url}, session={self.session})"

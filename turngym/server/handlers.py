@@ -42,14 +42,22 @@ async def do_step(mgr: SessionManager, s: Session, action: Any) -> tuple[str, fl
     return await mgr.call(s, "step", action)
 
 
+def _with_choices(reply: dict[str, Any], s: Session) -> dict[str, Any]:
+    """Add the env's action choices (computed server-side, see :attr:`Session.choices`) when it lists any."""
+    if s.choices is not None:
+        reply["choices"] = s.choices
+    return reply
+
+
 async def _op_reset(mgr: SessionManager, s: Session, msg: Mapping[str, Any]) -> dict[str, Any]:
     obs, info = await do_reset(mgr, s, msg.get("seed"), msg.get("options"))
-    return {"ok": True, "obs": obs, "info": info}
+    return _with_choices({"ok": True, "obs": obs, "info": info}, s)
 
 
 async def _op_step(mgr: SessionManager, s: Session, msg: Mapping[str, Any]) -> dict[str, Any]:
     obs, reward, terminated, truncated, info = await do_step(mgr, s, msg.get("action"))
-    return {"ok": True, "obs": obs, "reward": reward, "terminated": terminated, "truncated": truncated, "info": info}
+    reply = {"ok": True, "obs": obs, "reward": reward, "terminated": terminated, "truncated": truncated, "info": info}
+    return _with_choices(reply, s)
 
 
 async def _op_snapshot(mgr: SessionManager, s: Session, msg: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,10 +9,10 @@ the server answers each one, in order, with ``{"ok": true, ...}`` or
 op                      request fields                                              reply fields
 ======================  ==========================================================  ======================================
 ``make``                ``env_id``, ``kwargs``                                      ``session``, ``spec`` (see :func:`spec_to_wire`)
-``reset``               ``seed``, ``options``                                       ``obs``, ``info``
-``step``                ``action``                                                  ``obs``, ``reward``, ``terminated``, ``truncated``, ``info``
+``reset``               ``seed``, ``options``                                       ``obs``, ``info``, [``choices``]
+``step``                ``action``                                                  ``obs``, ``reward``, ``terminated``, ``truncated``, ``info``, [``choices``]
 ``snapshot``            —                                                           ``handle`` (a server-side snapshot id)
-``restore``             ``handle``                                                  ``state_key``, ``turn``, ``done``
+``restore``             ``handle``                                                  ``state_key``, ``turn``, ``done``, [``choices``]
 ``release``             ``handle``                                                  —
 ``oracle_action``       —                                                           ``action``
 ``sample_action``       ``rng`` (the caller's generator state, see :func:`rng_to_wire`)  ``action``, ``rng`` (advanced)
@@ -25,6 +25,17 @@ op                      request fields                                          
 ``invalid_reason``, ``infra_error`` and ``outcome``. Error ``type`` names a
 :mod:`turngym.core.errors` class, so the client raises what the local env would have raised.
 
+``choices`` (since protocol version 2) is the env's ``action_choices()`` in the state the reply
+leaves it in (after the reset, the step, or the restored snapshot), computed by the server next
+to the env; the key is left out when the env cannot enumerate its actions, so replies of most
+envs stay as small as before. Nothing a client sends can set it. A list past the caps of
+:func:`choices_to_wire` is sent as absent (the policy then decodes freely, exactly as for an env
+without choices) rather than cut short, since a partial list would forbid valid actions. The
+client treats a missing key as None, so a client of a version-1 server gets None.
+
+Versioning: ``spec["protocol"]`` is the server's version. Versions only add optional reply
+fields, so clients accept any version and read what an older server leaves out as absent.
+
 Why snapshots stay on the server: a snapshot is arbitrary Python state, and shipping it to the
 client would mean unpickling client bytes on the server (remote code execution). Handles are
 cheap and exact; they die with the session.
@@ -35,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import logging
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -57,9 +69,24 @@ __all__ = [
     "rng_to_wire",
     "rng_from_wire",
     "error_frame",
+    "MAX_CHOICES",
+    "MAX_CHOICE_CHARS",
+    "MAX_CHOICES_TOTAL_CHARS",
+    "choices_to_wire",
+    "choices_from_wire",
 ]
 
-PROTOCOL_VERSION = 1
+log = logging.getLogger("turngym.server")
+
+PROTOCOL_VERSION = 2
+"""1: the first wire format; 2: ``choices`` in ``reset``/``step``/``restore`` replies."""
+
+#: The most action choices a reply carries (ALFWorld-style admissible lists hold tens).
+MAX_CHOICES = 1024
+#: The longest single choice, in characters.
+MAX_CHOICE_CHARS = 1024
+#: All choices together, in characters: bounds the reply whatever the mix of count and length.
+MAX_CHOICES_TOTAL_CHARS = 256 * 1024
 
 try:  # orjson is 3-5x faster at the sizes we send; the stdlib is the always-there fallback.
     import orjson as _orjson
@@ -113,6 +140,54 @@ def error_frame(exc: BaseException) -> dict[str, Any]:
     name = getattr(exc, "remote_type", None) or type(exc).__name__  # an env error from a worker process
     is_turngym = bool(getattr(exc, "remote_turngym", False)) or isinstance(exc, TurngymError)
     return {"ok": False, "error": {"type": name, "turngym": is_turngym, "message": str(exc)}}
+
+
+# -------------------------------------------------------------------------------- choices
+_warned_choices: set[str] = set()
+
+
+def choices_to_wire(choices: Any, *, env_name: str = "env") -> list[str] | None:
+    """The server's side: ``env.action_choices()`` as sent, or None when it is None or past the caps.
+
+    Caps (:data:`MAX_CHOICES` entries, :data:`MAX_CHOICE_CHARS` per entry,
+    :data:`MAX_CHOICES_TOTAL_CHARS` in all) keep one reply bounded whatever an env returns. A
+    list over them, or one holding anything but strings, is dropped whole (logged once per env
+    class): a truncated list would make a constrained policy refuse valid actions.
+    """
+    if choices is None:
+        return None
+    why = None
+    if isinstance(choices, (str, bytes)) or not isinstance(choices, (list, tuple)):
+        why = f"action_choices() returned a {type(choices).__name__}, not a tuple of strings"
+    elif len(choices) > MAX_CHOICES:
+        why = f"{len(choices)} action choices (more than {MAX_CHOICES})"
+    elif not all(isinstance(c, str) for c in choices):
+        why = "action_choices() holds a non-string"
+    elif any(len(c) > MAX_CHOICE_CHARS for c in choices):
+        why = f"an action choice longer than {MAX_CHOICE_CHARS} characters"
+    elif sum(map(len, choices)) > MAX_CHOICES_TOTAL_CHARS:
+        why = f"action choices longer than {MAX_CHOICES_TOTAL_CHARS} characters in all"
+    if why is not None:
+        if env_name not in _warned_choices:
+            _warned_choices.add(env_name)
+            log.warning("%s: %s; sent as no choices (the policy decodes freely)", env_name, why)
+        return None
+    return list(choices)
+
+
+def choices_from_wire(value: Any) -> tuple[str, ...] | None:
+    """The client's side: a reply's ``choices`` as ``action_choices()`` returns it (None when absent).
+
+    Anything but a list of strings within the caps reads as None, so a misbehaving server
+    cannot hand the policy an unbounded or ill-typed constraint.
+    """
+    if not isinstance(value, list) or len(value) > MAX_CHOICES:
+        return None
+    if not all(isinstance(c, str) and len(c) <= MAX_CHOICE_CHARS for c in value):
+        return None
+    if sum(map(len, value)) > MAX_CHOICES_TOTAL_CHARS:
+        return None
+    return tuple(value)
 
 
 # ------------------------------------------------------------------------------- env spec

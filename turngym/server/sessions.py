@@ -163,6 +163,8 @@ class Session:
     turn: int = 0
     state_key: str = ""
     task_id: str | None = None
+    #: The env's action choices after the last reset/step/restore (wire form; None: it lists none).
+    choices: list[str] | None = None
 
     @property
     def env(self) -> Any:
@@ -379,6 +381,7 @@ class SessionManager:
             self.stats["timeouts"] += isinstance(exc, CallDeadline)
             self.stats["worker_kills"] = self._procs.kills if self._procs is not None else 0
             session.broken = str(exc)  # the handler answers, then ends the session
+            session.choices = None
             if op == "step":
                 return self._deadline_step(session, str(exc), getattr(exc, "reason", "step_timeout"))
             raise RequestTimeout(str(exc)) from None
@@ -389,12 +392,17 @@ class SessionManager:
             session.busy -= 1
             session.last_active = time.monotonic()
         if op in ("reset", "step"):
+            # the env host appends the env's choices (computed next to the env): keep them for the reply
+            *transition, session.choices = result
+            result = tuple(transition)
             info = result[-1]
             if isinstance(info, dict):
                 session.turn = int(info.get("turn", session.turn))
                 session.state_key = str(info.get("state_key", session.state_key))
                 if op == "reset":
                     session.task_id = info.get("task_id")
+        elif op == "restore" and isinstance(result, dict):
+            session.choices = result.get("choices")
         return result
 
     async def _dispatch(self, session: Session, op: str, args: tuple[Any, ...]) -> Any:

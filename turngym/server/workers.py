@@ -70,7 +70,7 @@ from typing import Any
 from turngym.core import errors as core_errors
 from turngym.core.errors import ConfigError, SnapshotError, TurngymError
 from turngym.server.errors import WorkerLost
-from turngym.server.protocol import rng_from_wire, rng_to_wire, spec_to_wire, task_to_wire
+from turngym.server.protocol import choices_to_wire, rng_from_wire, rng_to_wire, spec_to_wire, task_to_wire
 
 __all__ = ["CallCost", "EnvHost", "ProcessPool", "RegistryFactory", "CallDeadline", "RemoteCallError", "SECRET_ENV_VARS",
            "run_op", "scrub_environment"]
@@ -111,15 +111,34 @@ class EnvHost:
         return snap
 
 
+def _choices(h: EnvHost) -> list[str] | None:
+    """The env's valid actions now (``action_choices()``), computed here, next to the env, as sent."""
+    raw = getattr(h.env, "unwrapped", h.env)
+    enumerate_choices = getattr(raw, "action_choices", None)
+    if not callable(enumerate_choices):
+        return None
+    return choices_to_wire(enumerate_choices(), env_name=type(raw).__qualname__)
+
+
 def _reset(h: EnvHost, seed: Any, options: dict[str, Any] | None) -> Any:
+    """``(obs, info, choices)``: the session manager keeps ``choices`` for the reply and strips it."""
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ConfigError(f"seed must be an int or null, got {seed!r}")
-    return h.env.reset(seed=seed, options=options)
+    return (*h.env.reset(seed=seed, options=options), _choices(h))
+
+
+def _step(h: EnvHost, action: Any) -> Any:
+    """``(obs, reward, terminated, truncated, info, choices)``, as :func:`_reset`."""
+    return (*h.env.step(action), _choices(h))
 
 
 def _restore(h: EnvHost, handle: str) -> dict[str, Any]:
     h.env.restore(h.get_snapshot(handle))
-    return {"ok": True, "state_key": h.env._state_key(), "turn": h.env.turn, "done": h.env.done}
+    reply = {"ok": True, "state_key": h.env._state_key(), "turn": h.env.turn, "done": h.env.done}
+    choices = _choices(h)  # the restored state's, not the last step's
+    if choices is not None:
+        reply["choices"] = choices
+    return reply
 
 
 def _sample(h: EnvHost, rng_state: Mapping[str, Any]) -> dict[str, Any]:
@@ -142,7 +161,7 @@ def _state(h: EnvHost) -> dict[str, Any]:
 
 _OPS: dict[str, Callable[..., Any]] = {
     "reset": _reset,
-    "step": lambda h, action: h.env.step(action),
+    "step": _step,
     "snapshot": lambda h, limit: h.add_snapshot(h.env.snapshot(), limit),
     "restore": _restore,
     "release": lambda h, handle: h.snapshots.pop(handle, None) and None,
