@@ -72,7 +72,7 @@ def agent_input(ep: Episode, env: Any, history: int | None) -> AgentInput:
     """What the policy sees for ``ep``'s next turn (see :meth:`Episode.context`)."""
     messages, action_ids = ep.context(history=history)
     raw = getattr(env, "unwrapped", env)
-    enumerate_choices = getattr(raw, "action_choices", None)  # absent on remote env proxies
+    enumerate_choices = getattr(raw, "action_choices", None)  # a plain gymnasium env has none
     choices = enumerate_choices() if callable(enumerate_choices) else None
     return AgentInput(
         messages=messages,
