@@ -28,6 +28,9 @@ PROMPTS = [
     [{"role": "system", "content": "Solve."}, {"role": "user", "content": "What is 3 * 4?"}],
     [{"role": "user", "content": "Hugo has 5 crates with 20 apples in each. How many apples?"}],
 ]
+# Actions the tiny random model never writes by itself (it babbles vocabulary pieces).
+CHOICES = ("go to drawer 1", "open fridge 2", "take mug 1 from desk 2")
+ROOM = [{"role": "user", "content": "You are in the middle of a room. Your task is to: cool some apple."}]
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +116,58 @@ def test_too_long_a_prompt_is_a_config_error(policy: VLLMPolicy) -> None:
     long = [{"role": "user", "content": "7 " * policy.max_model_len}]
     with pytest.raises(ConfigError, match="history=k"):
         policy.act([AgentInput(long)])
+
+
+def _choice_batch() -> list[AgentInput]:
+    """Four rows with choices and two without, in one batch; the stop string " " would cut every choice."""
+    with_choices = [AgentInput(ROOM, choices=CHOICES, stop=(" ",)) for _ in range(4)]
+    return with_choices[:2] + [AgentInput(ROOM, stop=(" ",))] + with_choices[2:] + [AgentInput(PROMPTS[1])]
+
+
+def test_constrained_rows_decode_exactly_one_choice(policy: VLLMPolicy) -> None:
+    eos = policy.tokenizer.eos_token_id
+    seen, respelled = set(), False
+    for seed in range(3):
+        on = VLLMPolicy(policy.llm, policy.tokenizer, seed=seed, max_new_tokens=2, constrain_choices=True).act(_choice_batch())
+        off = VLLMPolicy(policy.llm, policy.tokenizer, seed=seed, max_new_tokens=2).act(_choice_batch())
+        for i, (a, b) in enumerate(zip(on, off, strict=True)):
+            if i in (2, 5):  # rows without choices decode exactly as without the option
+                assert a.meta["constrained"] is False and a.token_ids == b.token_ids and len(a.token_ids) <= 2
+                continue
+            # neither the stop string " " nor the 2-token budget cuts a choice
+            assert a.text in CHOICES, a.text
+            assert a.meta["constrained"] is True and a.meta["finish_reason"] == "eos" and a.token_ids[-1] == eos
+            assert a.text == policy.tokenizer.decode(a.token_ids, skip_special_tokens=True)
+            assert len(a.logprobs) == len(a.token_ids) and all(lp <= 1e-6 for lp in a.logprobs)
+            assert b.text not in CHOICES and b.meta["constrained"] is False  # without the option: free babble
+            seen.add(a.text)
+            respelled |= len(a.token_ids) > len(policy.renderer.encode(a.text)) + 1
+    assert len(seen) >= 2  # sampled, not one fixed answer
+    # the grammar constrains text, not tokenization: choices come spelled in more tokens than their own
+    # encoding, which is why the budget is counted in bytes
+    assert respelled
+
+
+def test_constrained_logprobs_are_those_of_the_masked_distribution(policy: VLLMPolicy, hf: HFPolicy) -> None:
+    import torch
+
+    tok = policy.tokenizer
+    pieces = [tok.decode([i]) for i in range(len(tok))]
+    special = set(tok.all_special_ids)
+    hot = VLLMPolicy(policy.llm, tok, temperature=2.0, seed=1, constrain_choices=True)
+    for a in hot.act([AgentInput(ROOM, choices=CHOICES) for _ in range(3)]):
+        with torch.inference_mode():
+            logits = hf.model(input_ids=torch.tensor([a.prompt_ids + a.token_ids])).logits[0].float() / 2.0
+        for k, (t, lp) in enumerate(zip(a.token_ids, a.logprobs, strict=True)):
+            done = tok.decode(a.token_ids[:k])
+            # what the choice grammar allows next: any token that extends the text towards some choice,
+            # and the end token once the text is a whole choice
+            allowed = [i for i, s in enumerate(pieces) if s and i not in special and any(c.startswith(done + s) for c in CHOICES)]
+            allowed += [tok.eos_token_id] if done in CHOICES else []
+            step = logits[len(a.prompt_ids) + k - 1]
+            assert t in allowed
+            expected = float(step[t] - torch.logsumexp(step[allowed], 0))  # renormalized over the allowed tokens
+            assert lp == pytest.approx(expected, abs=2e-4)
+            if len(allowed) > 1:
+                assert expected > float(torch.log_softmax(step, 0)[t]) + 1.0  # not the free log-prob
+

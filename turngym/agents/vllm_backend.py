@@ -10,6 +10,17 @@ log-prob — under the sampling distribution (``log_softmax(logits / temperature
 ``logprobs_mode="processed_logprobs"``), the HF backend's convention at ``top_p=1``, so a
 trainer can use either backend's log-probs alike.
 
+With ``constrain_choices`` a row whose env lists its valid actions (``AgentInput.choices``) is
+decoded through vLLM's structured outputs (``StructuredOutputsParams(choice=...)``, xgrammar): the
+action is exactly one of the choices. vLLM applies the grammar's token mask to the logits *before*
+its sampler computes log-probs, in every ``logprobs_mode``, so the log-probs such a row returns are
+those of the *constrained* distribution (the allowed tokens' logits renormalized, after
+temperature here) — the HF backend's ``constrain_choices`` convention, not the model's free
+log-probs. One difference: the grammar constrains text, not tokenization, so a choice may come
+spelled in other (often more) tokens than the tokenizer's own encoding, which is all the HF trie
+allows; the ids are the ones sampled, so rendering stays exact. Evaluation only: a trainer that
+recomputes free log-probs would see off-policy ratios.
+
 The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` unless the caller set it)
 so that a trainer can push updated weights into it (:mod:`turngym.trainers.engine`). Engine
 options travel in the model spec after a ``?``, so ``turngym eval --agent`` reaches them::
@@ -29,6 +40,7 @@ from __future__ import annotations
 
 import ast
 import os
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -123,6 +135,13 @@ class VLLMPolicy:
         tokenizer: the HF tokenizer of the same model (with a chat template).
         temperature: sampling temperature; 0 = greedy.
         top_p, max_new_tokens, seed: sampling.
+        constrain_choices: where the env enumerates its valid actions (``AgentInput.choices``),
+            decode exactly one of them with vLLM's structured outputs (a ``choice`` constraint);
+            those actions carry ``meta["constrained"] = True`` and log-probs of the constrained
+            distribution (see the module docs). Rows without choices decode freely in the same
+            batch. A constrained row ignores the env's stop strings (a stop string inside a choice
+            would cut it) and gets a token budget that fits its longest choice in any
+            tokenization the grammar allows, so no choice is ever truncated. Off by default.
     """
 
     def __init__(
@@ -134,6 +153,7 @@ class VLLMPolicy:
         top_p: float = 1.0,
         max_new_tokens: int = 128,
         seed: int = 0,
+        constrain_choices: bool = False,
         name: str = "vllm",
     ) -> None:
         if temperature < 0 or not 0 < top_p <= 1 or max_new_tokens < 1:
@@ -146,6 +166,8 @@ class VLLMPolicy:
         self.temperature, self.top_p, self.max_new_tokens = float(temperature), float(top_p), int(max_new_tokens)
         self.seed = seed
         self.name = name
+        self.constrain_choices = bool(constrain_choices)
+        self._budgets: OrderedDict[tuple[str, ...], int] = OrderedDict()  # a location's choices recur every visit
         self._requests = 0
         self.max_model_len = int(llm.llm_engine.model_config.max_model_len)
         self.generated_tokens = 0
@@ -169,34 +191,66 @@ class VLLMPolicy:
         kwargs.setdefault("name", f"vllm:{name or 'tiny'}")
         return cls(llm, AutoTokenizer.from_pretrained(model_dir), **kwargs)
 
-    def _params(self, stop: Sequence[str], seed: int) -> Any:
+    def _params(self, stop: Sequence[str], seed: int, choices: tuple[str, ...] | None, max_tokens: int) -> Any:
         from vllm import SamplingParams
 
+        extra: dict[str, Any] = {}
+        if choices is not None:
+            from vllm.sampling_params import StructuredOutputsParams
+
+            extra["structured_outputs"] = StructuredOutputsParams(choice=list(choices))
+            stop = ()  # a choice is a whole action: a stop string inside one must not cut it
         return SamplingParams(
             temperature=self.temperature,
             top_p=self.top_p,
-            max_tokens=self.max_new_tokens,
+            max_tokens=max_tokens,
             stop=list(stop) or None,
             include_stop_str_in_output=True,
             logprobs=0,
             seed=seed,
+            **extra,
         )
+
+    def _choice_budget(self, choices: tuple[str, ...]) -> int:
+        """Tokens that always fit one whole choice plus the end token.
+
+        The grammar constrains text, not tokenization: the model may spell a choice in more tokens
+        than the tokenizer's own encoding (down to one per byte for a byte-level vocabulary), so
+        the budget is the larger of the two counts for the longest choice, plus one for the end
+        token. Cached per choice set (a few hundred kept, least recent out).
+        """
+        budget = self._budgets.get(choices)
+        if budget is None:
+            budget = 1 + max(max(len(self.renderer.encode(c)), len(c.encode())) for c in choices)
+            self._budgets[choices] = budget
+            if len(self._budgets) > 256:
+                self._budgets.popitem(last=False)
+        else:
+            self._budgets.move_to_end(choices)
+        return budget
 
     def act(self, batch: Sequence[AgentInput]) -> list[Action]:
         from vllm.inputs import TokensPrompt
 
         prompts = [self.renderer.prompt_ids(inp.messages, inp.action_token_ids) for inp in batch]
-        longest = max(map(len, prompts), default=0)
-        if longest + self.max_new_tokens > self.max_model_len:
-            raise ConfigError(
-                f"a prompt of {longest} tokens + max_new_tokens={self.max_new_tokens} exceeds the engine's "
-                f"{self.max_model_len} positions; keep fewer turns in the prompt (history=k) or lower max_new_tokens"
-            )
-        params = [self._params(inp.stop, self.seed + self._requests + i) for i, inp in enumerate(batch)]
+        choices = [
+            tuple(dict.fromkeys(inp.choices)) if self.constrain_choices and inp.choices else None for inp in batch
+        ]
+        limits = [self.max_new_tokens if c is None else self._choice_budget(c) for c in choices]
+        for prompt, limit in zip(prompts, limits, strict=True):
+            if len(prompt) + limit > self.max_model_len:
+                raise ConfigError(
+                    f"a prompt of {len(prompt)} tokens + {limit} new tokens exceeds the engine's {self.max_model_len} "
+                    "positions; keep fewer turns in the prompt (history=k) or lower max_new_tokens"
+                )
+        params = [
+            self._params(inp.stop, self.seed + self._requests + i, c, limit)
+            for i, (inp, c, limit) in enumerate(zip(batch, choices, limits, strict=True))
+        ]
         self._requests += len(batch)
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
         actions = []
-        for prompt, out in zip(prompts, outputs, strict=True):
+        for prompt, out, c in zip(prompts, outputs, choices, strict=True):
             comp = out.outputs[0]
             ids = list(comp.token_ids)
             lps = [float(step[t].logprob) for t, step in zip(ids, comp.logprobs or [], strict=False)]
@@ -209,7 +263,11 @@ class VLLMPolicy:
                     token_ids=ids,
                     logprobs=lps,
                     prompt_ids=prompt,
-                    meta={"finish_reason": _finish(comp), "stop": comp.stop_reason if isinstance(comp.stop_reason, str) else None},
+                    meta={
+                        "finish_reason": _finish(comp),
+                        "stop": comp.stop_reason if isinstance(comp.stop_reason, str) else None,
+                        "constrained": c is not None,
+                    },
                 )
             )
         return actions
