@@ -190,8 +190,10 @@ def _run_eval(args: argparse.Namespace) -> int:
     if not bar.disable:
         bar.set_postfix(_progress_postfix(bar), refresh=True)
     bar.close()
-    summary = summarize(episodes, env_id=args.env_id, agent=args.agent, faithfulness=judge.faithfulness)
-    if summary.faithfulness is None and type(judge).faithfulness is not turngym.TurngymEnv.faithfulness:
+    hook = getattr(judge, "faithfulness", None)  # a remote env (--env-arg remote=URL) has none
+    summary = summarize(episodes, env_id=args.env_id, agent=args.agent, faithfulness=hook)
+    if summary.faithfulness is None and getattr(type(judge), "faithfulness", None) not in (
+            None, turngym.TurngymEnv.faithfulness):
         summary.extra["faithfulness"] = "n/a (no successful episodes)"
     summary.extra["wall_s"] = round(wall, 2)
     summary.extra["turns_per_s"] = round(sum(len(ep.turns) for ep in episodes) / wall, 2) if wall > 0 else None
