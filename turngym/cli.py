@@ -134,8 +134,9 @@ def _setup_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force-action-prefix", action="store_true",
                    help="hf agents: start every action with the env's action_prefix (e.g. '<' for tag grammars)")
     p.add_argument("--constrain-choices", action="store_true",
-                   help="hf agents: where the env lists its valid actions (Household), decode exactly one of them "
-                   "(evaluation only: log-probs are of the constrained distribution)")
+                   help="hf, vllm and openai agents: where the env lists its valid actions (Household), decode exactly "
+                   "one of them (openai: vLLM's structured_outputs choice; evaluation only: log-probs are of the "
+                   "constrained distribution)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--out", type=Path, help="write episodes.jsonl, summary.json, report.md and report.html here")

@@ -8,6 +8,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 
 import turngym
@@ -198,3 +199,100 @@ def test_eval_cli_against_the_server(server, tmp_path, capsys) -> None:
     assert (tmp_path / "report.md").read_text().startswith(f"## openai:{server.url} on turngym/Math-v0")
     assert len((tmp_path / "episodes.jsonl").read_text().splitlines()) == 8
     assert {r["model"] for r in server.requests} == {"double"}
+
+
+# ---------------------------------------------------------------- constrain_choices
+CHOICES = ("go to drawer 1", "open fridge 2", "take mug 1 from desk 2")
+
+
+class ChoiceTransportDouble:
+    """Test double of a vLLM server's structured outputs, as an ``httpx.MockTransport`` (no socket).
+
+    Records every request body. A body carrying ``structured_outputs.choice`` is answered with one
+    of those choices (picked by the request's seed), as vLLM does; with ``ignore=True`` the double
+    plays a server that drops the unknown field and answers free text. Bodies without it get free text.
+    """
+
+    FREE = "I think I will look around"
+
+    def __init__(self, ignore: bool = False) -> None:
+        self.ignore = ignore
+        self.bodies: list[dict] = []
+        self.lock = threading.Lock()
+        self.transport = httpx.MockTransport(self.handle)
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        with self.lock:
+            self.bodies.append(body)
+        choices = (body.get("structured_outputs") or {}).get("choice")
+        content = choices[body.get("seed", 0) % len(choices)] if choices and not self.ignore else self.FREE
+        message = {"role": "assistant", "content": content}
+        return httpx.Response(200, json={"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
+
+
+def test_choices_are_sent_only_for_rows_that_have_them() -> None:
+    double = ChoiceTransportDouble()
+    policy = OpenAIPolicy("http://vllm.test/v1", max_new_tokens=4, seed=0, constrain_choices=True, transport=double.transport)
+    batch = [
+        AgentInput([{"role": "user", "content": f"row {i}"}], stop=("\n", " "), choices=CHOICES if i != 1 else None)
+        for i in range(3)
+    ] + [AgentInput([{"role": "user", "content": "row 3"}], stop=("\n",), choices=CHOICES + CHOICES[:1])]
+    actions = policy.act(batch)
+    bodies = {b["messages"][-1]["content"]: b for b in double.bodies}
+    for i in (0, 2, 3):
+        body = bodies[f"row {i}"]
+        assert body["structured_outputs"] == {"choice": list(CHOICES)}  # duplicates dropped, the env's order kept
+        assert "stop" not in body  # a stop string (" ") inside a choice would cut it
+        assert body["max_tokens"] >= len(b"take mug 1 from desk 2") + 1  # the longest choice always fits
+        assert actions[i].text in CHOICES and actions[i].meta["constrained"] is True
+        assert "off_choices" not in actions[i].meta and "stop_appended" not in actions[i].meta
+    free = bodies["row 1"]
+    assert "structured_outputs" not in free and free["stop"] == ["\n", " "] and free["max_tokens"] == 4
+    assert actions[1].meta["constrained"] is False and actions[1].text == ChoiceTransportDouble.FREE
+    assert policy.off_choice_replies == 0
+
+
+def test_without_the_option_choices_are_not_sent() -> None:
+    double = ChoiceTransportDouble()
+    policy = OpenAIPolicy("http://vllm.test/v1", transport=double.transport)
+    [a] = policy.act([AgentInput([{"role": "user", "content": "hi"}], choices=CHOICES)])
+    assert "structured_outputs" not in double.bodies[0] and a.meta["constrained"] is False
+
+
+def test_household_episodes_send_each_turns_admissible_commands() -> None:
+    double = ChoiceTransportDouble()
+    policy = OpenAIPolicy("http://vllm.test/v1", seed=0, constrain_choices=True, transport=double.transport)
+    episodes = run_episodes(lambda: turngym.make("turngym/Household-v0", max_turns=4), policy, [0, 1], batch_size=1)
+    turns = [t for ep in episodes for t in ep.turns]
+    assert len(turns) == len(double.bodies) and turns
+    for body, t in zip(double.bodies, turns, strict=True):  # one episode at a time: bodies in turn order
+        assert t.action in body["structured_outputs"]["choice"] and t.action_valid
+
+
+def test_a_server_that_ignores_the_choices_is_not_hidden() -> None:
+    double = ChoiceTransportDouble(ignore=True)
+    policy = OpenAIPolicy("http://old.test/v1", constrain_choices=True, transport=double.transport)
+    [ep] = run_episodes(lambda: turngym.make("turngym/Household-v0", max_turns=2), policy, [0])
+    assert ep.infra_error is None  # the reply is the agent's, judged by the env as usual
+    assert [t.action for t in ep.turns] == [ChoiceTransportDouble.FREE] * len(ep.turns)
+    assert not any(t.action_valid for t in ep.turns)
+    assert policy.off_choice_replies == len(ep.turns)
+    [a] = policy.act([AgentInput([{"role": "user", "content": "hi"}], choices=CHOICES)])
+    assert a.text == ChoiceTransportDouble.FREE and a.meta["off_choices"] is True and a.meta["constrained"] is True
+
+
+def test_constrain_choices_through_agent_specs(monkeypatch) -> None:
+    policy = make_agent("openai:http://vllm.test/v1", model="m", constrain_choices=True)
+    assert isinstance(policy, OpenAIPolicy) and policy.constrain_choices
+    assert not make_agent("openai:http://vllm.test/v1", model="m").constrain_choices
+    from turngym.agents.vllm_backend import VLLMPolicy
+
+    got: dict = {}  # test double of the engine start: records what the vllm spec passes on
+    monkeypatch.setattr(VLLMPolicy, "from_pretrained", classmethod(lambda cls, arg, **kw: got.update(arg=arg, **kw) or "engine"))
+    assert make_agent("vllm:tiny", constrain_choices=True, seed=3) == "engine"
+    assert got == {"arg": "tiny", "constrain_choices": True, "seed": 3}
+    for spec in ("oracle", "random"):
+        with pytest.raises(ConfigError, match="drop --constrain-choices"):
+            make_agent(spec, constrain_choices=True)
+    assert make_agent("oracle", constrain_choices=None).name  # None means "default", as the CLI passes it

@@ -15,6 +15,15 @@ server's ``stop_reason`` when it reports one (vLLM does), else the closing tag w
 tag appears last in the reply. With vLLM, ``extra_body={"include_stop_str_in_output": True,
 "return_tokens_as_token_ids": True}`` and ``logprobs=True`` make the server return the exact
 text, token ids and log-probs instead.
+
+Choices: with ``constrain_choices`` a row whose env lists its valid actions
+(``AgentInput.choices``) is sent with vLLM's structured-outputs field, ``"structured_outputs":
+{"choice": [...]}`` (vLLM >= 0.11; older servers took ``guided_choice``), no stop strings (a stop
+string inside a choice would cut it) and a token budget of at least the longest choice's UTF-8 bytes
+plus one (no tokenization spells a choice in more tokens than bytes), so the reply is exactly one
+choice and never truncated. A server that ignores the field answers freely: the reply is passed on
+unchanged for the env to judge as usual, flagged ``meta["off_choices"] = True`` and counted in
+``OpenAIPolicy.off_choice_replies``, never silently replaced by a valid choice.
 """
 
 from __future__ import annotations
@@ -58,6 +67,10 @@ class OpenAIPolicy:
         concurrency: requests in flight at once.
         logprobs: ask for per-token log-probs (``Action.logprobs``).
         extra_body: more JSON fields for every request (server extensions).
+        constrain_choices: where the env enumerates its valid actions (``AgentInput.choices``), ask
+            the server to answer exactly one of them (see the module docs); those actions carry
+            ``meta["constrained"] = True``. With a vLLM server their log-probs are those of the
+            constrained distribution. Rows without choices are sent as without the option.
         transport: an ``httpx`` transport (tests pass ``httpx.MockTransport``).
     """
 
@@ -77,6 +90,7 @@ class OpenAIPolicy:
         concurrency: int = 8,
         logprobs: bool = False,
         extra_body: Mapping[str, Any] | None = None,
+        constrain_choices: bool = False,
         transport: httpx.BaseTransport | None = None,
         name: str | None = None,
     ) -> None:
@@ -94,6 +108,8 @@ class OpenAIPolicy:
         self.max_retries, self.backoff, self.concurrency = max_retries, backoff, concurrency
         self.logprobs = logprobs
         self.extra_body = dict(extra_body or {})
+        self.constrain_choices = bool(constrain_choices)
+        self.off_choice_replies = 0  # constrained requests whose reply was none of the choices
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(api_key_env)
         if key:
@@ -128,6 +144,10 @@ class OpenAIPolicy:
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(jobs))) as pool:
             return list(pool.map(lambda job: self._act_one(*job), jobs))
 
+    def _choices(self, inp: AgentInput) -> list[str] | None:
+        """The row's choices when it is decoded constrained (deduplicated, in the env's order)."""
+        return list(dict.fromkeys(inp.choices)) if self.constrain_choices and inp.choices else None
+
     def _payload(self, inp: AgentInput, i: int) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
@@ -136,7 +156,11 @@ class OpenAIPolicy:
             "top_p": self.top_p,
             "max_tokens": self.max_new_tokens,
         }
-        if inp.stop:
+        choices = self._choices(inp)
+        if choices is not None:
+            body["structured_outputs"] = {"choice": choices}
+            body["max_tokens"] = max(self.max_new_tokens, 1 + max(len(c.encode()) for c in choices))
+        elif inp.stop:
             body["stop"] = list(inp.stop)[:4]  # the OpenAI API accepts at most 4
         if self.seed is not None:
             body["seed"] = self.seed + i
@@ -157,13 +181,20 @@ class OpenAIPolicy:
         except (KeyError, IndexError, TypeError, AttributeError):
             return Action("", meta={"infra_error": f"malformed response: {str(data)[:200]}", "attempts": attempts})
         finish = choice.get("finish_reason")
+        choices = self._choices(inp)
         meta: dict[str, Any] = {
             "finish_reason": finish,
             "attempts": attempts,
             "latency_s": latency,
             "usage": data.get("usage"),
+            "constrained": choices is not None,
         }
-        if finish == "stop" and inp.stop:
+        if choices is not None:
+            if text not in choices:  # the server ignored the constraint: the env judges the reply as it is
+                meta["off_choices"] = True
+                with self._lock:
+                    self.off_choice_replies += 1
+        elif finish == "stop" and inp.stop:
             stop = _matched_stop(text, inp.stop, choice.get("stop_reason"))
             if stop is not None and not text.endswith(stop):
                 text += stop

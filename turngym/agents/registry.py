@@ -16,7 +16,7 @@ from turngym.agents.base import Policy
 from turngym.agents.scripted import OracleAgent, RandomAgent
 from turngym.core.errors import ConfigError
 
-__all__ = ["AGENT_KINDS", "make_agent", "register_agent"]
+__all__ = ["AGENT_KINDS", "CONSTRAINABLE_KINDS", "make_agent", "register_agent"]
 
 AgentFactory = Callable[..., Policy]
 
@@ -40,7 +40,7 @@ def _openai(arg: str | None, **options: Any) -> Policy:
 
     if not arg:
         raise ConfigError("the openai agent needs a base URL: --agent openai:http://127.0.0.1:8000/v1 --model NAME")
-    keys = ("model", "api_key_env", "timeout", "max_retries", "concurrency", *_SAMPLING)
+    keys = ("model", "api_key_env", "timeout", "max_retries", "concurrency", "constrain_choices", *_SAMPLING)
     return OpenAIPolicy(arg, **_pick(options, keys))
 
 
@@ -48,8 +48,11 @@ def _vllm(arg: str | None, **options: Any) -> Policy:
     """``vllm:tiny|smollm2|/path`` (optional extra: ``pip install vllm``)."""
     from turngym.agents.vllm_backend import VLLMPolicy
 
-    return VLLMPolicy.from_pretrained(arg, **_pick(options, _SAMPLING))
+    return VLLMPolicy.from_pretrained(arg, **_pick(options, (*_SAMPLING, "constrain_choices")))
 
+
+#: Kinds that can decode exactly one of the env's listed actions (``constrain_choices``).
+CONSTRAINABLE_KINDS = frozenset({"hf", "vllm", "openai"})
 
 AGENT_KINDS: dict[str, AgentFactory] = {
     "oracle": lambda arg, **kw: OracleAgent(),
@@ -73,8 +76,10 @@ def make_agent(spec: str, **options: Any) -> Policy:
     """Build a policy from a spec string such as ``"oracle"``, ``"hf:smollm2"`` or ``"openai:URL"``.
 
     Options (ignored by kinds that do not use them): ``seed``, ``temperature``, ``top_p``,
-    ``max_new_tokens``, ``device``, ``max_batch_size``, ``force_action_prefix``, ``constrain_choices`` (hf); ``model``, ``api_key_env``,
-    ``timeout``, ``max_retries``, ``concurrency`` (openai). ``None`` values mean "default".
+    ``max_new_tokens``, ``device``, ``max_batch_size``, ``force_action_prefix`` (hf); ``constrain_choices``
+    (hf, vllm, openai: any other kind raises :class:`ConfigError` rather than silently decoding
+    freely); ``model``, ``api_key_env``, ``timeout``, ``max_retries``, ``concurrency`` (openai).
+    ``None`` values mean "default".
     """
     import turngym.envs  # noqa: F401  (families register their baseline agents on import)
 
@@ -84,4 +89,9 @@ def make_agent(spec: str, **options: Any) -> Policy:
         close = difflib.get_close_matches(kind, list(AGENT_KINDS), n=2)
         hint = f" Did you mean {' or '.join(close)}?" if close else ""
         raise ConfigError(f"unknown agent {spec!r}.{hint} Known kinds: {', '.join(sorted(AGENT_KINDS))}")
+    if options.get("constrain_choices") and kind not in CONSTRAINABLE_KINDS:
+        raise ConfigError(
+            f"agent {kind!r} cannot constrain its actions to the env's choices: drop --constrain-choices "
+            f"(constrain_choices) or use a model agent ({', '.join(sorted(CONSTRAINABLE_KINDS))})"
+        )
     return factory(arg or None, **options)
