@@ -242,3 +242,23 @@ def test_eval_cli_constrains_a_remote_household_env(server, tmp_path):
     turns = [t for ep in episodes for t in ep["turns"]]
     assert len(turns) >= 4
     assert all(t["action_valid"] for t in turns), [t["action"] for t in turns if not t["action_valid"]]
+
+
+@pytest.mark.parametrize("env_id", [MATH, HOUSEHOLD])
+def test_policy_input_of_a_remote_env_equals_the_local_ones(server, env_id):
+    """Stop strings, token budget, forced prefix and choices reach the policy as from the local env."""
+    from turngym.rollout.runner import agent_input, new_episode
+
+    def policy_input(env: Any) -> dict[str, Any]:
+        obs, info = env.reset(seed=2)
+        ep = new_episode(env, obs, info, episode_id="e", env_id=env_id, seed=2, group="g")
+        inp = agent_input(ep, env, history=None)
+        return {k: getattr(inp, k) for k in ("messages", "stop", "max_new_tokens", "action_prefix", "choices")}
+
+    remote = turngym.make(env_id, remote=server.url)
+    local = turngym.make(env_id)
+    want = policy_input(local)
+    assert want["stop"] or want["choices"]  # each env shapes the policy's output somehow
+    assert want["max_new_tokens"] is not None
+    assert policy_input(remote) == want
+    remote.close()

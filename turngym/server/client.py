@@ -424,6 +424,11 @@ class RemoteEnv(gym.Env[str, str]):
         self.reset_options = tuple(data["reset_options"])
         self.observation_space = TextSpace(data["max_obs_chars"])
         self.action_space = TextSpace(data["max_action_chars"])
+        # what a generating policy reads from the env (AgentInput.stop/max_new_tokens/action_prefix);
+        # a version-1 server sends none of them: the base env's defaults
+        self.stop_strings: tuple[str, ...] = tuple(data.get("stop_strings") or ())
+        self.max_new_tokens: int | None = data.get("max_new_tokens")
+        self.action_prefix: str = str(data.get("action_prefix") or "")
         info = env_info(env_id)
         self.family = info.family
         # gymnasium's checker builds more envs from the spec: make them remote too.

@@ -79,7 +79,8 @@ __all__ = [
 log = logging.getLogger("turngym.server")
 
 PROTOCOL_VERSION = 2
-"""1: the first wire format; 2: ``choices`` in ``reset``/``step``/``restore`` replies."""
+"""1: the first wire format; 2: ``choices`` in ``reset``/``step``/``restore`` replies, and the env's
+``stop_strings``, ``max_new_tokens`` and ``action_prefix`` in its spec."""
 
 #: The most action choices a reply carries (ALFWorld-style admissible lists hold tens).
 MAX_CHOICES = 1024
@@ -204,6 +205,10 @@ def spec_to_wire(env: Any, env_id: str) -> dict[str, Any]:
         "reset_options": list(env.reset_options),
         "max_obs_chars": env.observation_space.max_length,
         "max_action_chars": env.action_space.max_length,
+        # how a generating policy shapes one action (stop at a closing tag, token budget, forced start)
+        "stop_strings": list(getattr(env, "stop_strings", ())),
+        "max_new_tokens": getattr(env, "max_new_tokens", None),
+        "action_prefix": getattr(env, "action_prefix", ""),
         "reward_spec": {
             "signals": [dataclasses.asdict(s) for s in env.reward_spec.signals],
             "outcome": env.reward_spec.outcome,
