@@ -72,6 +72,10 @@ class Action:
         meta: backend facts (finish reason, latency, usage…). ``meta["infra_error"]`` set by
             a backend (server unreachable after retries) ends the episode unscored, never
             as a reward of 0.
+        allowed_token_ids: under constrained decoding, per generated token the ids the decoder
+            allowed at that step (``logprobs`` are then log-probs renormalized over them); None
+            when every token was free. A trainer renormalizes its own log-probs over the same
+            sets, so a constrained rollout stays on-policy.
     """
 
     text: str
@@ -79,6 +83,7 @@ class Action:
     logprobs: list[float] | None = None
     prompt_ids: list[int] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    allowed_token_ids: list[list[int]] | None = None
 
 
 @runtime_checkable

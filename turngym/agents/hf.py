@@ -67,6 +67,8 @@ class Generation:
         text: ``decode(token_ids, skip_special_tokens=True)``.
         finish_reason: ``"eos"``, ``"stop"`` (a stop string) or ``"length"``.
         stop: the stop string that ended it, if any.
+        allowed_token_ids: under a choice trie, per generated id the ids the trie allowed at
+            that step (what ``logprobs`` are normalized over); None when decoding was free.
     """
 
     token_ids: list[int]
@@ -75,6 +77,7 @@ class Generation:
     finish_reason: str
     stop: str | None = None
     prompt_ids: list[int] = field(default_factory=list)
+    allowed_token_ids: list[list[int]] | None = None
 
 
 @dataclass
@@ -361,9 +364,9 @@ class HFPolicy:
             choices decode freely in the same batch. With choices, the forced action prefix, the
             stop strings and the token budget do not apply (the choices win: every choice already
             is a whole valid action; the budget becomes the longest choice plus the end token).
-            For evaluation and benchmarks only, never for training: a trainer recomputes the
-            model's free log-probs, so a constrained rollout would be off-policy data with
-            log-prob ratios against a distribution that was not sampled. Off by default.
+            Each constrained action carries ``allowed_token_ids`` (per token, the ids the trie
+            allowed), so a trainer renormalizes its recomputed log-probs over the same sets and
+            the rollout stays on-policy (``TrainConfig.constrain_choices``). Off by default.
         prefix_cache_mb: memory for keys/values kept between turns (0 disables prefix reuse).
             A multi-turn prompt extends the previous turn's sequence, so only the new
             observation is run through the model instead of the whole history.
@@ -474,6 +477,7 @@ class HFPolicy:
                 prompt_ids=g.prompt_ids,
                 meta={"finish_reason": g.finish_reason, "stop": g.stop, "forced_tokens": min(len(f), len(g.token_ids)),
                       "constrained": t is not None},
+                allowed_token_ids=g.allowed_token_ids,
             )
             for g, f, t in zip(gens, forced, tries, strict=True)
         ]
@@ -582,6 +586,7 @@ class HFPolicy:
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         gen_ids: list[list[int]] = [[] for _ in range(n)]
         gen_lps: list[list[float]] = [[] for _ in range(n)]
+        gen_allowed: list[list[list[int]] | None] = [[] if tries and tries[r] is not None else None for r in range(n)]
         finish: list[tuple[str, str | None]] = [("length", None)] * n
         window = [max((len(s) for s in st), default=0) + 2 for st in stops]
         rows = list(range(n))  # original row of each live batch position
@@ -611,6 +616,7 @@ class HFPolicy:
                     gen_ids[r].append(t)
                     gen_lps[r].append(float(logprob[b]))
                     if node[r] is not None:
+                        gen_allowed[r].append(tries[r].allowed(node[r]))
                         node[r] = tries[r].advance(node[r], t)
                     if t in self.eos_ids:
                         finish[r] = ("eos", None)
@@ -644,9 +650,9 @@ class HFPolicy:
                     use_cache=True,
                 )
                 past = out.past_key_values
-        return self._finish(prompts, gen_ids, gen_lps, finish)
+        return self._finish(prompts, gen_ids, gen_lps, finish, gen_allowed)
 
-    def _finish(self, prompts, gen_ids, gen_lps, finish) -> list[Generation]:  # noqa: ANN001
+    def _finish(self, prompts, gen_ids, gen_lps, finish, allowed) -> list[Generation]:  # noqa: ANN001
         results = []
         for r, p in enumerate(prompts):
             ids = gen_ids[r]
@@ -659,6 +665,7 @@ class HFPolicy:
                     finish_reason=reason,
                     stop=stop,
                     prompt_ids=list(p),
+                    allowed_token_ids=allowed[r],
                 )
             )
         return results

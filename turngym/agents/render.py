@@ -80,6 +80,8 @@ class TokenSample:
         turn_spans: ``turn index -> (start, end)`` of that turn's action tokens.
         episode_id: the episode it came from.
         turn: for per-turn samples, the turn index; -1 for a concatenated episode.
+        allowed: ``position -> token ids`` constrained decoding allowed for the token at that
+            position (its log-prob is normalized over them); positions absent were free.
     """
 
     input_ids: list[int]
@@ -88,6 +90,7 @@ class TokenSample:
     turn_spans: dict[int, tuple[int, int]] = field(default_factory=dict)
     episode_id: str = ""
     turn: int = -1
+    allowed: dict[int, list[int]] = field(default_factory=dict)
 
 
 class ChatRenderer:
@@ -256,11 +259,24 @@ def render_episode(episode: Episode, tokenizer: Any, *, train_text_actions: bool
     out = r.render(messages, action_ids, train_text_actions=train_text_actions)
     logprobs = [0.0] * len(out.ids)
     spans: dict[int, tuple[int, int]] = {}
-    for turn, (start, end) in zip(episode.turns, out.spans, strict=True):
+    allowed: dict[int, list[int]] = {}
+    for turn, (start, end), verbatim in zip(episode.turns, out.spans, out.generated, strict=True):
         spans[turn.index] = (start, end)
         if turn.logprobs is not None and turn.token_ids is not None:
             logprobs[start:end] = turn.logprobs
-    return TokenSample(out.ids, out.mask, logprobs, spans, episode.episode_id, -1)
+        if verbatim:
+            allowed.update(_allowed_at(start, turn))
+    return TokenSample(out.ids, out.mask, logprobs, spans, episode.episode_id, -1, allowed)
+
+
+def _allowed_at(start: int, turn: Any) -> dict[int, list[int]]:
+    """``position -> allowed ids`` of a constrained turn whose generated ids begin at ``start``."""
+    sets = getattr(turn, "allowed_token_ids", None)
+    if not sets or turn.token_ids is None:
+        return {}
+    if len(sets) != len(turn.token_ids):
+        raise RenderError(f"turn {turn.index} has {len(sets)} allowed-token sets for {len(turn.token_ids)} generated ids")
+    return {start + k: ids for k, ids in enumerate(sets)}
 
 
 def render_turns(
@@ -290,6 +306,7 @@ def render_turns(
                 turn_spans={turn.index: (len(prompt), len(prompt) + len(body))},
                 episode_id=episode.episode_id,
                 turn=turn.index,
+                allowed=_allowed_at(len(prompt), turn),
             )
         )
     return samples

@@ -128,6 +128,7 @@ def append_turn(ep: Episode, action: Action, result: StepResult, prev_key: str, 
         token_ids=action.token_ids,
         logprobs=action.logprobs,
         prompt_ids=action.prompt_ids,
+        allowed_token_ids=action.allowed_token_ids,
         node=node,
         parent=parent,
     )

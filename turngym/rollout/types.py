@@ -49,6 +49,8 @@ class Turn:
     prompt_ids: list[int] | None = None
     node: int = -1
     parent: int = -1
+    allowed_token_ids: list[list[int]] | None = None
+    """Per generated token, the ids constrained decoding allowed (None: decoded freely)."""
 
 
 @dataclass

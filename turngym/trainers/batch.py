@@ -60,6 +60,10 @@ class TokenBatch:
     right_padded: bool = False
     """Every row is its tokens then padding (as :func:`collate` builds it): under a causal mask
     no real token sees the padding, so the model can run without the padding mask."""
+    allowed: tuple[Any, Any, Any] | None = None
+    """Constrained positions, if any: ``(rows, cols, ids)`` in ``*_next`` coordinates, ``ids``
+    padded with -1 — the tokens decoding allowed there, which :func:`token_logprobs`
+    renormalizes over (the sampling distribution of a constrained rollout)."""
 
     @property
     def n_tokens(self) -> int:
@@ -96,7 +100,21 @@ def collate(samples: Sequence[Any], advantages: Sequence[Sequence[float]] | None
         old_logp_next=t(old[:, 1:]),
         adv_next=t(adv[:, 1:]),
         right_padded=True,
+        allowed=_allowed(samples, mask, t),
     )
+
+
+def _allowed(samples: Sequence[Any], mask: np.ndarray, t: Any) -> tuple[Any, Any, Any] | None:
+    """The samples' constrained positions that are trained on, as :attr:`TokenBatch.allowed`."""
+    where = [(i, p, a) for i, s in enumerate(samples) for p, a in getattr(s, "allowed", {}).items() if p > 0 and mask[i, p]]
+    if not where:
+        return None
+    ids = np.full((len(where), max(len(w[2]) for w in where)), -1, np.int64)
+    for k, (_, _, a) in enumerate(where):
+        ids[k, : len(a)] = a
+    rows = np.fromiter((w[0] for w in where), np.int64, len(where))
+    cols = np.fromiter((w[1] - 1 for w in where), np.int64, len(where))
+    return t(rows), t(cols), t(ids)
 
 
 def token_logprobs(model: Any, batch: TokenBatch, *, only_masked: bool = True) -> Any:
@@ -109,6 +127,9 @@ def token_logprobs(model: Any, batch: TokenBatch, *, only_masked: bool = True) -
     demonstrations with the tiny model, ``benchmarks/bench_train.py``) and most of the logits
     memory of a large-vocabulary one. Models whose head is more than a linear layer
     (logit soft-capping or scaling) take the full path, as does ``only_masked=False``.
+
+    Positions in ``batch.allowed`` (constrained decoding) get the log-prob renormalized over
+    their allowed tokens: the distribution the rollout sampled from.
     """
     import torch
 
@@ -121,10 +142,26 @@ def token_logprobs(model: Any, batch: TokenBatch, *, only_masked: bool = True) -
         where = batch.mask_next > 0
         logits = model.get_output_embeddings()(hidden[where]).float()
         picked = torch.log_softmax(logits, dim=-1).gather(-1, targets[where].unsqueeze(-1)).squeeze(-1)
+        if batch.allowed is not None:  # row k of `logits` is the k-th masked position, row-major
+            rows, cols, ids = batch.allowed
+            k = (where.flatten().cumsum(0) - 1).view(where.shape)[rows, cols]
+            picked = picked.index_put((k,), _constrained(logits[k], targets[rows, cols], ids))
         out = torch.zeros(targets.shape, dtype=picked.dtype, device=picked.device)
         return out.masked_scatter(where, picked)
     logits = model(input_ids=batch.input_ids, attention_mask=attn).logits[:, :-1].float()
-    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    out = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    if batch.allowed is not None:
+        rows, cols, ids = batch.allowed
+        out = out.index_put((rows, cols), _constrained(logits[rows, cols], targets[rows, cols], ids))
+    return out
+
+
+def _constrained(logits: Any, targets: Any, allowed: Any) -> Any:
+    """Log-softmax of each row of ``logits`` over its ``allowed`` ids (-1 = padding), at ``targets``."""
+    import torch
+
+    sub = logits.gather(-1, allowed.clamp(min=0)).masked_fill(allowed < 0, float("-inf"))
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(sub, dim=-1)
 
 
 def _plain_head(model: Any) -> bool:

@@ -114,6 +114,13 @@ class TrainConfig:
     format from demonstrations, and the prompt would triple its sequence length)."""
     history: int | None = None
     """Turns of history in each prompt (None = all)."""
+    constrain_choices: bool = False
+    """Where the env enumerates its valid actions (``env.action_choices()``, e.g. Household's
+    admissible commands), decode only one of them (``HFPolicy(constrain_choices=True)``): no
+    invalid action is ever sampled, and the update renormalizes the model's log-probs over the
+    same allowed tokens each rollout recorded, so the constrained rollouts stay on-policy. For a
+    small model that cannot yet write a whole valid command, this is the difference between
+    learning which action to take and learning nothing (every action invalid)."""
     save_every: int = 1
     """Checkpoint every N RL steps (and always at the end)."""
     keep_checkpoints: int = 2
@@ -203,6 +210,9 @@ class TrainConfig:
             raise ConfigError("temperature must be > 0 for RL (log-probs of greedy actions are not a policy's)")
         if self.engine not in ("hf", "vllm"):
             raise ConfigError(f"engine must be 'hf' or 'vllm', got {self.engine!r}")
+        if self.constrain_choices and self.engine != "hf":
+            raise ConfigError("constrain_choices trains on the hf engine only (the vLLM engine does not return the "
+                              "allowed-token sets the update renormalizes over): drop --engine vllm or constrain_choices")
         if self.tis_cap <= 0:
             raise ConfigError(f"tis_cap must be > 0 (2 is common), got {self.tis_cap}")
         if self.groups_per_step * self.group_size % self.minibatches:

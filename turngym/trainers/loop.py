@@ -185,6 +185,7 @@ class Trainer:
             max_new_tokens=self.config.max_new_tokens,
             seed=seed,
             max_batch_size=256,
+            constrain_choices=self.config.constrain_choices,
             name=f"hf:{self.config.model}",
         )
 
