@@ -204,3 +204,34 @@ def test_anything_else_is_refused_with_the_fix():
         run_episodes("turngym/Math-v0", OracleAgent(), [0])  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="num_workers"):
         RayStepper("turngym/Math-v0", num_workers=0)
+
+
+class _ChoiceRecorder:
+    """Test double policy: records each input's choices and plays a fixed pick among them."""
+
+    name = "choice-recorder"
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, ...] | None] = []
+
+    def act(self, batch):
+        for inp in batch:
+            self.seen.append(inp.choices)
+        return [Action(inp.choices[len(self.seen) % len(inp.choices)] if inp.choices else "look") for inp in batch]
+
+
+def test_ray_actors_report_each_envs_choices(local_ray):
+    env_id = "turngym/Household-v0"
+    made = functools.partial(turngym.make, env_id, max_turns=4)
+    out, seen = {}, {}
+    for name, envs in {"local": made, "ray": RayStepper(made, num_workers=2)}.items():
+        policy = _ChoiceRecorder()
+        out[name] = run_episodes(envs, policy, [0, 1, 2], batch_size=3)
+        tree_policy = _ChoiceRecorder()  # restored branches: the restored state's choices
+        out[name] += run_tree(envs if name == "local" else RayStepper(made, num_workers=2), tree_policy, [4],
+                              branching=(2, 2), env_id=env_id).episodes
+        seen[name] = policy.seen + tree_policy.seen
+    assert len(seen["ray"]) >= 12 and all(seen["ray"])
+    assert seen["ray"] == seen["local"]
+    assert _dicts(out["ray"]) == _dicts(out["local"])
+    assert all(t.action_valid for ep in out["ray"] for t in ep.turns)

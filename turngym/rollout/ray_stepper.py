@@ -30,6 +30,9 @@ from turngym.rollout.steppers import Stepper, StepResult, task_gold
 
 __all__ = ["ActorEnv", "EnvWorker", "RayStepper"]
 
+Choices = tuple[str, ...] | None
+"""An env's valid actions in its current state (``env.action_choices()``), None where it cannot list them."""
+
 
 def _build(env: str | Callable[[], Any], env_kwargs: Mapping[str, Any] | None) -> Any:
     if isinstance(env, str):
@@ -68,18 +71,26 @@ class EnvWorker:
             "reward_spec": env.reward_spec,
         }
 
-    def reset(self, slot: int, seed: int | None, options: dict[str, Any] | None) -> tuple[str, dict[str, Any], str | None]:
+    def reset(self, slot: int, seed: int | None, options: dict[str, Any] | None) -> tuple[str, dict[str, Any], str | None, Choices]:
         obs, info = self.envs[slot].reset(seed=seed, options=options)
-        return obs, info, task_gold(self.envs[slot])
+        return obs, info, task_gold(self.envs[slot]), self._choices(slot)
 
-    def step_many(self, items: Sequence[tuple[int, str]]) -> list[StepResult]:
-        return [self.envs[slot].step(action) for slot, action in items]
+    def step_many(self, items: Sequence[tuple[int, str]]) -> list[tuple[StepResult, Choices]]:
+        return [(self.envs[slot].step(action), self._choices(slot)) for slot, action in items]
 
     def snapshot(self, slot: int) -> Any:
         return self.envs[slot].snapshot()
 
-    def restore(self, slot: int, snap: Any) -> None:
+    def restore(self, slot: int, snap: Any) -> Choices:
         self.envs[slot].restore(snap)
+        return self._choices(slot)
+
+    def _choices(self, slot: int) -> Choices:
+        """The env's valid actions now, computed where the env lives and sent with the reply that
+        changed them (no extra round trip per turn)."""
+        enumerate_choices = getattr(getattr(self.envs[slot], "unwrapped", self.envs[slot]), "action_choices", None)
+        got = enumerate_choices() if callable(enumerate_choices) else None
+        return None if got is None else tuple(got)
 
     def oracle_action(self, slot: int) -> str:
         return self.envs[slot].oracle_action()
@@ -107,6 +118,11 @@ class ActorEnv:
         self.reward_spec = describe["reward_spec"]
         self.dead: str | None = None
         self.turn = 0  # of the env's current episode, for the infra step of a dead actor
+        self.choices: Choices = None
+
+    def action_choices(self) -> Choices:
+        """The env's valid actions in its current state (as the actor last reported them), or None."""
+        return self.choices
 
     @property
     def unwrapped(self) -> ActorEnv:
@@ -192,7 +208,8 @@ class RayStepper(Stepper):
 
     def reset(self, slot: int, seed: int | None, options: dict[str, Any] | None) -> tuple[str, dict[str, Any], str | None]:
         proxy = self.proxies[slot]
-        obs, info, gold = proxy.call("reset", proxy.slot, seed, options)
+        proxy.choices = None
+        obs, info, gold, proxy.choices = proxy.call("reset", proxy.slot, seed, options)
         proxy.turn = 0
         return obs, info, gold
 
@@ -213,13 +230,16 @@ class RayStepper(Stepper):
             try:
                 if w not in refs:
                     raise InfraError(self.proxies[slots[0]].dead or "env worker died")
-                results = _get(refs[w])
+                results, choices = zip(*_get(refs[w]), strict=True)
+                for s, c in zip(slots, choices, strict=True):
+                    self.proxies[s].choices = c
             except (InfraError, ray.exceptions.RayActorError) as exc:
                 why = self.proxies[slots[0]].dead or f"env worker died: {exc}"
                 results = []
                 for s in slots:
                     p = self.proxies[s]
                     p.dead = why
+                    p.choices = None
                     # the runner records the last state key it saw
                     results.append(infra_step(why, turn=p.turn + 1, state_key="", signals=self.zeros))
             for s, result in zip(slots, results, strict=True):
@@ -232,7 +252,7 @@ class RayStepper(Stepper):
 
     def restore(self, slot: int, snap: Any) -> None:
         proxy = self.proxies[slot]
-        proxy.call("restore", proxy.slot, snap)
+        proxy.choices = proxy.call("restore", proxy.slot, snap)
         proxy.turn = snap.turn
 
     def close(self) -> None:
