@@ -261,8 +261,11 @@ def test_pretrained_heldout_table_compares_after_rl_with_the_base_model_and_the_
 
     z_base, z_warm = z(0.3, 80, 0.0, 32), z(0.3, 80, 0.0625, 64)
     assert f"| 30.0 [21, 41] | +30.0 ({z_base:+.2f}) | +23.8 ({z_warm:+.2f}) | 25.0, 35.0 |" in md
+    z_imitation = z(0.0625, 64, 0.0, 32)  # the warm start against the base model: what imitation alone added
+    assert f"| 6.2 [2, 15] ({z_imitation:+.2f}) | grpo |" in md
     row = summary["pretrained_heldout"]["math/grpo"]
     assert row["z_vs_zero_shot"] == pytest.approx(z_base) and row["z_vs_warm"] == pytest.approx(z_warm)
+    assert row["z_warm_vs_zero_shot"] == pytest.approx(z_imitation)
     assert row["episodes"] == 80 and row["zero_shot_episodes"] == 32 and row["warm_start_episodes"] == 64
 
 

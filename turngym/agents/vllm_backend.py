@@ -18,8 +18,9 @@ those of the *constrained* distribution (the allowed tokens' logits renormalized
 temperature here) — the HF backend's ``constrain_choices`` convention, not the model's free
 log-probs. One difference: the grammar constrains text, not tokenization, so a choice may come
 spelled in other (often more) tokens than the tokenizer's own encoding, which is all the HF trie
-allows; the ids are the ones sampled, so rendering stays exact. Evaluation only: a trainer that
-recomputes free log-probs would see off-policy ratios.
+allows; the ids are the ones sampled, so rendering stays exact. Evaluation only: training on
+constrained rollouts needs, per token, the set the decoder allowed (the update renormalizes over
+it), which the HF backend records (``TrainConfig.constrain_choices``) and vLLM does not return.
 
 The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` unless the caller set it)
 so that a trainer can push updated weights into it (:mod:`turngym.trainers.engine`). Engine

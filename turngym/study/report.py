@@ -490,9 +490,11 @@ def _pretrained_section(cfg: dict[str, Any], runs: list[dict[str, Any]], summary
           "and the unseen split are never drawn). *Zero-shot* = the base model with the env's system prompt (action grammar and a "
           "worked example), the format it gets at inference; the warm start and the RL runs see no system prompt (they learned the "
           "format from demonstrations). Rates pool every held-out episode of an arm's seeds, with 95% Wilson intervals; "
-          "*z* is a two-proportion test (|z| > 1.96 ≈ p < 0.05) of after-RL against the base model (what training with turngym "
-          "— imitation, then RL — added) and against the warm start (what the RL phase added on its own).", "",
-          "| env | held-out split | zero-shot | warm start | arm | after RL | Δ vs zero-shot (z) | Δ vs warm start (z) | seeds |",
+          "*z* is a two-proportion test (|z| > 1.96 ≈ p < 0.05) of the warm start against the base model (what imitation added; in "
+          "the warm start column), of after-RL against the base model (what training with turngym — imitation, then RL — added) "
+          "and against the warm start (what the RL phase added on its own); the last column is each seed's after-RL rate.", "",
+          "| env | held-out split | zero-shot | warm start (z vs zero-shot) | arm | after RL | Δ vs zero-shot (z) | Δ vs warm start (z) | "
+          "per seed |",
           "|---|---|---|---|---|---|---|---|---|"]
     out: dict[str, Any] = {}
     for env in sorted({r["env"] for r in runs}):
@@ -505,6 +507,8 @@ def _pretrained_section(cfg: dict[str, Any], runs: list[dict[str, Any]], summary
         n_warm = evals.get("warm_heldout_eval", {}).get("episodes", n_after)
         base, n_base = rs[0].get("heldout_base"), evals.get("base_heldout_eval", {}).get("episodes", n_after)
         warm = rs[0]["heldout_before"]  # one shared warm start: its evaluation once
+        z_warm = _two_prop_z((warm, n_warm), (base, n_base)) if base is not None else None
+        warm_cell = _pct_ci(warm, n_warm) + (f" ({z_warm:+.2f})" if z_warm is not None else "")
         for arm in sorted({r["arm"] for r in rs}):
             ar = [r for r in rs if r["arm"] == arm]
             n = sum(r["heldout_eval"]["episodes"] for r in ar)
@@ -513,10 +517,11 @@ def _pretrained_section(cfg: dict[str, Any], runs: list[dict[str, Any]], summary
             z_base = _two_prop_z((after, n), (base, n_base)) if base is not None else None
             vs_base = f"{100 * (after - base):+.1f} ({z_base:+.2f})" if z_base is not None else "—"
             per_seed = ", ".join(f"{100 * r['heldout_eval']['success']:.1f}" for r in sorted(ar, key=lambda r: r["seed"]))
-            md.append(f"| {env} | `{ar[0]['heldout_env_id']}` | {_pct_ci(base, n_base)} | {_pct_ci(warm, n_warm)} "
+            md.append(f"| {env} | `{ar[0]['heldout_env_id']}` | {_pct_ci(base, n_base)} | {warm_cell} "
                       f"| {arm} | {_pct_ci(after, n)} | {vs_base} | {100 * (after - warm):+.1f} ({z:+.2f}) | {per_seed} |")
             out[f"{env}/{arm}"] = {"zero_shot": base, "zero_shot_episodes": n_base, "warm_start": warm, "warm_start_episodes": n_warm,
-                                   "after": after, "episodes": n, "seeds": len(ar), "z_vs_warm": z, "z_vs_zero_shot": z_base}
+                                   "after": after, "episodes": n, "seeds": len(ar), "z_vs_warm": z, "z_vs_zero_shot": z_base,
+                                   "z_warm_vs_zero_shot": z_warm}
     summary["pretrained_heldout"] = out
     png = _heldout_bars(out, out_dir / "heldout.png") if out else None
     return md + [""] + ([f"![held-out success]({png})", ""] if png else [])
