@@ -79,8 +79,8 @@ def bench_generation(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
 
     base = policy._params
 
-    def fixed_length(stop: Any, seed: int) -> SamplingParams:  # ignore EOS, as for HF above
-        p = base(stop, seed)
+    def fixed_length(*args: Any) -> SamplingParams:  # ignore EOS, as for HF above
+        p = base(*args)
         p.ignore_eos = True
         return p
 
