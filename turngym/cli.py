@@ -135,8 +135,8 @@ def _setup_eval(p: argparse.ArgumentParser) -> None:
                    help="hf agents: start every action with the env's action_prefix (e.g. '<' for tag grammars)")
     p.add_argument("--constrain-choices", action="store_true",
                    help="hf, vllm and openai agents: where the env lists its valid actions (Household), decode exactly "
-                   "one of them (openai: vLLM's structured_outputs choice; evaluation only: log-probs are of the "
-                   "constrained distribution)")
+                   "one of them (openai: vLLM's structured_outputs choice; log-probs are of the constrained distribution; "
+                   "to train that way: turngym train --constrain-choices)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--out", type=Path, help="write episodes.jsonl, summary.json, report.md and report.html here")

@@ -23,12 +23,38 @@ in later prompts, with nothing re-tokenized.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, Generic, TypeVar
 
 from turngym.core.errors import ConfigError
 
-__all__ = ["ChoiceTrie", "encode_choices"]
+__all__ = ["ChoiceCache", "ChoiceTrie", "encode_choices"]
+
+
+V = TypeVar("V")
+
+
+class ChoiceCache(Generic[V]):
+    """What a policy derives from one choice set (its trie, its token budget), built once per set.
+
+    A location's choices recur on every visit and in every row of a batch, so re-deriving them
+    each turn is wasted work; ``size`` sets are kept, the least recently used dropped first.
+    """
+
+    def __init__(self, build: Callable[[tuple[str, ...]], V], size: int = 256) -> None:
+        self.build, self.size = build, size
+        self._items: OrderedDict[Hashable, V] = OrderedDict()
+
+    def __call__(self, choices: tuple[str, ...]) -> V:
+        got = self._items.get(choices)
+        if got is None:
+            got = self._items[choices] = self.build(choices)
+            if len(self._items) > self.size:
+                self._items.popitem(last=False)
+        else:
+            self._items.move_to_end(choices)
+        return got
 
 
 class ChoiceTrie:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym.agents.base import Action, AgentInput
-from turngym.agents.choices import ChoiceTrie, encode_choices
+from turngym.agents.choices import ChoiceCache, ChoiceTrie, encode_choices
 from turngym.agents.render import ChatRenderer
 from turngym.core.errors import ConfigError
 
@@ -413,7 +413,7 @@ class HFPolicy:
         self.eos_ids = frozenset(i for i in eos if i is not None)
         # after a whole choice only the renderer's end-of-turn token: the one it splices back
         self.end_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else min(self.eos_ids)
-        self._tries: OrderedDict[tuple[str, ...], ChoiceTrie] = OrderedDict()  # a location's choices recur every visit
+        self._choice_trie = ChoiceCache(self._build_trie)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
         self.max_positions = getattr(model.config, "max_position_embeddings", None)
         self._prefix = PrefixCache(int(prefix_cache_mb) << 20)
@@ -482,19 +482,10 @@ class HFPolicy:
             for g, f, t in zip(gens, forced, tries, strict=True)
         ]
 
-    def _choice_trie(self, choices: tuple[str, ...]) -> ChoiceTrie:
-        """The trie of ``choices``, built once per distinct set (a few hundred kept, least recent out):
-        every row of a batch and every turn at the same place would otherwise re-encode the same list."""
-        trie = self._tries.get(choices)
-        if trie is None:
-            trie = self._tries[choices] = encode_choices(
-                choices, self.renderer.encode, lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True), self.end_id
-            )
-            if len(self._tries) > 256:
-                self._tries.popitem(last=False)
-        else:
-            self._tries.move_to_end(choices)
-        return trie
+    def _build_trie(self, choices: tuple[str, ...]) -> ChoiceTrie:
+        """The trie of ``choices`` (built once per distinct set: :attr:`_choice_trie` caches it)."""
+        return encode_choices(choices, self.renderer.encode, lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
+                              self.end_id)
 
     # ------------------------------------------------------------------ generation
     def generate(

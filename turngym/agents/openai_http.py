@@ -148,7 +148,7 @@ class OpenAIPolicy:
         """The row's choices when it is decoded constrained (deduplicated, in the env's order)."""
         return list(dict.fromkeys(inp.choices)) if self.constrain_choices and inp.choices else None
 
-    def _payload(self, inp: AgentInput, i: int) -> dict[str, Any]:
+    def _payload(self, inp: AgentInput, i: int, choices: list[str] | None) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
             "messages": inp.messages,
@@ -156,7 +156,6 @@ class OpenAIPolicy:
             "top_p": self.top_p,
             "max_tokens": self.max_new_tokens,
         }
-        choices = self._choices(inp)
         if choices is not None:
             body["structured_outputs"] = {"choice": choices}
             body["max_tokens"] = max(self.max_new_tokens, 1 + max(len(c.encode()) for c in choices))
@@ -170,8 +169,9 @@ class OpenAIPolicy:
         return body
 
     def _act_one(self, inp: AgentInput, i: int) -> Action:
+        choices = self._choices(inp)
         t0 = time.perf_counter()
-        data, error, attempts = self._post(self._payload(inp, i))
+        data, error, attempts = self._post(self._payload(inp, i, choices))
         latency = time.perf_counter() - t0
         if data is None:
             return Action("", meta={"infra_error": error, "attempts": attempts, "latency_s": latency})
@@ -181,7 +181,6 @@ class OpenAIPolicy:
         except (KeyError, IndexError, TypeError, AttributeError):
             return Action("", meta={"infra_error": f"malformed response: {str(data)[:200]}", "attempts": attempts})
         finish = choice.get("finish_reason")
-        choices = self._choices(inp)
         meta: dict[str, Any] = {
             "finish_reason": finish,
             "attempts": attempts,

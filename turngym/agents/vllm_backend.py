@@ -41,13 +41,13 @@ from __future__ import annotations
 
 import ast
 import os
-from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
 from turngym.agents.base import Action, AgentInput
+from turngym.agents.choices import ChoiceCache
 from turngym.agents.render import ChatRenderer
 from turngym.core.errors import ConfigError
 
@@ -168,7 +168,7 @@ class VLLMPolicy:
         self.seed = seed
         self.name = name
         self.constrain_choices = bool(constrain_choices)
-        self._budgets: OrderedDict[tuple[str, ...], int] = OrderedDict()  # a location's choices recur every visit
+        self._choice_budget = ChoiceCache(self._budget_of)
         self._requests = 0
         self.max_model_len = int(llm.llm_engine.model_config.max_model_len)
         self.generated_tokens = 0
@@ -212,23 +212,15 @@ class VLLMPolicy:
             **extra,
         )
 
-    def _choice_budget(self, choices: tuple[str, ...]) -> int:
+    def _budget_of(self, choices: tuple[str, ...]) -> int:
         """Tokens that always fit one whole choice plus the end token.
 
         The grammar constrains text, not tokenization: the model may spell a choice in more tokens
         than the tokenizer's own encoding (down to one per byte for a byte-level vocabulary), so
         the budget is the larger of the two counts for the longest choice, plus one for the end
-        token. Cached per choice set (a few hundred kept, least recent out).
+        token. :attr:`_choice_budget` caches it per choice set.
         """
-        budget = self._budgets.get(choices)
-        if budget is None:
-            budget = 1 + max(max(len(self.renderer.encode(c)), len(c.encode())) for c in choices)
-            self._budgets[choices] = budget
-            if len(self._budgets) > 256:
-                self._budgets.popitem(last=False)
-        else:
-            self._budgets.move_to_end(choices)
-        return budget
+        return 1 + max(max(len(self.renderer.encode(c)), len(c.encode())) for c in choices)
 
     def act(self, batch: Sequence[AgentInput]) -> list[Action]:
         from vllm.inputs import TokensPrompt

@@ -46,7 +46,7 @@ from turngym.core.spaces import TextSpace
 from turngym.core.spec import RewardSpec
 from turngym.core.task import Task
 
-__all__ = ["TurngymEnv", "Transition", "EnvSnapshot", "InvalidActionPolicy", "INFO_KEYS", "TaskT", "StateT"]
+__all__ = ["TurngymEnv", "Transition", "EnvSnapshot", "InvalidActionPolicy", "INFO_KEYS", "TaskT", "StateT", "env_action_choices"]
 
 #: The family's task type (a :class:`Task` subclass).
 TaskT = TypeVar("TaskT", bound=Task)
@@ -416,3 +416,15 @@ class TurngymEnv(gym.Env[str, str], Generic[TaskT, StateT]):
         self._last_obs = snap.last_obs
         self.np_random.bit_generator.state = copy.deepcopy(dict(snap.rng_state))
         self._set_state(cast(StateT, snap.payload))
+
+
+def env_action_choices(env: Any) -> tuple[str, ...] | None:
+    """``env``'s valid actions now (:meth:`TurngymEnv.action_choices` through any wrappers), or None.
+
+    One reading for every place that asks — the rollout building a policy's input, the env
+    server's worker and a Ray actor computing them next to the env — so they cannot disagree;
+    a plain gymnasium env (no such method) lists none.
+    """
+    enumerate_choices = getattr(getattr(env, "unwrapped", env), "action_choices", None)
+    choices = enumerate_choices() if callable(enumerate_choices) else None
+    return None if choices is None else tuple(choices)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from turngym.core.env import env_action_choices
 from turngym.core.errors import ConfigError, InfraError
 from turngym.core.infra import infra_step
 from turngym.rollout.steppers import Stepper, StepResult, task_gold
@@ -88,9 +89,7 @@ class EnvWorker:
     def _choices(self, slot: int) -> Choices:
         """The env's valid actions now, computed where the env lives and sent with the reply that
         changed them (no extra round trip per turn)."""
-        enumerate_choices = getattr(getattr(self.envs[slot], "unwrapped", self.envs[slot]), "action_choices", None)
-        got = enumerate_choices() if callable(enumerate_choices) else None
-        return None if got is None else tuple(got)
+        return env_action_choices(self.envs[slot])
 
     def oracle_action(self, slot: int) -> str:
         return self.envs[slot].oracle_action()

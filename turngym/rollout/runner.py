@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from turngym.agents.base import Action, AgentInput, Policy
+from turngym.core.env import env_action_choices
 from turngym.core.errors import ConfigError, InfraError
 from turngym.core.infra import INFRA_OUTCOME, infra_step
 from turngym.rollout.steppers import Stepper, StepResult, as_stepper, task_gold
@@ -72,8 +73,6 @@ def agent_input(ep: Episode, env: Any, history: int | None) -> AgentInput:
     """What the policy sees for ``ep``'s next turn (see :meth:`Episode.context`)."""
     messages, action_ids = ep.context(history=history)
     raw = getattr(env, "unwrapped", env)
-    enumerate_choices = getattr(raw, "action_choices", None)  # a plain gymnasium env has none
-    choices = enumerate_choices() if callable(enumerate_choices) else None
     return AgentInput(
         messages=messages,
         env=env,
@@ -82,7 +81,7 @@ def agent_input(ep: Episode, env: Any, history: int | None) -> AgentInput:
         action_token_ids=action_ids,
         max_new_tokens=getattr(raw, "max_new_tokens", None),
         action_prefix=getattr(raw, "action_prefix", ""),
-        choices=None if choices is None else tuple(choices),
+        choices=env_action_choices(env),
     )
 
 

@@ -147,6 +147,21 @@ def error_frame(exc: BaseException) -> dict[str, Any]:
 _warned_choices: set[str] = set()
 
 
+def _choices_problem(choices: Any) -> str | None:
+    """Why ``choices`` may not travel (not a list of strings, or past a cap), or None when it may."""
+    if isinstance(choices, (str, bytes)) or not isinstance(choices, (list, tuple)):
+        return f"action_choices() returned a {type(choices).__name__}, not a tuple of strings"
+    if len(choices) > MAX_CHOICES:
+        return f"{len(choices)} action choices (more than {MAX_CHOICES})"
+    if not all(isinstance(c, str) for c in choices):
+        return "action_choices() holds a non-string"
+    if any(len(c) > MAX_CHOICE_CHARS for c in choices):
+        return f"an action choice longer than {MAX_CHOICE_CHARS} characters"
+    if sum(map(len, choices)) > MAX_CHOICES_TOTAL_CHARS:
+        return f"action choices longer than {MAX_CHOICES_TOTAL_CHARS} characters in all"
+    return None
+
+
 def choices_to_wire(choices: Any, *, env_name: str = "env") -> list[str] | None:
     """The server's side: ``env.action_choices()`` as sent, or None when it is None or past the caps.
 
@@ -157,17 +172,7 @@ def choices_to_wire(choices: Any, *, env_name: str = "env") -> list[str] | None:
     """
     if choices is None:
         return None
-    why = None
-    if isinstance(choices, (str, bytes)) or not isinstance(choices, (list, tuple)):
-        why = f"action_choices() returned a {type(choices).__name__}, not a tuple of strings"
-    elif len(choices) > MAX_CHOICES:
-        why = f"{len(choices)} action choices (more than {MAX_CHOICES})"
-    elif not all(isinstance(c, str) for c in choices):
-        why = "action_choices() holds a non-string"
-    elif any(len(c) > MAX_CHOICE_CHARS for c in choices):
-        why = f"an action choice longer than {MAX_CHOICE_CHARS} characters"
-    elif sum(map(len, choices)) > MAX_CHOICES_TOTAL_CHARS:
-        why = f"action choices longer than {MAX_CHOICES_TOTAL_CHARS} characters in all"
+    why = _choices_problem(choices)
     if why is not None:
         if env_name not in _warned_choices:
             _warned_choices.add(env_name)
@@ -179,14 +184,10 @@ def choices_to_wire(choices: Any, *, env_name: str = "env") -> list[str] | None:
 def choices_from_wire(value: Any) -> tuple[str, ...] | None:
     """The client's side: a reply's ``choices`` as ``action_choices()`` returns it (None when absent).
 
-    Anything but a list of strings within the caps reads as None, so a misbehaving server
-    cannot hand the policy an unbounded or ill-typed constraint.
+    The same checks as the server's: anything but a (JSON) list of strings within the caps reads
+    as None, so a misbehaving server cannot hand the policy an unbounded or ill-typed constraint.
     """
-    if not isinstance(value, list) or len(value) > MAX_CHOICES:
-        return None
-    if not all(isinstance(c, str) and len(c) <= MAX_CHOICE_CHARS for c in value):
-        return None
-    if sum(map(len, value)) > MAX_CHOICES_TOTAL_CHARS:
+    if not isinstance(value, list) or _choices_problem(value) is not None:
         return None
     return tuple(value)
 

@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turngym.core import errors as core_errors
+from turngym.core.env import env_action_choices
 from turngym.core.errors import ConfigError, SnapshotError, TurngymError
 from turngym.server.errors import WorkerLost
 from turngym.server.protocol import choices_to_wire, rng_from_wire, rng_to_wire, spec_to_wire, task_to_wire
@@ -113,11 +114,7 @@ class EnvHost:
 
 def _choices(h: EnvHost) -> list[str] | None:
     """The env's valid actions now (``action_choices()``), computed here, next to the env, as sent."""
-    raw = getattr(h.env, "unwrapped", h.env)
-    enumerate_choices = getattr(raw, "action_choices", None)
-    if not callable(enumerate_choices):
-        return None
-    return choices_to_wire(enumerate_choices(), env_name=type(raw).__qualname__)
+    return choices_to_wire(env_action_choices(h.env), env_name=type(getattr(h.env, "unwrapped", h.env)).__qualname__)
 
 
 def _reset(h: EnvHost, seed: Any, options: dict[str, Any] | None) -> Any:
