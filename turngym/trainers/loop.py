@@ -1,6 +1,9 @@
 """The training loop: rollout → rewards → advantages (by name) → clipped PG loss → update.
 
-:class:`Trainer` is thin orchestration over the library's parts, readable top to bottom:
+:class:`Trainer` is thin orchestration over two halves, readable top to bottom: a
+:class:`~turngym.trainers.producer.RolloutProducer` plays episodes (which tasks, which policy,
+demonstrations, evaluation) and a :class:`~turngym.trainers.learner.Learner` owns the weights
+and changes them (imitation, LoRA, the RL update, the critic, checkpoint state).
 
 1. **Warm start** — behaviour cloning of (noisy) oracle demonstrations
    (:mod:`turngym.trainers.imitation`), then the success rate of that policy is measured.
@@ -24,28 +27,22 @@ finished run is left as it is, and damaged files are named instead of loaded.
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from turngym.core.errors import ConfigError
 from turngym.trainers.atomic import ArtifactError, write_json, write_text
 from turngym.trainers.config import TrainConfig
+from turngym.trainers.learner import Learner
+from turngym.trainers.producer import EVAL_SEED, RolloutProducer, make_env, success_rate
 from turngym.trainers.rundir import ResumePoint, RunDir
 from turngym.trainers.tracking import NullTracker, Tracker, episode_rows, open_tracker, require_backends
 
 __all__ = ["EVAL_SEED", "Trainer", "TrainResult", "train"]
-
-EVAL_SEED = 10_000_000
-"""First task seed of the held-out evaluation tasks (``task_pool=0``); studies evaluate on the same ones."""
-_DEMO_SEED = 20_000_000
-_TRAIN_SEED = 30_000_000
 
 
 @dataclass
@@ -61,10 +58,6 @@ class TrainResult:
     @property
     def improvement(self) -> float:
         return self.success_after - self.success_before
-
-
-def _rng(seed: int, *keys: int) -> np.random.Generator:
-    return np.random.default_rng([seed, *keys])
 
 
 class Trainer:
@@ -99,10 +92,10 @@ class Trainer:
         """Episodes of the latest :meth:`evaluate` (tool calls, hops, … beyond its success rate)."""
         self.tracker: Tracker = NullTracker()
         """Mirrors every ``metrics.jsonl`` row (``config.report_to``); open only while :meth:`run` runs."""
-        self._last_rl_batch: tuple[list[Any], list[Any]] = ([], [])
-        self.critic: Any = None
-        """The learned turn-level critic (:class:`~turngym.trainers.critic.TurnCritic`) when ``config.critic_kind`` is set."""
-        self._critic_last: tuple[np.ndarray, np.ndarray] | None = None
+        self.learner: Learner | None = None
+        """Holds the trained policy and updates it (built when the run loads its model)."""
+        self.producer: RolloutProducer | None = None
+        """Plays the run's episodes (built with the learner)."""
         if resume and overwrite:
             raise ConfigError("resume continues the run in out, overwrite discards it: pass one of them")
         if resume:
@@ -123,33 +116,26 @@ class Trainer:
         except (ValueError, TypeError, UnicodeDecodeError) as exc:
             raise ArtifactError(f"{path} is damaged ({exc}): restore it, or start over with `turngym train --out {self.out} --overwrite`") from exc
 
-    # ---------------------------------------------------------------------- setup
+    # ---------------------------------------------------------------------- the two halves
     def _setup(self, source: Path | None = None) -> None:
-        """Load the policy from ``source``: the run's saved warm start, or (None) the base model."""
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        """Load the policy from ``source`` (the run's saved warm start, or None: the base model) into
+        the learner, and build the producer that plays episodes with it."""
+        self.learner = Learner(self.config, metric=self._metric, log=self.log, bar=self._bar)
+        self.learner.setup(source if source is not None else self._model_path(), self._make_env)
+        self.producer = RolloutProducer(self.config, lambda: self.learner.model, self.learner.tokenizer, model_path=self._model_path,
+                                        log=self.log, bar=self._bar)
 
-        from turngym.agents.render import ChatRenderer
-        from turngym.rewards import RewardShaper
-
-        cfg = self.config
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
-        self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.autocast = cfg.bf16 and self.device == "cuda"
-        source = source if source is not None else self._model_path()
-        self.tokenizer = AutoTokenizer.from_pretrained(source)
-        dtype = torch.bfloat16 if self.autocast else torch.float32
-        self.model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(self.device)
-        self.renderer = ChatRenderer(self.tokenizer)
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
-        probe = self._make_env()
-        self.shaper = RewardShaper(probe.reward_spec, gamma=1.0, weights=cfg.reward_weights, cap=cfg.shaping_cap)
-        # PAPO's process score has weights of its own, so an outcome-only reward can be paired
-        # with a dense process signal (the paper's decoupling); by default the env spec's.
-        self.process_shaper = RewardShaper(probe.reward_spec, gamma=1.0, weights=cfg.process_weights or {}, cap=cfg.shaping_cap)
-        self.success_threshold = probe.reward_spec.success_threshold
-        probe.close()
+    # The learner's state under the names callers (providers, studies, tests) have always used.
+    model = property(lambda self: self.learner.model)
+    tokenizer = property(lambda self: self.learner.tokenizer)
+    renderer = property(lambda self: self.learner.renderer)
+    pad_id = property(lambda self: self.learner.pad_id)
+    device = property(lambda self: self.learner.device)
+    shaper = property(lambda self: self.learner.shaper)
+    process_shaper = property(lambda self: self.learner.process_shaper)
+    success_threshold = property(lambda self: self.learner.success_threshold)
+    critic = property(lambda self: self.learner.critic if self.learner is not None else None)
+    engine = property(lambda self: self.producer.engine if self.producer is not None else None)
 
     def _model_path(self) -> Path:
         from turngym.agents.hf import resolve_model_path
@@ -164,73 +150,7 @@ class Trainer:
         return resolve_model_path(self.config.model)
 
     def _make_env(self, env_id: str | None = None) -> Any:
-        import turngym
-
-        env = turngym.make(env_id or self.config.env_id, **self.config.env_kwargs)
-        if not self.config.show_system_prompt:
-            env.unwrapped.system_prompt = ""
-        return env
-
-    def _policy(self, *, seed: int) -> Any:
-        from turngym.agents.hf import HFPolicy
-
-        if self.config.engine == "vllm":
-            self._engine_sync()
-            return self.engine.policy(temperature=self.config.temperature, max_new_tokens=self.config.max_new_tokens,
-                                      seed=seed, name=f"vllm:{self.config.model}")
-        return HFPolicy(
-            self.model,
-            self.tokenizer,
-            temperature=self.config.temperature,
-            max_new_tokens=self.config.max_new_tokens,
-            seed=seed,
-            max_batch_size=256,
-            constrain_choices=self.config.constrain_choices,
-            name=f"hf:{self.config.model}",
-        )
-
-    def _rollout(self, seeds: list[int], *, group_size: int, policy_seed: int, desc: str | None = None, env_id: str | None = None) -> list[Any]:
-        """Play ``group_size`` episodes per seed (on ``env_id``, default the run's env); ``desc``
-        shows a progress bar (episodes, turns), since evaluating a pretrained model on a CPU takes minutes."""
-        from turngym.rollout import run_episodes
-
-        self.model.eval()
-        env_id = env_id or self.config.env_id
-        callbacks: dict[str, Any] = {}
-        if desc:
-            bar, turns = self._bar(len(seeds) * group_size, desc), [0]
-
-            def on_turn(_ep: Any, _turn: Any) -> None:
-                turns[0] += 1
-                if turns[0] % 8 == 0:
-                    bar.set_postfix(turns=turns[0], refresh=True)
-
-            callbacks = {"on_episode": lambda _ep: bar.update(1), "on_turn": on_turn}
-        try:
-            return run_episodes(
-                lambda: self._make_env(env_id),
-                self._policy(seed=policy_seed),
-                seeds,
-                batch_size=len(seeds) * group_size,
-                group_size=group_size,
-                history=self.config.history,
-                env_id=env_id,
-                **callbacks,
-            )
-        finally:
-            if desc:
-                bar.close()
-
-    def _engine_sync(self) -> Any:
-        """Start the vLLM rollout engine on first use and push the trainer's weights into it if they
-        changed since the last push (after an update, the warm start, a resumed checkpoint).
-        Returns the push's :class:`~turngym.trainers.engine.SyncStats`, or None when up to date."""
-        from turngym.trainers.engine import RolloutEngine, sync_if_stale
-
-        if getattr(self, "engine", None) is None:
-            self.engine = RolloutEngine(self._model_path(), seed=self.config.seed, engine_kwargs=self.config.engine_kwargs)
-            self.log(f"vLLM engine started in {self.engine.start_seconds:.0f} s")
-        return sync_if_stale(self.engine, self.model)
+        return make_env(self.config, env_id)
 
     def evaluate(self, n: int | None = None, *, env_id: str | None = None) -> float:
         """Success rate of the current policy, sampling at ``temperature``: on held-out task seeds,
@@ -239,284 +159,27 @@ class Trainer:
         n = n or self.config.eval_episodes
         if n == 0:
             return float("nan")
-        pool = self.config.task_pool if env_id is None else 0
-        seeds = [i % pool for i in range(n)] if pool else [EVAL_SEED + i for i in range(n)]
-        eps = self._rollout(seeds, group_size=1, policy_seed=self.config.seed + EVAL_SEED, desc="evaluate", env_id=env_id)
-        self.last_eval_episodes = eps  # for callers that want more than the success rate
-        eps = [e for e in eps if not e.infra_error]
-        return float(np.mean([e.success for e in eps])) if eps else float("nan")
+        self.last_eval_episodes = self.producer.evaluation(n, env_id)  # for callers that want more than the success rate
+        return success_rate(self.last_eval_episodes)
 
-    # ---------------------------------------------------------------------- warm start
     def _warm_start(self) -> None:
-        import torch
-
-        from turngym.agents.render import render_episode
-        from turngym.rollout import run_episodes
-        from turngym.trainers.batch import collate, token_logprobs
-        from turngym.trainers.imitation import NoisyOracle, describe, sft_batches
-        from turngym.trainers.losses import token_nll
-
-        cfg = self.config
-        if cfg.warmup_steps == 0:
+        if self.config.warmup_steps == 0:
             return
-        demos = run_episodes(
-            self._make_env,
-            NoisyOracle(cfg.demo_noise, seed=cfg.seed),
-            self._demo_seeds(),
-            batch_size=256,
-            env_id=cfg.env_id,
-        )
-        samples = [render_episode(ep, self.renderer, train_text_actions=True) for ep in demos]
-        stats = describe(samples)
-        self.log(f"warm start: {len(samples)} demonstrations (noise {cfg.demo_noise}, {np.mean([e.success for e in demos]):.0%} solved), "
-                 f"{stats['demo_tokens']:.0f} tokens each; {cfg.warmup_steps} imitation steps")
-        model = self._trainable_for_warmup()
-        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.warmup_lr, weight_decay=cfg.weight_decay)
-        batches = sft_batches(len(samples), cfg.warmup_batch_size, cfg.warmup_steps, lambda s: _rng(cfg.seed, 1, s))
-        model.train()
-        bar = self._bar(len(batches), "warm start")
-        losses: list[float] = []
-        for step, idx in enumerate(batches):
-            opt.zero_grad(set_to_none=True)
-            total_tokens = sum(sum(samples[i].loss_mask) for i in idx)
-            for chunk in _by_length(idx, samples, cfg.micro_batch_size):
-                batch = collate([samples[i] for i in chunk], None, self.pad_id, self.device)
-                with self._autocast():
-                    logp = token_logprobs(model, batch)
-                loss = token_nll(logp, batch.mask_next) * (batch.n_tokens / max(total_tokens, 1))
-                loss.backward()
-                losses.append(float(loss.item()) * max(total_tokens, 1) / max(batch.n_tokens, 1))
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            opt.step()
-            bar.update(1)
-            bar.set_postfix(nll=f"{np.mean(losses[-5:]):.3f}")
-            if (step + 1) % 25 == 0 or step + 1 == len(batches):
-                self._metric({"phase": "warmup", "step": step + 1, "nll": float(np.mean(losses[-25:]))})
-        bar.close()
-        self.model = self._merge_warmup(model)
+        self.learner.imitate(self.producer.demonstrations())
 
-    def _demo_seeds(self) -> list[int]:
-        cfg = self.config
-        if cfg.task_pool:
-            return [i % cfg.task_pool for i in range(cfg.demo_episodes)]
-        return [_DEMO_SEED + cfg.seed * 100_003 + i for i in range(cfg.demo_episodes)]
-
-    def _trainable_for_warmup(self) -> Any:
-        if not self.config.use_lora:
-            return self.model
-        return self._add_lora(self.model)
-
-    def _merge_warmup(self, model: Any) -> Any:
-        return model.merge_and_unload() if self.config.use_lora else model
-
-    def _add_lora(self, model: Any) -> Any:
-        try:
-            from peft import LoraConfig, get_peft_model
-        except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise ConfigError("LoRA needs peft: pip install peft (or pass lora=False)") from exc
-        import torch
-
-        cfg = self.config
-        layers, targets = None, "all-linear"
-        if cfg.lora_layers:
-            n_layers = int(model.config.num_hidden_layers)
-            if cfg.lora_layers > n_layers:
-                raise ConfigError(f"lora_layers={cfg.lora_layers} but the model has {n_layers} decoder layers")
-            layers = list(range(n_layers - cfg.lora_layers, n_layers))
-            head = model.get_output_embeddings()  # peft takes a layer range only with named targets: every linear but the head
-            targets = sorted({name.rsplit(".", 1)[-1] for name, mod in model.named_modules() if isinstance(mod, torch.nn.Linear) and mod is not head})
-        lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=targets, lora_dropout=0.0, task_type="CAUSAL_LM",
-                          layers_to_transform=layers)
-        with torch.random.fork_rng(devices=[]):  # adapters initialised from the seed alone: a resumed run draws the same ones
-            torch.manual_seed(cfg.seed)
-            return get_peft_model(model, lora)
-
-    # ---------------------------------------------------------------------- RL step
     def _rl_step(self, step: int, opt: Any) -> dict[str, Any]:
-        import torch
-
-        from turngym.agents.render import render_episode
-        from turngym.rollout import to_turn_table
-        from turngym.trainers.advantages import compute_advantages, estimator_inputs
-        from turngym.trainers.batch import collate, table_token_advantages, token_logprobs
-        from turngym.trainers.critic import whiten
-        from turngym.trainers.engine import recompute_logprobs, sample_mismatch, tis_pg_loss, use_trainer_old
-        from turngym.trainers.losses import clipped_pg_loss, kl_penalty
-        from turngym.trainers.providers import fill_inputs
-
+        """RL step ``step``: the producer plays its tasks with the current policy, the learner updates on them."""
         cfg = self.config
         t0 = time.perf_counter()
-        rng = _rng(cfg.seed, 2, step)
-        if cfg.task_pool:
-            seeds = [int(s) for s in rng.choice(cfg.task_pool, size=cfg.groups_per_step, replace=cfg.groups_per_step > cfg.task_pool)]
-        else:
-            seeds = [int(s) for s in rng.integers(_TRAIN_SEED, 2**31 - 1, size=cfg.groups_per_step)]
-        episodes = self._rollout(seeds, group_size=cfg.group_size, policy_seed=int(rng.integers(2**31)))
-        episodes = [ep for ep in episodes if not ep.infra_error and ep.turns]  # never score infra failures
+        episodes = self.producer.step_episodes(step)
         t_rollout = time.perf_counter() - t0
-
-        shaped = [self.shaper.shape_episode(ep).total for ep in episodes]
-        samples = [render_episode(ep, self.renderer) for ep in episodes]
-        table = to_turn_table(episodes, rewards=shaped, samples=samples)
-        critic_targets: list[Any] | None = None
-        critic_stats: dict[str, float] = {}
-        if self.critic is not None:  # the critic's values of every turn's state, before this step's update
-            table["value"] = np.concatenate(self._critic_values(samples))
-        fill_inputs(cfg.algo, episodes, table, self)  # the estimator's declared inputs the rollout lacks
-        adv = compute_advantages(cfg.algo, table, **cfg.algo_params)
-        if self.critic is not None:
-            critic_targets, critic_stats = self._critic_targets(table, samples)
-        if "value" in estimator_inputs(cfg.algo):  # PPO whitens a critic's advantages over the batch (their scale is the reward's)
-            adv = whiten(adv)
-        self._last_rl_batch = (episodes, np.split(adv, np.flatnonzero(table["last"])[:-1] + 1))
-        tok_adv = table_token_advantages(samples, table, adv)
-        engine_stats: dict[str, float] = {}
-        if cfg.engine == "vllm":  # π_old is the trainer's; the engine's log-probs only weight the tokens (TIS)
-            trainer_old = recompute_logprobs(self.model, samples, self.pad_id, self.device, micro_batch_size=cfg.micro_batch_size,
-                                             autocast=self._autocast)
-            engine_stats = sample_mismatch(samples, trainer_old, cap=cfg.tis_cap)
-        self.model.train()
-        if self.critic is not None:
-            self.critic.train()
-        stats: dict[str, list[float]] = {"loss": [], "pg_loss": [], "kl": [], "clip_frac": [], "ratio": [], "grad_norm": [], "tis_weight": []}
-        order = np.arange(len(samples))
-        for epoch in range(cfg.ppo_epochs):
-            _rng(cfg.seed, 3, step, epoch).shuffle(order)
-            for mb in np.array_split(order, cfg.minibatches):
-                opt.zero_grad(set_to_none=True)
-                if self.critic is not None:
-                    self.critic.zero_grad()
-                total_tokens = sum(sum(samples[i].loss_mask) for i in mb)
-                for chunk in _by_length(mb, samples, cfg.micro_batch_size):
-                    batch = collate([samples[i] for i in chunk], [tok_adv[i] for i in chunk], self.pad_id, self.device)
-                    weight = batch.n_tokens / max(total_tokens, 1)
-                    value_loss = None
-                    with self._autocast(), self._critic_reading():
-                        logp = token_logprobs(self.model, batch)
-                        if self.critic is not None and critic_targets is not None:  # the shared head reads this very pass
-                            value_loss, vdiag = self.critic.loss(self.model, batch, [critic_targets[i] for i in chunk])
-                            stats.setdefault("value_loss", []).append(float(value_loss.item()))
-                            stats.setdefault("value_clip_frac", []).append(vdiag["value_clip_frac"])
-                    if cfg.engine == "vllm":
-                        engine_logp = use_trainer_old(batch, [trainer_old[i] for i in chunk])
-                        pg, diag = tis_pg_loss(logp, batch.old_logp_next, engine_logp, batch.adv_next, batch.mask_next,
-                                               clip_low=cfg.clip_low, clip_high=cfg.clip_high, cap=cfg.tis_cap)
-                        stats["tis_weight"].append(diag["tis_weight"])
-                    else:
-                        pg, diag = clipped_pg_loss(logp, batch.old_logp_next, batch.adv_next, batch.mask_next, clip_low=cfg.clip_low, clip_high=cfg.clip_high)
-                    loss = pg
-                    if value_loss is not None:
-                        loss = loss + cfg.value_coef * value_loss
-                    if cfg.kl_coef > 0:
-                        with torch.no_grad(), self._reference(), self._autocast():
-                            ref_logp = token_logprobs(self.model, batch)
-                        kl = kl_penalty(logp, ref_logp, batch.mask_next)
-                        loss = loss + cfg.kl_coef * kl
-                        stats["kl"].append(float(kl.item()))
-                    (loss * weight).backward()
-                    stats["loss"].append(float(loss.item()))
-                    stats["pg_loss"].append(float(pg.item()))
-                    stats["clip_frac"].append(diag["clip_frac"])
-                    stats["ratio"].append(diag["ratio"])
-                norm = torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm)
-                stats["grad_norm"].append(float(norm))
-                opt.step()
-                if self.critic is not None:
-                    stats.setdefault("critic_grad_norm", []).append(self.critic.step())
-        sync = self._engine_sync() if cfg.engine == "vllm" else None  # the next rollout samples the updated weights
+        record = self.learner.learn(step, episodes, opt, off_policy=cfg.engine == "vllm")
+        sync = self.producer.sync() if cfg.engine == "vllm" else None  # the next rollout samples the updated weights
         if sync is not None:
-            engine_stats |= {"sync_s": round(sync.seconds, 3), "sync_mb": round(sync.bytes / 2**20, 1)}
-
-        returns = np.array([ep.total_reward for ep in episodes])
-        return {
-            "phase": "rl",
-            "step": step + 1,
-            "success": float(np.mean([ep.success for ep in episodes])),
-            "mean_return": float(returns.mean()),
-            "mean_shaped_return": float(np.mean([s.sum() for s in shaped])),
-            "mean_turns": float(np.mean([len(ep.turns) for ep in episodes])),
-            "invalid_rate": float(np.mean([not t.action_valid for ep in episodes for t in ep.turns])),
-            "zero_adv_frac": float(np.mean(adv == 0.0)),
-            "adv_abs_mean": float(np.abs(adv).mean()),
-            **{k: float(np.mean(v)) for k, v in stats.items() if v},
-            **critic_stats,
-            "episodes": len(episodes),
-            "tokens": int(sum(sum(s.loss_mask) for s in samples)),
-            **engine_stats,
-            "rollout_s": round(t_rollout, 2),
-            "step_s": round(time.perf_counter() - t0, 2),
-        }
-
-    # ---------------------------------------------------------------------- critic
-    def _make_critic(self) -> Any:
-        """The learned critic of this run (None without one), built on the RL policy."""
-        cfg = self.config
-        if cfg.critic_kind is None:
-            return None
-        from turngym.trainers.critic import TurnCritic
-
-        return TurnCritic(self.model, kind=cfg.critic_kind, lr=cfg.critic_lr, clip=cfg.value_clip, max_grad_norm=cfg.max_grad_norm,
-                          weight_decay=cfg.weight_decay, seed=cfg.seed)
-
-    def _critic_values(self, samples: list[Any]) -> list[np.ndarray]:
-        assert self.critic is not None
-        with self._autocast():
-            return self.critic.values(self.model, samples, pad_id=self.pad_id, device=self.device, micro_batch_size=self.config.micro_batch_size)
-
-    def _critic_reading(self) -> Any:
-        import contextlib
-
-        return self.critic.reading(self.model) if self.critic is not None else contextlib.nullcontext()
-
-    def _critic_targets(self, table: dict[str, Any], samples: list[Any]) -> tuple[list[Any], dict[str, float]]:
-        """Per-episode regression targets (λ-returns with the estimator's γ, λ) and the diagnostics:
-        explained variance of the old values against those targets and against the Monte-Carlo returns."""
-        from turngym.trainers.critic import (
-            TurnTargets,
-            critic_discount,
-            explained_variance,
-            lambda_returns,
-            turn_positions,
-        )
-
-        cfg = self.config
-        gamma, lam = critic_discount(cfg.algo, cfg.algo_params)
-        values = np.asarray(table["value"], np.float64)
-        _, ret = lambda_returns(table, values, gamma=gamma, lam=lam)
-        _, mc = lambda_returns(table, np.zeros_like(values), gamma=gamma, lam=1.0)
-        cuts = np.flatnonzero(table["last"])[:-1] + 1  # rows are episode by episode, in the order of samples
-        targets = [TurnTargets(turn_positions(s), v, r) for s, v, r in zip(samples, np.split(values, cuts), np.split(ret, cuts))]
-        self._critic_last = (values, ret)
-        return targets, {"critic_ev": explained_variance(values, ret), "critic_ev_mc": explained_variance(values, mc),
-                         "value_mean": float(values.mean()), "value_target_mean": float(ret.mean())}
+            record |= {"sync_s": round(sync.seconds, 3), "sync_mb": round(sync.bytes / 2**20, 1)}
+        return {**record, "rollout_s": round(t_rollout, 2), "step_s": round(time.perf_counter() - t0, 2)}
 
     # ---------------------------------------------------------------------- helpers
-    def _autocast(self) -> Any:
-        import contextlib
-
-        import torch
-
-        return torch.autocast("cuda", dtype=torch.bfloat16) if self.autocast else contextlib.nullcontext()
-
-    def _reference(self) -> Any:
-        """Context in which ``self.model`` computes the reference (warm-started) policy."""
-        import contextlib
-
-        if self.config.use_lora:
-            return self.model.disable_adapter()
-        ref = self._ref_model
-
-        @contextlib.contextmanager
-        def swap() -> Any:
-            live = self.model
-            self.model = ref
-            try:
-                yield
-            finally:
-                self.model = live
-
-        return swap()
-
     def _bar(self, total: int, desc: str, initial: int = 0) -> Any:
         from tqdm import tqdm
 
@@ -530,27 +193,12 @@ class Trainer:
         return lambda what: self._event(f"{label} {what}")
 
     # ---------------------------------------------------------------------- checkpoints
-    def _trainable_state(self) -> dict[str, Any]:
-        if self.config.use_lora:
-            from peft import get_peft_model_state_dict
-
-            return get_peft_model_state_dict(self.model)
-        return self.model.state_dict()
-
     def _save_checkpoint(self, step: int, opt: Any, before: float) -> None:
-        import torch
-
         rd = self.rundir
         path = rd.checkpoint_dir(step)
         commit, metrics = rd.commit("rl", step, success_before=before, checkpoint=path.relative_to(self.out).as_posix())
 
-        def write(tmp: Path) -> None:
-            torch.save(self._trainable_state(), tmp / "trainable.pt")
-            torch.save(opt.state_dict(), tmp / "optimizer.pt")
-            if self.critic is not None:  # head, separate trunk and the critic's optimizer: resume continues it exactly
-                torch.save(self.critic.state_dict(), tmp / "critic.pt")
-
-        rd.save_artifact(path, write, commit, metrics, hook=self._sub_hook(f"checkpoint@{step}"))
+        rd.save_artifact(path, lambda tmp: self.learner.save_state(tmp, opt), commit, metrics, hook=self._sub_hook(f"checkpoint@{step}"))
         self._event(f"checkpoint saved@{step}")
         rd.write_state(commit)
         self._event(f"checkpoint committed@{step}")
@@ -559,30 +207,9 @@ class Trainer:
 
     def _load_checkpoint(self, point: ResumePoint, opt: Any) -> None:
         """Weights (or adapters) and optimizer state of a verified checkpoint into the live objects."""
-        import torch
-
         assert point.source is not None
         fix = f"delete {point.source} to resume from the checkpoint before it, or start over with `turngym train --out {self.out} --overwrite`"
-        for name, target in (("trainable.pt", self.model), ("optimizer.pt", opt)):
-            file = point.source / name
-            try:
-                state = torch.load(file, map_location=self.device)
-                if name == "optimizer.pt":
-                    opt.load_state_dict(state)
-                elif self.config.use_lora:
-                    from peft import set_peft_model_state_dict
-
-                    set_peft_model_state_dict(target, state)
-                else:
-                    target.load_state_dict(state)
-            except Exception as exc:  # a file that verifies but does not fit this run's model
-                raise ArtifactError(f"{file} cannot be loaded into this run ({type(exc).__name__}: {exc}); {fix}") from exc
-        if self.critic is not None:
-            file = point.source / "critic.pt"
-            try:
-                self.critic.load_state_dict(torch.load(file, map_location=self.device))
-            except Exception as exc:  # missing (a checkpoint of a run without a critic) or damaged
-                raise ArtifactError(f"{file} cannot be loaded into this run's critic ({type(exc).__name__}: {exc}); {fix}") from exc
+        self.learner.load_state(point.source, opt, fix)
         self._checkpoint = point.commit.checkpoint
 
     # ---------------------------------------------------------------------- run
@@ -613,15 +240,7 @@ class Trainer:
 
     def _rl_setup(self) -> Any:
         """From the warm-started policy to the RL one: adapters, the KL reference, the optimizer."""
-        import copy
-
-        cfg = self.config
-        if cfg.use_lora:
-            self.model = self._add_lora(self.model)
-        self._ref_model = copy.deepcopy(self.model).eval() if cfg.kl_coef > 0 and not cfg.use_lora else None
-        opt = self._optimizer()
-        self.critic = self._make_critic()
-        return opt
+        return self.learner.rl_setup()
 
     def _metric(self, record: dict[str, Any]) -> None:
         """Append a row to ``metrics.jsonl`` (the record), then mirror it to the trackers."""
@@ -652,7 +271,7 @@ class Trainer:
             self._event("warm_start@0")
             self._warm_start()
             commit, metrics = rd.commit("warm_started")
-            rd.save_artifact(rd.warm_start, self._save_model, commit, metrics, hook=self._sub_hook("warm_start@0"))
+            rd.save_artifact(rd.warm_start, self.learner.save_model, commit, metrics, hook=self._sub_hook("warm_start@0"))
             self._event("warm_start saved@0")
             rd.write_state(commit)
         else:
@@ -676,23 +295,7 @@ class Trainer:
             first, before = point.commit.step, point.commit.success_before
             self.log(f"resuming {self.out} at step {first}/{cfg.steps}")
 
-        bar = self._bar(cfg.steps, f"{cfg.algo} on {cfg.env_id}", initial=first)
-        for step in range(first, cfg.steps):
-            self._event(f"rl@{step + 1}")
-            record = self._rl_step(step, opt)
-            self._metric(record)
-            if step == first or (step + 1) % max(1, cfg.steps // 8) == 0 or step + 1 == cfg.steps:
-                self.tracker.log_episodes(step + 1, episode_rows(*self._last_rl_batch))
-            self._event(f"rl logged@{step + 1}")
-            bar.update(1)
-            bar.set_postfix(success=f"{record['success']:.2f}", loss=f"{record['loss']:+.3f}")
-            if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
-                self._event(f"eval@{step + 1}")
-                self._metric({"phase": "eval", "step": step + 1, "success": self.evaluate()})
-                self._event(f"eval logged@{step + 1}")
-            if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-                self._save_checkpoint(step + 1, opt, before)
-        bar.close()
+        self._rl_loop(first, opt, before)
 
         self._event(f"eval@{cfg.steps}")
         after = self.evaluate()
@@ -709,6 +312,27 @@ class Trainer:
         self.log(f"success rate: {before:.1%} (warm start) -> {after:.1%} (after {cfg.steps} RL steps, {cfg.algo}); "
                  f"{seconds:.0f} s; see {self.out}/metrics.jsonl and learning_curve.png")
         return TrainResult(success_before=before, success_after=after, steps=cfg.steps, seconds=seconds, out=self.out)
+
+    def _rl_loop(self, first: int, opt: Any, before: float) -> None:
+        """RL steps ``first .. steps − 1``, each logged, evaluated and checkpointed as configured."""
+        cfg = self.config
+        bar = self._bar(cfg.steps, f"{cfg.algo} on {cfg.env_id}", initial=first)
+        for step in range(first, cfg.steps):
+            self._event(f"rl@{step + 1}")
+            record = self._rl_step(step, opt)
+            self._metric(record)
+            if step == first or (step + 1) % max(1, cfg.steps // 8) == 0 or step + 1 == cfg.steps:
+                self.tracker.log_episodes(step + 1, episode_rows(*self.learner.last_batch))
+            self._event(f"rl logged@{step + 1}")
+            bar.update(1)
+            bar.set_postfix(success=f"{record['success']:.2f}", loss=f"{record['loss']:+.3f}")
+            if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
+                self._event(f"eval@{step + 1}")
+                self._metric({"phase": "eval", "step": step + 1, "success": self.evaluate()})
+                self._event(f"eval logged@{step + 1}")
+            if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+                self._save_checkpoint(step + 1, opt, before)
+        bar.close()
 
     def _already_finished(self, point: ResumePoint, start_time: float) -> TrainResult:
         """Resuming a finished run changes nothing (it only restores a lost summary or plot)."""
@@ -738,13 +362,14 @@ class Trainer:
             from turngym.trainers.plot import plot_learning_curve
 
             plot_learning_curve(self.rundir.metrics, self.out / "learning_curve.png", title=f"{cfg.algo} on {cfg.env_id}")
-            if self._critic_last is not None:  # the last RL step's values against their targets, and EV per step
+            critic_last = self.learner.critic_last if self.learner is not None else None  # None: a finished run only re-plots
+            if critic_last is not None:  # the last RL step's values against their targets, and EV per step
                 from turngym.trainers.atomic import complete_lines
                 from turngym.trainers.critic import plot_value_vs_return
 
                 rows = [json.loads(x) for x in complete_lines(self.rundir.metrics) if x.strip()]
                 ev = [(r["step"], r["critic_ev"]) for r in rows if r.get("phase") == "rl" and "critic_ev" in r]
-                plot_value_vs_return(*self._critic_last, self.out / "value_vs_return.png", ev_by_step=ev, title=f"{cfg.critic_kind} critic")
+                plot_value_vs_return(*critic_last, self.out / "value_vs_return.png", ev_by_step=ev, title=f"{cfg.critic_kind} critic")
         except ImportError:
             self.log("matplotlib is not installed: skipped learning_curve.png (pip install matplotlib)")
 
@@ -772,7 +397,7 @@ class Trainer:
         self._setup()
         self._warm_start()
         commit, metrics = self.rundir.commit("warm_started")
-        self.rundir.save_artifact(save_to, self._save_model, commit, metrics, hook=self._sub_hook("warm_start@0"))
+        self.rundir.save_artifact(save_to, self.learner.save_model, commit, metrics, hook=self._sub_hook("warm_start@0"))
         return save_to
 
     def _prepare(self) -> None:
@@ -781,28 +406,8 @@ class Trainer:
         torch.manual_seed(self.config.seed)
         self._checkpoint: str | None = None
 
-    def _save_model(self, path: Path) -> None:
-        """The current weights and tokenizer as a normal HF model directory."""
-        self.model.save_pretrained(path)
-        self.tokenizer.save_pretrained(path)
-
-    def _optimizer(self) -> Any:
-        import torch
-
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        return torch.optim.AdamW(params, lr=self.config.lr, weight_decay=self.config.weight_decay)
 
 def train(config: TrainConfig | None = None, out: str | Path = "runs/default", **options: Any) -> TrainResult:
     """Run :class:`Trainer` (``options``: ``resume``, ``progress``, ``log``)."""
     return Trainer(config or TrainConfig(), out, **options).run()
 
-
-def _by_length(indices: Any, samples: Sequence[Any], size: int) -> list[np.ndarray]:
-    """Split a minibatch into micro-batches of similar sequence length (fewer padded tokens).
-
-    The loss of each micro-batch is weighted by its share of the minibatch's tokens, so the
-    accumulated gradient does not depend on how the minibatch is split — only the padding does.
-    """
-    idx = np.asarray(indices)
-    idx = idx[np.argsort([len(samples[i].input_ids) for i in idx], kind="stable")]
-    return np.array_split(idx, math.ceil(len(idx) / size))

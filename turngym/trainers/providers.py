@@ -12,7 +12,7 @@ with a new input is therefore two registrations side by side, and no change to t
 
 Provider signature: ``provider(ctx: ProviderContext) -> Sequence[float]``, one value per row
 of ``ctx.table`` in its row order (episode by episode, turns in order). ``ctx.trainer`` is
-the running :class:`~turngym.trainers.loop.Trainer`, so a provider can use the trainer's
+the running trainer's :class:`~turngym.trainers.learner.Learner`, so a provider can use its
 state: the policy (``trainer.model``, ``trainer.tokenizer``), the shapers
 (``trainer.shaper``, ``trainer.process_shaper``), the config, or the learned critic it holds.
 
@@ -47,7 +47,8 @@ class ProviderContext:
     table: Mapping[str, np.ndarray]
     """The :func:`~turngym.rollout.to_turn_table` columns built so far."""
     trainer: Any
-    """The running :class:`~turngym.trainers.loop.Trainer` (policy, tokenizer, shapers, config)."""
+    """The running trainer's :class:`~turngym.trainers.learner.Learner` (policy, tokenizer, shapers,
+    config, critic): the weights the update is about to change."""
 
 
 Provider = Callable[[ProviderContext], Sequence[float]]

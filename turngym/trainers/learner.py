@@ -1,0 +1,408 @@
+"""The learner: the trained weights and everything that changes them.
+
+:class:`Learner` owns the policy being trained (loaded from a model directory, warm-started by
+imitation, wrapped in LoRA adapters for RL), its optimizer, the KL reference, the learned critic
+and the update itself: episodes in → shaped rewards → turn table → advantages by name → clipped
+policy-gradient loss (+ β·KL, + the critic's value loss) → optimizer step. It never plays an
+episode: where episodes come from (this process's model, a vLLM engine, an asynchronous rollout
+worker running an older copy of the weights) is :mod:`turngym.trainers.producer`'s business.
+
+The update is the same for every source; only how far the rollout's log-probs are from the
+learner's differs. When they may differ (vLLM samples with its own kernels, an asynchronous
+worker with older weights), ``off_policy=True`` recomputes ``π_old`` with the learner's weights
+before the update and weights every token by the truncated importance ratio ``min(π_old /
+π_behaviour, C)`` (:func:`turngym.trainers.engine.tis_pg_loss`); otherwise the rollout's own
+log-probs are ``π_old``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from turngym.core.errors import ConfigError
+from turngym.trainers.atomic import ArtifactError
+from turngym.trainers.config import TrainConfig
+
+__all__ = ["Learner", "by_length", "seeded_rng"]
+
+
+def seeded_rng(seed: int, *keys: int) -> np.random.Generator:
+    """The generator of one named random draw of a run (``(seed, phase, step, ...)``): a resumed
+    run draws exactly what the uninterrupted one drew, whatever ran before it."""
+    return np.random.default_rng([seed, *keys])
+
+
+def by_length(indices: Any, samples: Sequence[Any], size: int) -> list[np.ndarray]:
+    """Split a minibatch into micro-batches of similar sequence length (fewer padded tokens).
+
+    The loss of each micro-batch is weighted by its share of the minibatch's tokens, so the
+    accumulated gradient does not depend on how the minibatch is split — only the padding does.
+    """
+    idx = np.asarray(indices)
+    idx = idx[np.argsort([len(samples[i].input_ids) for i in idx], kind="stable")]
+    return np.array_split(idx, math.ceil(len(idx) / size))
+
+
+class Learner:
+    """The trained policy and its update (see the module docstring).
+
+    Args:
+        config: the run.
+        metric: appends a row to the run's metrics (the warm start's NLL curve).
+        log: one-line status messages.
+        bar: a progress bar factory ``bar(total, desc)``.
+
+    Attributes the estimators' providers read (:class:`~turngym.trainers.providers.ProviderContext`):
+    ``model``, ``tokenizer``, ``renderer``, ``pad_id``, ``device``, ``shaper``,
+    ``process_shaper``, ``critic`` and ``config``.
+    """
+
+    def __init__(self, config: TrainConfig, *, metric: Callable[[dict[str, Any]], None], log: Callable[[str], None],
+                 bar: Callable[..., Any]) -> None:
+        self.config = config
+        self._metric = metric
+        self.log = log
+        self._bar = bar
+        self.model: Any = None
+        self.critic: Any = None
+        """The learned turn-level critic (:class:`~turngym.trainers.critic.TurnCritic`) when ``config.critic_kind`` is set."""
+        self.critic_last: tuple[np.ndarray, np.ndarray] | None = None
+        """The last update's critic values and their targets (for ``value_vs_return.png``)."""
+        self.last_batch: tuple[list[Any], list[Any]] = ([], [])
+        """The last update's episodes and their per-turn advantages (sampled to the trackers)."""
+        self._ref_model: Any = None
+
+    # ---------------------------------------------------------------------- setup
+    def setup(self, source: Path, make_env: Callable[[], Any]) -> None:
+        """Load the policy from the model directory ``source``; ``make_env`` builds a probe env for
+        the reward spec (the shapers and the success threshold)."""
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from turngym.agents.render import ChatRenderer
+        from turngym.rewards import RewardShaper
+
+        cfg = self.config
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.autocast_on = cfg.bf16 and self.device == "cuda"
+        self.tokenizer = AutoTokenizer.from_pretrained(source)
+        dtype = torch.bfloat16 if self.autocast_on else torch.float32
+        self.model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(self.device)
+        self.renderer = ChatRenderer(self.tokenizer)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        probe = make_env()
+        self.shaper = RewardShaper(probe.reward_spec, gamma=1.0, weights=cfg.reward_weights, cap=cfg.shaping_cap)
+        # PAPO's process score has weights of its own, so an outcome-only reward can be paired
+        # with a dense process signal (the paper's decoupling); by default the env spec's.
+        self.process_shaper = RewardShaper(probe.reward_spec, gamma=1.0, weights=cfg.process_weights or {}, cap=cfg.shaping_cap)
+        self.success_threshold = probe.reward_spec.success_threshold
+        probe.close()
+
+    # ---------------------------------------------------------------------- warm start
+    def imitate(self, demos: Sequence[Any]) -> None:
+        """Behaviour-clone the demonstration episodes for ``warmup_steps`` steps (LoRA adapters are
+        merged back, so the warm-started model is a plain one)."""
+        import torch
+
+        from turngym.agents.render import render_episode
+        from turngym.trainers.batch import collate, token_logprobs
+        from turngym.trainers.imitation import describe, sft_batches
+        from turngym.trainers.losses import token_nll
+
+        cfg = self.config
+        samples = [render_episode(ep, self.renderer, train_text_actions=True) for ep in demos]
+        stats = describe(samples)
+        self.log(f"warm start: {len(samples)} demonstrations (noise {cfg.demo_noise}, {np.mean([e.success for e in demos]):.0%} solved), "
+                 f"{stats['demo_tokens']:.0f} tokens each; {cfg.warmup_steps} imitation steps")
+        model = self.model if not cfg.use_lora else self.add_lora(self.model)
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.warmup_lr, weight_decay=cfg.weight_decay)
+        batches = sft_batches(len(samples), cfg.warmup_batch_size, cfg.warmup_steps, lambda s: seeded_rng(cfg.seed, 1, s))
+        model.train()
+        bar = self._bar(len(batches), "warm start")
+        losses: list[float] = []
+        for step, idx in enumerate(batches):
+            opt.zero_grad(set_to_none=True)
+            total_tokens = sum(sum(samples[i].loss_mask) for i in idx)
+            for chunk in by_length(idx, samples, cfg.micro_batch_size):
+                batch = collate([samples[i] for i in chunk], None, self.pad_id, self.device)
+                with self.autocast():
+                    logp = token_logprobs(model, batch)
+                loss = token_nll(logp, batch.mask_next) * (batch.n_tokens / max(total_tokens, 1))
+                loss.backward()
+                losses.append(float(loss.item()) * max(total_tokens, 1) / max(batch.n_tokens, 1))
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            opt.step()
+            bar.update(1)
+            bar.set_postfix(nll=f"{np.mean(losses[-5:]):.3f}")
+            if (step + 1) % 25 == 0 or step + 1 == len(batches):
+                self._metric({"phase": "warmup", "step": step + 1, "nll": float(np.mean(losses[-25:]))})
+        bar.close()
+        self.model = model.merge_and_unload() if cfg.use_lora else model
+
+    def add_lora(self, model: Any) -> Any:
+        try:
+            from peft import LoraConfig, get_peft_model
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ConfigError("LoRA needs peft: pip install peft (or pass lora=False)") from exc
+        import torch
+
+        cfg = self.config
+        layers, targets = None, "all-linear"
+        if cfg.lora_layers:
+            n_layers = int(model.config.num_hidden_layers)
+            if cfg.lora_layers > n_layers:
+                raise ConfigError(f"lora_layers={cfg.lora_layers} but the model has {n_layers} decoder layers")
+            layers = list(range(n_layers - cfg.lora_layers, n_layers))
+            head = model.get_output_embeddings()  # peft takes a layer range only with named targets: every linear but the head
+            targets = sorted({name.rsplit(".", 1)[-1] for name, mod in model.named_modules() if isinstance(mod, torch.nn.Linear) and mod is not head})
+        lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=targets, lora_dropout=0.0, task_type="CAUSAL_LM",
+                          layers_to_transform=layers)
+        with torch.random.fork_rng(devices=[]):  # adapters initialised from the seed alone: a resumed run draws the same ones
+            torch.manual_seed(cfg.seed)
+            return get_peft_model(model, lora)
+
+    def rl_setup(self) -> Any:
+        """From the warm-started policy to the RL one: adapters, the KL reference, the critic;
+        returns the optimizer."""
+        import copy
+
+        import torch
+
+        cfg = self.config
+        if cfg.use_lora:
+            self.model = self.add_lora(self.model)
+        self._ref_model = copy.deepcopy(self.model).eval() if cfg.kl_coef > 0 and not cfg.use_lora else None
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.critic = self._make_critic()
+        return opt
+
+    # ---------------------------------------------------------------------- the update
+    def learn(self, step: int, episodes: list[Any], opt: Any, *, off_policy: bool = False) -> dict[str, Any]:
+        """One RL update on ``episodes`` (infra failures already dropped); returns its metrics row
+        (without timings). ``off_policy``: the episodes' log-probs are not the learner's own (see
+        the module docstring), so ``π_old`` is recomputed and every token is TIS-weighted."""
+        import torch
+
+        from turngym.agents.render import render_episode
+        from turngym.rollout import to_turn_table
+        from turngym.trainers.advantages import compute_advantages, estimator_inputs
+        from turngym.trainers.batch import collate, table_token_advantages, token_logprobs
+        from turngym.trainers.critic import whiten
+        from turngym.trainers.engine import recompute_logprobs, sample_mismatch, tis_pg_loss, use_trainer_old
+        from turngym.trainers.losses import clipped_pg_loss, kl_penalty
+        from turngym.trainers.providers import fill_inputs
+
+        cfg = self.config
+        shaped = [self.shaper.shape_episode(ep).total for ep in episodes]
+        samples = [render_episode(ep, self.renderer) for ep in episodes]
+        table = to_turn_table(episodes, rewards=shaped, samples=samples)
+        critic_targets: list[Any] | None = None
+        critic_stats: dict[str, float] = {}
+        if self.critic is not None:  # the critic's values of every turn's state, before this step's update
+            table["value"] = np.concatenate(self._critic_values(samples))
+        fill_inputs(cfg.algo, episodes, table, self)  # the estimator's declared inputs the rollout lacks
+        adv = compute_advantages(cfg.algo, table, **cfg.algo_params)
+        if self.critic is not None:
+            critic_targets, critic_stats = self._critic_targets(table, samples)
+        if "value" in estimator_inputs(cfg.algo):  # PPO whitens a critic's advantages over the batch (their scale is the reward's)
+            adv = whiten(adv)
+        self.last_batch = (episodes, np.split(adv, np.flatnonzero(table["last"])[:-1] + 1))
+        tok_adv = table_token_advantages(samples, table, adv)
+        engine_stats: dict[str, float] = {}
+        if off_policy:  # π_old is the learner's; the rollout's log-probs only weight the tokens (TIS)
+            trainer_old = recompute_logprobs(self.model, samples, self.pad_id, self.device, micro_batch_size=cfg.micro_batch_size,
+                                             autocast=self.autocast)
+            engine_stats = sample_mismatch(samples, trainer_old, cap=cfg.tis_cap)
+        self.model.train()
+        if self.critic is not None:
+            self.critic.train()
+        stats: dict[str, list[float]] = {"loss": [], "pg_loss": [], "kl": [], "clip_frac": [], "ratio": [], "grad_norm": [], "tis_weight": []}
+        order = np.arange(len(samples))
+        for epoch in range(cfg.ppo_epochs):
+            seeded_rng(cfg.seed, 3, step, epoch).shuffle(order)
+            for mb in np.array_split(order, cfg.minibatches):
+                opt.zero_grad(set_to_none=True)
+                if self.critic is not None:
+                    self.critic.zero_grad()
+                total_tokens = sum(sum(samples[i].loss_mask) for i in mb)
+                for chunk in by_length(mb, samples, cfg.micro_batch_size):
+                    batch = collate([samples[i] for i in chunk], [tok_adv[i] for i in chunk], self.pad_id, self.device)
+                    weight = batch.n_tokens / max(total_tokens, 1)
+                    value_loss = None
+                    with self.autocast(), self._critic_reading():
+                        logp = token_logprobs(self.model, batch)
+                        if self.critic is not None and critic_targets is not None:  # the shared head reads this very pass
+                            value_loss, vdiag = self.critic.loss(self.model, batch, [critic_targets[i] for i in chunk])
+                            stats.setdefault("value_loss", []).append(float(value_loss.item()))
+                            stats.setdefault("value_clip_frac", []).append(vdiag["value_clip_frac"])
+                    if off_policy:
+                        engine_logp = use_trainer_old(batch, [trainer_old[i] for i in chunk])
+                        pg, diag = tis_pg_loss(logp, batch.old_logp_next, engine_logp, batch.adv_next, batch.mask_next,
+                                               clip_low=cfg.clip_low, clip_high=cfg.clip_high, cap=cfg.tis_cap)
+                        stats["tis_weight"].append(diag["tis_weight"])
+                    else:
+                        pg, diag = clipped_pg_loss(logp, batch.old_logp_next, batch.adv_next, batch.mask_next, clip_low=cfg.clip_low, clip_high=cfg.clip_high)
+                    loss = pg
+                    if value_loss is not None:
+                        loss = loss + cfg.value_coef * value_loss
+                    if cfg.kl_coef > 0:
+                        with torch.no_grad(), self.reference(), self.autocast():
+                            ref_logp = token_logprobs(self.model, batch)
+                        kl = kl_penalty(logp, ref_logp, batch.mask_next)
+                        loss = loss + cfg.kl_coef * kl
+                        stats["kl"].append(float(kl.item()))
+                    (loss * weight).backward()
+                    stats["loss"].append(float(loss.item()))
+                    stats["pg_loss"].append(float(pg.item()))
+                    stats["clip_frac"].append(diag["clip_frac"])
+                    stats["ratio"].append(diag["ratio"])
+                norm = torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm)
+                stats["grad_norm"].append(float(norm))
+                opt.step()
+                if self.critic is not None:
+                    stats.setdefault("critic_grad_norm", []).append(self.critic.step())
+
+        returns = np.array([ep.total_reward for ep in episodes])
+        return {
+            "phase": "rl",
+            "step": step + 1,
+            "success": float(np.mean([ep.success for ep in episodes])),
+            "mean_return": float(returns.mean()),
+            "mean_shaped_return": float(np.mean([s.sum() for s in shaped])),
+            "mean_turns": float(np.mean([len(ep.turns) for ep in episodes])),
+            "invalid_rate": float(np.mean([not t.action_valid for ep in episodes for t in ep.turns])),
+            "zero_adv_frac": float(np.mean(adv == 0.0)),
+            "adv_abs_mean": float(np.abs(adv).mean()),
+            **{k: float(np.mean(v)) for k, v in stats.items() if v},
+            **critic_stats,
+            "episodes": len(episodes),
+            "tokens": int(sum(sum(s.loss_mask) for s in samples)),
+            **engine_stats,
+        }
+
+    # ---------------------------------------------------------------------- critic
+    def _make_critic(self) -> Any:
+        """The learned critic of this run (None without one), built on the RL policy."""
+        cfg = self.config
+        if cfg.critic_kind is None:
+            return None
+        from turngym.trainers.critic import TurnCritic
+
+        return TurnCritic(self.model, kind=cfg.critic_kind, lr=cfg.critic_lr, clip=cfg.value_clip, max_grad_norm=cfg.max_grad_norm,
+                          weight_decay=cfg.weight_decay, seed=cfg.seed)
+
+    def _critic_values(self, samples: list[Any]) -> list[np.ndarray]:
+        assert self.critic is not None
+        with self.autocast():
+            return self.critic.values(self.model, samples, pad_id=self.pad_id, device=self.device, micro_batch_size=self.config.micro_batch_size)
+
+    def _critic_reading(self) -> Any:
+        import contextlib
+
+        return self.critic.reading(self.model) if self.critic is not None else contextlib.nullcontext()
+
+    def _critic_targets(self, table: dict[str, Any], samples: list[Any]) -> tuple[list[Any], dict[str, float]]:
+        """Per-episode regression targets (λ-returns with the estimator's γ, λ) and the diagnostics:
+        explained variance of the old values against those targets and against the Monte-Carlo returns."""
+        from turngym.trainers.critic import (
+            TurnTargets,
+            critic_discount,
+            explained_variance,
+            lambda_returns,
+            turn_positions,
+        )
+
+        cfg = self.config
+        gamma, lam = critic_discount(cfg.algo, cfg.algo_params)
+        values = np.asarray(table["value"], np.float64)
+        _, ret = lambda_returns(table, values, gamma=gamma, lam=lam)
+        _, mc = lambda_returns(table, np.zeros_like(values), gamma=gamma, lam=1.0)
+        cuts = np.flatnonzero(table["last"])[:-1] + 1  # rows are episode by episode, in the order of samples
+        targets = [TurnTargets(turn_positions(s), v, r) for s, v, r in zip(samples, np.split(values, cuts), np.split(ret, cuts))]
+        self.critic_last = (values, ret)
+        return targets, {"critic_ev": explained_variance(values, ret), "critic_ev_mc": explained_variance(values, mc),
+                         "value_mean": float(values.mean()), "value_target_mean": float(ret.mean())}
+
+    # ---------------------------------------------------------------------- helpers
+    def autocast(self) -> Any:
+        import contextlib
+
+        import torch
+
+        return torch.autocast("cuda", dtype=torch.bfloat16) if self.autocast_on else contextlib.nullcontext()
+
+    def reference(self) -> Any:
+        """Context in which ``self.model`` computes the reference (warm-started) policy."""
+        import contextlib
+
+        if self.config.use_lora:
+            return self.model.disable_adapter()
+        ref = self._ref_model
+
+        @contextlib.contextmanager
+        def swap() -> Any:
+            live = self.model
+            self.model = ref
+            try:
+                yield
+            finally:
+                self.model = live
+
+        return swap()
+
+    # ---------------------------------------------------------------------- state
+    def trainable_state(self) -> dict[str, Any]:
+        """The weights an update changes: the LoRA adapters, or every weight."""
+        if self.config.use_lora:
+            from peft import get_peft_model_state_dict
+
+            return get_peft_model_state_dict(self.model)
+        return self.model.state_dict()
+
+    def save_state(self, tmp: Path, opt: Any) -> None:
+        """Write the trainable weights, the optimizer and the critic into the checkpoint directory ``tmp``."""
+        import torch
+
+        torch.save(self.trainable_state(), tmp / "trainable.pt")
+        torch.save(opt.state_dict(), tmp / "optimizer.pt")
+        if self.critic is not None:  # head, separate trunk and the critic's optimizer: resume continues it exactly
+            torch.save(self.critic.state_dict(), tmp / "critic.pt")
+
+    def load_state(self, source: Path, opt: Any, fix: str) -> None:
+        """Weights (or adapters), optimizer and critic of the verified checkpoint ``source`` into the
+        live objects; ``fix`` says what to do when a file does not fit this run."""
+        import torch
+
+        for name, target in (("trainable.pt", self.model), ("optimizer.pt", opt)):
+            file = source / name
+            try:
+                state = torch.load(file, map_location=self.device)
+                if name == "optimizer.pt":
+                    opt.load_state_dict(state)
+                elif self.config.use_lora:
+                    from peft import set_peft_model_state_dict
+
+                    set_peft_model_state_dict(target, state)
+                else:
+                    target.load_state_dict(state)
+            except Exception as exc:  # a file that verifies but does not fit this run's model
+                raise ArtifactError(f"{file} cannot be loaded into this run ({type(exc).__name__}: {exc}); {fix}") from exc
+        if self.critic is not None:
+            file = source / "critic.pt"
+            try:
+                self.critic.load_state_dict(torch.load(file, map_location=self.device))
+            except Exception as exc:  # missing (a checkpoint of a run without a critic) or damaged
+                raise ArtifactError(f"{file} cannot be loaded into this run's critic ({type(exc).__name__}: {exc}); {fix}") from exc
+
+    def save_model(self, path: Path) -> None:
+        """The current weights and tokenizer as a normal HF model directory."""
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)

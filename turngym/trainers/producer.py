@@ -1,0 +1,179 @@
+"""The rollout producer: which tasks a run plays, with which policy, and the episodes that come back.
+
+:class:`RolloutProducer` turns the run's seed into the tasks of every RL step (step ``k``'s draw
+is seeded by ``(seed, k)``, so a resumed run plays exactly the tasks an uninterrupted one would),
+builds the policy that plays them — the HF model it is given, or the vLLM engine with the
+learner's weights pushed into it — and plays them (:func:`turngym.rollout.run_episodes`: exact
+token ids and log-probs). It also plays the oracle demonstrations of the warm start and the
+evaluation episodes. It never changes a weight: that is :mod:`turngym.trainers.learner`'s job.
+
+The synchronous trainer hands it the learner's own model; the asynchronous one
+(:mod:`turngym.trainers.asynchronous`) runs one in a worker thread on a copy of the weights that
+is swapped between decode calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from turngym.trainers.config import TrainConfig
+from turngym.trainers.learner import seeded_rng
+
+__all__ = ["DEMO_SEED", "EVAL_SEED", "TRAIN_SEED", "RolloutProducer", "make_env", "success_rate"]
+
+EVAL_SEED = 10_000_000
+"""First task seed of the held-out evaluation tasks (``task_pool=0``); studies evaluate on the same ones."""
+DEMO_SEED = 20_000_000
+TRAIN_SEED = 30_000_000
+
+
+def make_env(config: TrainConfig, env_id: str | None = None) -> Any:
+    """A fresh env of the run (``env_id``: another one, e.g. a held-out split), as the policy sees it."""
+    import turngym
+
+    env = turngym.make(env_id or config.env_id, **config.env_kwargs)
+    if not config.show_system_prompt:
+        env.unwrapped.system_prompt = ""
+    return env
+
+
+class RolloutProducer:
+    """Plays a run's episodes (see the module docstring).
+
+    Args:
+        config: the run.
+        model: returns the torch model that samples (the learner's, or a worker's copy); called
+            for every rollout, since the learner replaces its model object (warm start, LoRA).
+        tokenizer: its tokenizer.
+        model_path: returns the run's base model directory (where the vLLM engine starts from).
+        log: one-line status messages.
+        bar: a progress bar factory ``bar(total, desc)``.
+    """
+
+    def __init__(self, config: TrainConfig, model: Callable[[], Any], tokenizer: Any, *, model_path: Callable[[], Path],
+                 log: Callable[[str], None], bar: Callable[..., Any]) -> None:
+        self.config = config
+        self.model = model
+        self.tokenizer = tokenizer
+        self.model_path = model_path
+        self.log = log
+        self._bar = bar
+        self.engine: Any = None
+        """The vLLM :class:`~turngym.trainers.engine.RolloutEngine` (``engine="vllm"``), started on first use."""
+
+    # ---------------------------------------------------------------------- what is played
+    def step_tasks(self, step: int) -> tuple[list[int], int]:
+        """The task seeds of RL step ``step`` and the seed of the policy that plays them."""
+        cfg = self.config
+        rng = seeded_rng(cfg.seed, 2, step)
+        if cfg.task_pool:
+            seeds = [int(s) for s in rng.choice(cfg.task_pool, size=cfg.groups_per_step, replace=cfg.groups_per_step > cfg.task_pool)]
+        else:
+            seeds = [int(s) for s in rng.integers(TRAIN_SEED, 2**31 - 1, size=cfg.groups_per_step)]
+        return seeds, int(rng.integers(2**31))
+
+    def demo_seeds(self) -> list[int]:
+        cfg = self.config
+        if cfg.task_pool:
+            return [i % cfg.task_pool for i in range(cfg.demo_episodes)]
+        return [DEMO_SEED + cfg.seed * 100_003 + i for i in range(cfg.demo_episodes)]
+
+    def eval_seeds(self, n: int, env_id: str | None = None) -> list[int]:
+        pool = self.config.task_pool if env_id is None else 0
+        return [i % pool for i in range(n)] if pool else [EVAL_SEED + i for i in range(n)]
+
+    # ---------------------------------------------------------------------- playing
+    def step_episodes(self, step: int, policy: Any = None) -> list[Any]:
+        """The scored episodes of RL step ``step`` (infrastructure failures and empty episodes
+        dropped: they are never scored). ``policy``: play with it instead of a fresh one."""
+        cfg = self.config
+        seeds, policy_seed = self.step_tasks(step)
+        episodes = self.rollout(seeds, group_size=cfg.group_size, policy_seed=policy_seed, policy=policy)
+        return [ep for ep in episodes if not ep.infra_error and ep.turns]
+
+    def demonstrations(self) -> list[Any]:
+        """The warm start's noisy-oracle demonstrations."""
+        from turngym.rollout import run_episodes
+        from turngym.trainers.imitation import NoisyOracle
+
+        cfg = self.config
+        return run_episodes(lambda: make_env(cfg), NoisyOracle(cfg.demo_noise, seed=cfg.seed), self.demo_seeds(), batch_size=256,
+                            env_id=cfg.env_id)
+
+    def evaluation(self, n: int, env_id: str | None = None) -> list[Any]:
+        """``n`` evaluation episodes (see :meth:`turngym.trainers.Trainer.evaluate`)."""
+        seeds = self.eval_seeds(n, env_id)
+        return self.rollout(seeds, group_size=1, policy_seed=self.config.seed + EVAL_SEED, desc="evaluate", env_id=env_id)
+
+    def policy(self, *, seed: int) -> Any:
+        """The policy that samples: the HF model, or the vLLM engine holding the model's weights."""
+        from turngym.agents.hf import HFPolicy
+
+        cfg = self.config
+        if cfg.engine == "vllm":
+            self.sync()
+            return self.engine.policy(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=seed, name=f"vllm:{cfg.model}")
+        return HFPolicy(
+            self.model(),
+            self.tokenizer,
+            temperature=cfg.temperature,
+            max_new_tokens=cfg.max_new_tokens,
+            seed=seed,
+            max_batch_size=256,
+            constrain_choices=cfg.constrain_choices,
+            name=f"hf:{cfg.model}",
+        )
+
+    def rollout(self, seeds: list[int], *, group_size: int, policy_seed: int, desc: str | None = None, env_id: str | None = None,
+                policy: Any = None) -> list[Any]:
+        """Play ``group_size`` episodes per seed (on ``env_id``, default the run's env); ``desc``
+        shows a progress bar (episodes, turns), since evaluating a pretrained model on a CPU takes minutes."""
+        from turngym.rollout import run_episodes
+
+        self.model().eval()
+        env_id = env_id or self.config.env_id
+        callbacks: dict[str, Any] = {}
+        if desc:
+            bar, turns = self._bar(len(seeds) * group_size, desc), [0]
+
+            def on_turn(_ep: Any, _turn: Any) -> None:
+                turns[0] += 1
+                if turns[0] % 8 == 0:
+                    bar.set_postfix(turns=turns[0], refresh=True)
+
+            callbacks = {"on_episode": lambda _ep: bar.update(1), "on_turn": on_turn}
+        try:
+            return run_episodes(
+                lambda: make_env(self.config, env_id),
+                policy if policy is not None else self.policy(seed=policy_seed),
+                seeds,
+                batch_size=len(seeds) * group_size,
+                group_size=group_size,
+                history=self.config.history,
+                env_id=env_id,
+                **callbacks,
+            )
+        finally:
+            if desc:
+                bar.close()
+
+    def sync(self) -> Any:
+        """Start the vLLM rollout engine on first use and push the model's weights into it if they
+        changed since the last push (after an update, the warm start, a resumed checkpoint).
+        Returns the push's :class:`~turngym.trainers.engine.SyncStats`, or None when up to date."""
+        from turngym.trainers.engine import RolloutEngine, sync_if_stale
+
+        if self.engine is None:
+            self.engine = RolloutEngine(self.model_path(), seed=self.config.seed, engine_kwargs=self.config.engine_kwargs)
+            self.log(f"vLLM engine started in {self.engine.start_seconds:.0f} s")
+        return sync_if_stale(self.engine, self.model())
+
+
+def success_rate(episodes: list[Any]) -> float:
+    """Share of the scored episodes (infrastructure failures dropped) that succeeded; NaN if none."""
+    scored = [e for e in episodes if not e.infra_error]
+    return float(np.mean([e.success for e in scored])) if scored else float("nan")
