@@ -323,6 +323,9 @@ def _setup_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--constrain-choices", action="store_true", default=None,
                    help="where the env lists its valid actions (Household), sample only those; the update "
                         "renormalizes over the same tokens, so training stays on-policy")
+    p.add_argument("--async", dest="async_rollouts", action="store_true", default=None,
+                   help="asynchronous training: a rollout worker plays the next steps while the learner updates "
+                        "(partial rollouts, per-turn policy versions, truncated IS; --set async_lag=..., max_staleness=...)")
     p.add_argument("--report-to", metavar="BACKENDS",
                    help="mirror metrics.jsonl and sample episodes to tensorboard and/or wandb, comma-separated "
                         "(pip install 'turngym[track]'; WANDB_MODE=offline works without an account)")
@@ -333,7 +336,7 @@ def _run_train(args: argparse.Namespace) -> int:
     from turngym.trainers import TrainConfig, Trainer
 
     fields = parse_kv(args.set, flag="--set")
-    for name in ("env_id", "algo", "steps", "model", "seed", "report_to", "engine", "constrain_choices"):
+    for name in ("env_id", "algo", "steps", "model", "seed", "report_to", "engine", "constrain_choices", "async_rollouts"):
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)
     if args.env_arg:

@@ -128,6 +128,7 @@ def append_turn(ep: Episode, action: Action, result: StepResult, prev_key: str, 
         logprobs=action.logprobs,
         prompt_ids=action.prompt_ids,
         allowed_token_ids=action.allowed_token_ids,
+        policy_version=action.meta.get("policy_version"),
         node=node,
         parent=parent,
     )

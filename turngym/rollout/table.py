@@ -33,6 +33,8 @@ action_valid       bool     the env could parse/apply the action
 infra_error        bool     the episode ended in an infrastructure failure (drop, never score)
 correct            bool     the episode succeeded (``outcome["success"]``), on every row
 num_tokens         int64    generated tokens of the action (0 for scripted agents)
+policy_version     int64    the policy version that sampled the turn (-1: not recorded; set by
+                            asynchronous training, where a batch mixes versions)
 sample             int64    with ``samples``: index of the rendered sequence holding the turn
 token_start/_end   int64    with ``samples``: the action's token span in that sequence
 signal/<name>      float64  every process signal the env emitted (0.0 where absent)
@@ -126,6 +128,7 @@ def to_turn_table(
             "infra_error",
             "correct",
             "num_tokens",
+            "policy_version",
         )
     }
     signals: dict[str, list[float]] = {k: [] for k in signal_names}
@@ -154,6 +157,7 @@ def to_turn_table(
             cols["infra_error"].append(infra)
             cols["correct"].append(ok)
             cols["num_tokens"].append(len(t.token_ids) if t.token_ids is not None else 0)
+            cols["policy_version"].append(-1 if t.policy_version is None else t.policy_version)
             for k in signal_names:
                 signals[k].append(float(t.signals.get(k, 0.0)))
     table: dict[str, np.ndarray] = {}

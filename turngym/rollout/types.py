@@ -51,6 +51,10 @@ class Turn:
     parent: int = -1
     allowed_token_ids: list[list[int]] | None = None
     """Per generated token, the ids constrained decoding allowed (None: decoded freely)."""
+    policy_version: int | None = None
+    """The policy version (updates applied) whose weights sampled this turn's tokens, when the
+    policy reports it (``Action.meta["policy_version"]``, asynchronous training): ``logprobs``
+    are that version's, the behaviour log-probs of the turn."""
 
 
 @dataclass

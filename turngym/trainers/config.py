@@ -140,6 +140,31 @@ class TrainConfig:
     tis_cap: float = 2.0
     """Truncation ``C`` of the per-token importance ratio ``min(π_trainer / π_engine, C)`` (``engine="vllm"``)."""
 
+    async_rollouts: bool = False
+    """Overlap rollouts with updates (``turngym train --async``, :mod:`turngym.trainers.asynchronous`):
+    a worker thread plays the next steps' episodes on its own copy of the weights while the learner
+    updates; every turn records the policy version that sampled it, and the update corrects each
+    token by the truncated importance ratio to the version that sampled it (``tis_cap``)."""
+    async_lag: int = 1
+    """How many versions the worker's policy may trail the learner when it starts a step's batch
+    (step ``k`` starts with version ``k − async_lag``): the bound of the queue of played batches."""
+    async_swap_call: int = 2
+    """Partial rollouts: at this decode call of each batch the worker moves its in-flight episodes
+    on to the next version (waiting for it if the learner has not published it). A fixed call keeps
+    the run a function of its seed, so a killed run resumes exactly; 0 = take the newest version at
+    every decode call (never waits, but which turn got which version then depends on timing)."""
+    async_is: str = "prefix"
+    """Importance correction of stale turns: ``"prefix"`` weights each token by the truncated
+    ratio of every action token up to it (per-decision IS: it also corrects how likely the
+    learner was to reach the turn's state, which matters when episode length depends on the
+    policy), ``"token"`` by its own ratio only (vLLM-style TIS). Measured in ``docs/async.md``."""
+    max_staleness: int = 1
+    """Turns sampled more than this many versions behind the learner follow ``stale_policy``."""
+    stale_policy: str = "is"
+    """What happens to an episode with a turn staler than ``max_staleness``: ``"is"`` keeps it
+    (importance-corrected like every async turn), ``"drop"`` drops the episode (biased toward
+    episodes that finish fast: long ones are the ones that span versions)."""
+
     critic: str = "auto"
     """Learned turn-level critic (:mod:`turngym.trainers.critic`): ``"shared"`` (a value head on the
     policy's hidden state at each turn boundary), ``"separate"`` (a copy of the policy's trunk with
@@ -215,6 +240,16 @@ class TrainConfig:
                               "allowed-token sets the update renormalizes over): drop --engine vllm or constrain_choices")
         if self.tis_cap <= 0:
             raise ConfigError(f"tis_cap must be > 0 (2 is common), got {self.tis_cap}")
+        if self.async_lag < 1 or self.async_swap_call < 0 or self.max_staleness < 0:
+            raise ConfigError(f"need async_lag >= 1, async_swap_call >= 0 and max_staleness >= 0; got {self.async_lag}, "
+                              f"{self.async_swap_call}, {self.max_staleness}")
+        if self.async_is not in ("prefix", "token"):
+            raise ConfigError(f"async_is must be 'prefix' (per-decision IS) or 'token' (per-token TIS), got {self.async_is!r}")
+        if self.stale_policy not in ("is", "drop"):
+            raise ConfigError(f"stale_policy must be 'is' (keep stale turns, importance-corrected) or 'drop', got {self.stale_policy!r}")
+        if self.async_rollouts and self.engine != "hf":
+            raise ConfigError("async_rollouts runs the rollout worker on the hf engine (a vLLM engine takes its weights between "
+                              "steps only): drop --engine vllm or --async")
         if self.groups_per_step * self.group_size % self.minibatches:
             raise ConfigError(f"minibatches={self.minibatches} must divide the {self.groups_per_step * self.group_size} episodes per step")
 

@@ -185,15 +185,18 @@ class Learner:
         return opt
 
     # ---------------------------------------------------------------------- the update
-    def learn(self, step: int, episodes: list[Any], opt: Any, *, off_policy: bool = False) -> dict[str, Any]:
+    def learn(self, step: int, episodes: list[Any], opt: Any, *, off_policy: bool = False, prefix_is: bool = False) -> dict[str, Any]:
         """One RL update on ``episodes`` (infra failures already dropped); returns its metrics row
         (without timings). ``off_policy``: the episodes' log-probs are not the learner's own (see
-        the module docstring), so ``π_old`` is recomputed and every token is TIS-weighted."""
+        the module docstring), so ``π_old`` is recomputed and every token is TIS-weighted;
+        ``prefix_is``: by the truncated ratio of its whole prefix instead of its own
+        (:func:`turngym.trainers.asynchronous.prefix_behaviour`)."""
         import torch
 
         from turngym.agents.render import render_episode
         from turngym.rollout import to_turn_table
         from turngym.trainers.advantages import compute_advantages, estimator_inputs
+        from turngym.trainers.asynchronous import prefix_behaviour
         from turngym.trainers.batch import collate, table_token_advantages, token_logprobs
         from turngym.trainers.critic import whiten
         from turngym.trainers.engine import recompute_logprobs, sample_mismatch, tis_pg_loss, use_trainer_old
@@ -245,6 +248,8 @@ class Learner:
                             stats.setdefault("value_clip_frac", []).append(vdiag["value_clip_frac"])
                     if off_policy:
                         engine_logp = use_trainer_old(batch, [trainer_old[i] for i in chunk])
+                        if prefix_is:
+                            engine_logp = prefix_behaviour(batch.old_logp_next, engine_logp, batch.mask_next)
                         pg, diag = tis_pg_loss(logp, batch.old_logp_next, engine_logp, batch.adv_next, batch.mask_next,
                                                clip_low=cfg.clip_low, clip_high=cfg.clip_high, cap=cfg.tis_cap)
                         stats["tis_weight"].append(diag["tis_weight"])

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym.core.errors import ConfigError
+from turngym.trainers.asynchronous import AsyncRollouts
 from turngym.trainers.atomic import ArtifactError, write_json, write_text
 from turngym.trainers.config import TrainConfig
 from turngym.trainers.learner import Learner
@@ -96,6 +97,9 @@ class Trainer:
         """Holds the trained policy and updates it (built when the run loads its model)."""
         self.producer: RolloutProducer | None = None
         """Plays the run's episodes (built with the learner)."""
+        self.asynchronous: AsyncRollouts | None = None
+        """The rollout worker and its weight board while an ``async_rollouts`` run's RL loop runs."""
+        self._behaviour: dict[int, Any] = {}
         if resume and overwrite:
             raise ConfigError("resume continues the run in out, overwrite discards it: pass one of them")
         if resume:
@@ -168,7 +172,10 @@ class Trainer:
         self.learner.imitate(self.producer.demonstrations())
 
     def _rl_step(self, step: int, opt: Any) -> dict[str, Any]:
-        """RL step ``step``: the producer plays its tasks with the current policy, the learner updates on them."""
+        """RL step ``step``: the producer plays its tasks with the current policy, the learner updates
+        on them (asynchronous: the worker played them already, with older versions)."""
+        if self.asynchronous is not None:
+            return self.asynchronous.step(step, opt)
         cfg = self.config
         t0 = time.perf_counter()
         episodes = self.producer.step_episodes(step)
@@ -178,6 +185,12 @@ class Trainer:
         if sync is not None:
             record |= {"sync_s": round(sync.seconds, 3), "sync_mb": round(sync.bytes / 2**20, 1)}
         return {**record, "rollout_s": round(t_rollout, 2), "step_s": round(time.perf_counter() - t0, 2)}
+
+    def _start_async(self, first: int) -> AsyncRollouts:
+        def producer(model: Any) -> RolloutProducer:
+            return RolloutProducer(self.config, lambda: model, self.learner.tokenizer, model_path=self._model_path, log=self.log, bar=self._bar)
+
+        return AsyncRollouts(self.config, self.learner, producer, first=first, behaviour=self._behaviour)
 
     # ---------------------------------------------------------------------- helpers
     def _bar(self, total: int, desc: str, initial: int = 0) -> Any:
@@ -198,7 +211,15 @@ class Trainer:
         path = rd.checkpoint_dir(step)
         commit, metrics = rd.commit("rl", step, success_before=before, checkpoint=path.relative_to(self.out).as_posix())
 
-        rd.save_artifact(path, lambda tmp: self.learner.save_state(tmp, opt), commit, metrics, hook=self._sub_hook(f"checkpoint@{step}"))
+        def write(tmp: Path) -> None:
+            self.learner.save_state(tmp, opt)
+            if self.config.async_rollouts:  # the older versions the worker still samples with after a resume here
+                import torch
+
+                behaviour = self.asynchronous.behaviour_versions(step) if self.asynchronous is not None else {}
+                torch.save(behaviour, tmp / "behaviour.pt")
+
+        rd.save_artifact(path, write, commit, metrics, hook=self._sub_hook(f"checkpoint@{step}"))
         self._event(f"checkpoint saved@{step}")
         rd.write_state(commit)
         self._event(f"checkpoint committed@{step}")
@@ -210,6 +231,14 @@ class Trainer:
         assert point.source is not None
         fix = f"delete {point.source} to resume from the checkpoint before it, or start over with `turngym train --out {self.out} --overwrite`"
         self.learner.load_state(point.source, opt, fix)
+        if self.config.async_rollouts:
+            import torch
+
+            file = point.source / "behaviour.pt"
+            try:
+                self._behaviour = torch.load(file, map_location=self.learner.device)
+            except Exception as exc:  # missing (a checkpoint of a synchronous run) or damaged
+                raise ArtifactError(f"{file} cannot be loaded ({type(exc).__name__}: {exc}); {fix}") from exc
         self._checkpoint = point.commit.checkpoint
 
     # ---------------------------------------------------------------------- run
@@ -295,7 +324,14 @@ class Trainer:
             first, before = point.commit.step, point.commit.success_before
             self.log(f"resuming {self.out} at step {first}/{cfg.steps}")
 
-        self._rl_loop(first, opt, before)
+        if cfg.async_rollouts:  # the worker plays ahead from here on (and stops with the loop, however it ends)
+            self.asynchronous = self._start_async(first)
+        try:
+            self._rl_loop(first, opt, before)
+        finally:
+            if self.asynchronous is not None:
+                self.asynchronous.close()
+                self.asynchronous = None
 
         self._event(f"eval@{cfg.steps}")
         after = self.evaluate()

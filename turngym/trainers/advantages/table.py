@@ -77,7 +77,7 @@ OPTIONAL_COLUMNS = ("state_before", "node", "parent", "info_gain", "value", "pro
 #: they (and ``signal/<name>`` columns) may ride along in the mapping.
 PASSTHROUGH_COLUMNS = (
     "episode_id", "episode_return", "state_after", "terminated", "truncated", "last", "action_valid",
-    "infra_error", "num_tokens", "sample", "token_start", "token_end",
+    "infra_error", "num_tokens", "sample", "token_start", "token_end", "policy_version",
 )
 _AMBIGUOUS = {
     "state_key": "info['state_key'] is the state *after* a step",

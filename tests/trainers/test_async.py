@@ -1,0 +1,164 @@
+"""Asynchronous training: the version schedule, the weight board, prefix IS, and whole runs."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from tiny_run import TIMING_FIELDS, metric_rows, tiny_config  # noqa: E402
+
+import turngym  # noqa: E402
+from turngym.agents import OracleAgent  # noqa: E402
+from turngym.core.errors import ConfigError  # noqa: E402
+from turngym.rollout import run_episodes, to_turn_table  # noqa: E402
+from turngym.trainers import TrainConfig, Trainer  # noqa: E402
+from turngym.trainers.asynchronous import (  # noqa: E402
+    RolloutWorker,
+    VersionedPolicy,
+    WeightBoard,
+    WorkerStopped,
+    prefix_behaviour,
+    staleness_stats,
+    trainable_tensors,
+)
+
+_ASYNC_TIMING = (*TIMING_FIELDS, "queue_wait_s", "swap_wait_s")
+
+
+def _versions_board(model: torch.nn.Module, n: int) -> WeightBoard:
+    """Versions 0..n-1 of ``model``: version v has every weight equal to v."""
+    board = WeightBoard(keep=n)
+    for v in range(n):
+        board.publish(v, {name: torch.full_like(p, float(v)) for name, p in model.named_parameters()})
+    return board
+
+
+def test_partial_rollouts_move_in_flight_episodes_to_the_new_version_at_the_scheduled_call() -> None:
+    model = torch.nn.Linear(2, 2)  # stands in for the worker's LM: only its weights are swapped
+    board = _versions_board(model, 3)
+    policy = VersionedPolicy(model, board, lambda seed: OracleAgent())
+    policy.begin(seed=0, start=1, swap_to=2, swap_call=1)
+    env = lambda: turngym.make("turngym/Math-v0", min_steps=2, max_steps=2)  # noqa: E731  (3 turns: calc, calc, answer)
+    episodes = run_episodes(env, policy, [0, 1], group_size=2, env_id="turngym/Math-v0")
+    assert all(len(ep.turns) == 3 for ep in episodes)
+    # every episode was in flight at the swap: its first turn is version 1's, the rest version 2's
+    assert [[t.policy_version for t in ep.turns] for ep in episodes] == [[1, 2, 2]] * 4
+    assert float(model.weight.detach()[0, 0]) == 2.0  # the worker's weights are version 2's now
+    table = to_turn_table(episodes)
+    assert table["policy_version"].tolist() == [1, 2, 2] * 4
+    stats = staleness_stats(episodes, version=2)
+    assert stats["versions_per_batch"] == 2 and stats["mixed_version_episodes"] == 4 and stats["staleness_max"] == 1
+
+
+def test_the_worker_waits_at_the_safe_point_until_the_learner_publishes() -> None:
+    model = torch.nn.Linear(2, 2)
+    board = WeightBoard(keep=2)
+    board.publish(0, trainable_tensors(model))
+    later = {name: torch.full_like(p, 7.0) for name, p in model.named_parameters()}
+    policy = VersionedPolicy(model, board, lambda seed: OracleAgent())
+    policy.begin(seed=0, start=0, swap_to=1, swap_call=1)
+    timer = threading.Timer(0.3, board.publish, args=(1, later))
+    timer.start()
+    eps = run_episodes(lambda: turngym.make("turngym/Math-v0", min_steps=1, max_steps=1), policy, [3], env_id="m")
+    timer.join()
+    assert [t.policy_version for t in eps[0].turns] == [0, 1] and policy.wait_s >= 0.2
+    board.close()
+    with pytest.raises(WorkerStopped):
+        board.get(5)
+
+
+def test_a_worker_failure_reaches_the_learner() -> None:
+    model = torch.nn.Linear(2, 2)
+    board = _versions_board(model, 1)
+
+    def play(step: int, policy: VersionedPolicy) -> list:
+        raise RuntimeError("env exploded")
+
+    worker = RolloutWorker(play, VersionedPolicy(model, board, lambda seed: OracleAgent()), lambda s: s, first=0, steps=2, lag=1, swap_call=1)
+    worker.start()
+    with pytest.raises(RuntimeError, match="env exploded"):
+        worker.next_batch(0)
+    worker.stop()
+
+
+def test_prefix_behaviour_weights_each_token_by_the_ratio_of_its_whole_prefix() -> None:
+    old = torch.tensor([[0.0, -1.0, -2.0, -1.0, -0.5]])
+    behaviour = torch.tensor([[0.0, -1.5, -2.0, -0.5, -0.5]])
+    mask = torch.tensor([[0.0, 1.0, 0.0, 1.0, 1.0]])  # position 2 is an observation token: no ratio
+    w = torch.exp(old - prefix_behaviour(old, behaviour, mask))
+    expected = torch.tensor([[1.0, np.exp(0.5), np.exp(0.5), np.exp(0.5 - 0.5), np.exp(0.0)]], dtype=w.dtype)
+    assert torch.allclose(w, expected)
+
+
+def test_async_config_errors_say_the_fix() -> None:
+    with pytest.raises(ConfigError, match="stale_policy"):
+        TrainConfig(stale_policy="skip")
+    with pytest.raises(ConfigError, match="async_is"):
+        TrainConfig(async_is="sequence")
+    with pytest.raises(ConfigError, match="async_lag"):
+        TrainConfig(async_lag=0)
+    with pytest.raises(ConfigError, match="drop --engine vllm or --async"):
+        TrainConfig(async_rollouts=True, engine="vllm")
+
+
+def _async(**kw: object) -> TrainConfig:
+    # 3 turns at most, the swap after the first decode call: every batch after the first mixes two versions
+    base = dict(async_rollouts=True, async_swap_call=1, steps=3, env_kwargs={"min_steps": 1, "max_steps": 2, "max_turns": 3})
+    base.update(kw)
+    return tiny_config(**base)
+
+
+def _rows(out: Path) -> list[dict]:
+    return [{k: v for k, v in r.items() if k not in _ASYNC_TIMING} for r in metric_rows(out)]
+
+
+def _weights(out: Path) -> dict:
+    return torch.load(sorted((out / "checkpoints").iterdir())[-1] / "trainable.pt")
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("async") / "straight"
+    Trainer(_async(), out, progress=False, log=None).run()
+    return out
+
+
+def test_an_async_run_learns_from_mixed_versions_and_logs_them(straight: Path) -> None:
+    rl = [r for r in _rows(straight) if r["phase"] == "rl"]
+    assert [r["step"] for r in rl] == [1, 2, 3]
+    assert all(np.isfinite(r["loss"]) for r in rl)
+    assert rl[0]["versions_per_batch"] == 1 and rl[0]["staleness_max"] == 0  # step 0 is played by version 0 itself
+    assert all(r["versions_per_batch"] == 2 and r["mixed_version_episodes"] > 0 for r in rl[1:])
+    assert all(r["staleness_1_turns"] > 0 and r["staleness_0_turns"] > 0 for r in rl[1:])
+    assert all("is_ratio_mean" in r and "tis_weight" in r for r in rl)
+    raw = [json.loads(x) for x in (straight / "metrics.jsonl").read_text().splitlines()]
+    assert all("queue_wait_s" in r and "swap_wait_s" in r for r in raw if r["phase"] == "rl")
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_an_async_run_killed_mid_run_resumes_exactly(tmp_path: Path, straight: Path) -> None:
+    out = tmp_path / "killed"
+
+    def kill(name: str) -> None:
+        if name == "rl@3":  # the worker has played step 2 (and is waiting on version 2) when the learner dies
+            raise _Killed
+
+    with pytest.raises(_Killed):
+        Trainer(_async(), out, progress=False, log=None, hook=kill).run()
+    assert json.loads((out / "state.json").read_text())["step"] == 2
+    assert (out / "checkpoints" / "step-000002" / "behaviour.pt").exists()
+    Trainer(TrainConfig(), out, resume=True, progress=False, log=None).run()
+    assert _rows(out) == _rows(straight)
+    a, b = _weights(straight), _weights(out)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
