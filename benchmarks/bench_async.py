@@ -11,7 +11,9 @@ process (``--jobs`` of them at a time; with one job the arms alternate seed by s
 in the machine's load hits both). Per arm: the final success rate (mean and spread over the
 seeds), the wall seconds of the whole run (process start to exit: warm start and the two
 evaluations included, which async does not speed up) and of the RL loop alone (the sum of the
-steps' ``step_s``). The verdict is the issue's: async reaches the synchronous final success
+steps' ``step_s``), and the CPU seconds the process used (user + system: on a machine shared
+with other work, a two-thread async run also gets a larger share of the cores than a one-thread
+sync run, so compare the CPU seconds too). The verdict is the issue's: async reaches the synchronous final success
 within its seed spread (mean ≥ sync mean − sync std) in ≥ 1.4× fewer wall seconds.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -32,15 +35,17 @@ import numpy as np
 def _train(out: Path, seed: int, extra: list[str]) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "turngym.cli", "train", "--out", str(out), "--overwrite", "--quiet", "--set", f"seed={seed}", *extra]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    with open(out.parent / f"{out.name}.stderr", "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
-    if proc.returncode:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"{' '.join(cmd)} failed: see {out.parent / f'{out.name}.stderr'}")
     summary = json.loads((out / "summary.json").read_text())
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     rl = [r for r in rows if r["phase"] == "rl"]
     return {
-        "seed": seed, "wall_s": round(wall, 1), "rl_loop_s": round(sum(r["step_s"] for r in rl), 1),
+        "seed": seed, "wall_s": round(wall, 1), "cpu_s": round(usage.ru_utime + usage.ru_stime, 1), "rl_loop_s": round(sum(r["step_s"] for r in rl), 1),
         "rollout_s": round(sum(r["rollout_s"] for r in rl), 1), "success_before": summary["success_before"],
         "success_after": summary["success_after"],
         **({"queue_wait_s": round(sum(r.get("queue_wait_s", 0.0) for r in rl), 1),
@@ -50,10 +55,31 @@ def _train(out: Path, seed: int, extra: list[str]) -> dict[str, Any]:
     }
 
 
+_WARM = """
+import sys, time
+from turngym.trainers import TrainConfig, Trainer
+t0 = time.perf_counter()
+Trainer(TrainConfig(seed=int(sys.argv[2])), sys.argv[1] + "-run", progress=False, log=None).warm_start_only(sys.argv[1])
+print(round(time.perf_counter() - t0, 1))
+"""
+
+
+def _warm_start(out: Path, seed: int) -> tuple[list[str], float]:
+    """The default run's warm start for ``seed``, built once and shared by both arms: the
+    ``--set`` fields that make an arm start RL from it exactly as the default run would (a model
+    directory would otherwise mean LoRA and the system prompt), and the seconds it took."""
+    proc = subprocess.run([sys.executable, "-c", _WARM, str(out), str(seed)], capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"the warm start of seed {seed} failed:\n{proc.stderr[-3000:]}")
+    fields = [f"model={out}", "warmup_steps=0", "lora=false", "keep_system_prompt=false"]
+    return [x for kv in fields for x in ("--set", kv)], float(proc.stdout.split()[-1])
+
+
 def _arm(runs: list[dict[str, Any]]) -> dict[str, Any]:
     succ = np.array([r["success_after"] for r in runs])
     return {"success_mean": float(succ.mean()), "success_std": float(succ.std(ddof=1)) if len(succ) > 1 else 0.0,
-            "wall_s_mean": float(np.mean([r["wall_s"] for r in runs])), "rl_loop_s_mean": float(np.mean([r["rl_loop_s"] for r in runs])),
+            "wall_s_mean": float(np.mean([r["wall_s"] for r in runs])), "cpu_s_mean": float(np.mean([r["cpu_s"] for r in runs])),
+            "rl_loop_s_mean": float(np.mean([r["rl_loop_s"] for r in runs])),
             "runs": runs}
 
 
@@ -66,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--async-set", action="append", default=[], metavar="FIELD=VALUE", help="TrainConfig field for the async arm")
     p.add_argument("--variant", action="append", default=[], metavar="NAME=FIELD=VALUE,...",
                    help="a further async arm with these TrainConfig fields (compared with sync like the async arm)")
+    p.add_argument("--share-warm-start", action="store_true",
+                   help="build each seed's warm start once and start both arms' RL from it (the arms' warm starts are "
+                        "identical anyway; on a loaded machine this halves the benchmark); its seconds are reported apart")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     both = [x for kv in args.set for x in ("--set", kv)]
@@ -74,9 +103,17 @@ def main(argv: list[str] | None = None) -> int:
         name, _, fields = spec.partition("=")
         arms[name] = [*both, "--async", *(x for kv in fields.split(",") if kv for x in ("--set", kv))]
     jobs = [(arm, seed) for seed in args.seeds for arm in arms]
+    args.out.mkdir(parents=True, exist_ok=True)
+    warm: dict[int, tuple[list[str], float]] = {}
+    if args.share_warm_start:
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            warm = dict(zip(args.seeds, pool.map(lambda seed: _warm_start(args.out / f"warm-seed{seed}", seed), args.seeds)))
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        done = list(pool.map(lambda job: (job[0], _train(args.out / f"{job[0]}-seed{job[1]}", job[1], arms[job[0]])), jobs))
+        done = list(pool.map(lambda job: (job[0], _train(args.out / f"{job[0]}-seed{job[1]}", job[1],
+                                                         [*arms[job[0]], *warm.get(job[1], ([], 0.0))[0]])), jobs))
     result: dict[str, Any] = {arm: _arm([r for a, r in done if a == arm]) for arm in arms}
+    if warm:
+        result["warm_start_s"] = {seed: secs for seed, (_, secs) in warm.items()}
     s = result["sync"]
     for arm in list(arms)[1:]:
         a = result[arm]
@@ -87,9 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
+    if warm:
+        print(f"shared warm start per seed (not in the arms' wall seconds): {result['warm_start_s']} s")
     for arm in arms:
         r = result[arm]
-        print(f"{arm:6s} success {r['success_mean']:.3f} ± {r['success_std']:.3f}  wall {r['wall_s_mean']:.0f} s  "
+        print(f"{arm:6s} success {r['success_mean']:.3f} ± {r['success_std']:.3f}  wall {r['wall_s_mean']:.0f} s  CPU {r['cpu_s_mean']:.0f} s  "
               f"RL loop {r['rl_loop_s_mean']:.0f} s  per seed: " + ", ".join(f"{x['success_after']:.3f}/{x['wall_s']:.0f}s" for x in r["runs"]))
         if arm != "sync":
             print(f"       speedup {r['speedup_wall']:.2f}x wall, {r['speedup_rl_loop']:.2f}x RL loop; within the sync seed spread: "

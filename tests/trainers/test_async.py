@@ -110,7 +110,7 @@ def test_async_config_errors_say_the_fix() -> None:
 
 def _async(**kw: object) -> TrainConfig:
     # 3 turns at most, the swap after the first decode call: every batch after the first mixes two versions
-    base = dict(async_rollouts=True, async_swap_call=1, steps=3, env_kwargs={"min_steps": 1, "max_steps": 2, "max_turns": 3})
+    base = dict(async_rollouts=True, async_lag=2, async_swap_call=1, steps=3, env_kwargs={"min_steps": 1, "max_steps": 2, "max_turns": 3})
     base.update(kw)
     return tiny_config(**base)
 
@@ -136,7 +136,9 @@ def test_an_async_run_learns_from_mixed_versions_and_logs_them(straight: Path) -
     assert all(np.isfinite(r["loss"]) for r in rl)
     assert rl[0]["versions_per_batch"] == 1 and rl[0]["staleness_max"] == 0  # step 0 is played by version 0 itself
     assert all(r["versions_per_batch"] == 2 and r["mixed_version_episodes"] > 0 for r in rl[1:])
-    assert all(r["staleness_1_turns"] > 0 and r["staleness_0_turns"] > 0 for r in rl[1:])
+    # lag 2: step 1 is played by versions 0 then 1 and learnt at 1; step 2 by 0 then 1, learnt at 2
+    assert rl[1]["staleness_1_turns"] > 0 and rl[1]["staleness_0_turns"] > 0
+    assert rl[2]["staleness_2_turns"] > 0 and rl[2]["staleness_1_turns"] > 0 and "staleness_0_turns" not in rl[2]
     assert all("is_ratio_mean" in r and "tis_weight" in r for r in rl)
     raw = [json.loads(x) for x in (straight / "metrics.jsonl").read_text().splitlines()]
     assert all("queue_wait_s" in r and "swap_wait_s" in r for r in raw if r["phase"] == "rl")
@@ -150,13 +152,13 @@ def test_an_async_run_killed_mid_run_resumes_exactly(tmp_path: Path, straight: P
     out = tmp_path / "killed"
 
     def kill(name: str) -> None:
-        if name == "rl@3":  # the worker has played step 2 (and is waiting on version 2) when the learner dies
+        if name == "rl@3":  # the worker has played step 2 with versions 0 and 1 when the learner dies
             raise _Killed
 
     with pytest.raises(_Killed):
         Trainer(_async(), out, progress=False, log=None, hook=kill).run()
     assert json.loads((out / "state.json").read_text())["step"] == 2
-    assert (out / "checkpoints" / "step-000002" / "behaviour.pt").exists()
+    assert sorted(torch.load(out / "checkpoints" / "step-000002" / "behaviour.pt")) == [0, 1]  # what step 2 is replayed with
     Trainer(TrainConfig(), out, resume=True, progress=False, log=None).run()
     assert _rows(out) == _rows(straight)
     a, b = _weights(straight), _weights(out)

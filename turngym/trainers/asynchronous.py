@@ -105,7 +105,8 @@ class WeightBoard:
             if self._closed:
                 raise WorkerStopped
             if version not in self._versions:
-                raise ConfigError(f"policy version {version} is no longer held (newest {self.newest_locked()}): raise keep")
+                raise ConfigError(f"policy version {version} is no longer held (newest {self.newest_locked()}): the schedule "
+                                  "still samples with it, so it must come from the checkpoint's behaviour.pt on resume")
             return self._versions[version], time.perf_counter() - t0
 
     def newest_locked(self) -> int:

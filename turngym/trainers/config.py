@@ -145,9 +145,11 @@ class TrainConfig:
     a worker thread plays the next steps' episodes on its own copy of the weights while the learner
     updates; every turn records the policy version that sampled it, and the update corrects each
     token by the truncated importance ratio to the version that sampled it (``tis_cap``)."""
-    async_lag: int = 1
+    async_lag: int = 2
     """How many versions the worker's policy may trail the learner when it starts a step's batch
-    (step ``k`` starts with version ``k − async_lag``): the bound of the queue of played batches."""
+    (step ``k`` starts with version ``k − async_lag``): the bound of the queue of played batches.
+    With 1 the worker must wait at its swap call for the update running beside it (the two
+    overlap only until then); with 2 that version was published a whole step earlier."""
     async_swap_call: int = 2
     """Partial rollouts: at this decode call of each batch the worker moves its in-flight episodes
     on to the next version (waiting for it if the learner has not published it). A fixed call keeps
@@ -158,7 +160,7 @@ class TrainConfig:
     ratio of every action token up to it (per-decision IS: it also corrects how likely the
     learner was to reach the turn's state, which matters when episode length depends on the
     policy), ``"token"`` by its own ratio only (vLLM-style TIS). Measured in ``docs/async.md``."""
-    max_staleness: int = 1
+    max_staleness: int = 2
     """Turns sampled more than this many versions behind the learner follow ``stale_policy``."""
     stale_policy: str = "is"
     """What happens to an episode with a turn staler than ``max_staleness``: ``"is"`` keeps it
