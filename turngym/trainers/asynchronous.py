@@ -40,7 +40,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -101,15 +101,15 @@ class WeightBoard:
         """The tensors of ``version`` (waiting until it is published) and the seconds waited."""
         t0 = time.perf_counter()
         with self._cond:
-            self._cond.wait_for(lambda: self._closed or version in self._versions or self.newest_locked() > version)
+            self._cond.wait_for(lambda: self._closed or version in self._versions or self._newest() > version)
             if self._closed:
                 raise WorkerStopped
             if version not in self._versions:
-                raise ConfigError(f"policy version {version} is no longer held (newest {self.newest_locked()}): the schedule "
+                raise ConfigError(f"policy version {version} is no longer held (newest {self._newest()}): the schedule "
                                   "still samples with it, so it must come from the checkpoint's behaviour.pt on resume")
             return self._versions[version], time.perf_counter() - t0
 
-    def newest_locked(self) -> int:
+    def _newest(self) -> int:
         return max(self._versions, default=-1)
 
     def saved(self, versions: Sequence[int]) -> dict[int, dict[str, Any]]:
@@ -189,7 +189,6 @@ class AsyncBatch:
     swap_wait_s: float
     """Seconds the worker waited at its safe points for a version not yet published."""
     error: BaseException | None = None
-    versions: list[int] = field(default_factory=list)
 
 
 class RolloutWorker(threading.Thread):
