@@ -191,7 +191,7 @@ def hf_check(args: argparse.Namespace) -> int:
             env_kwargs={"min_steps": 1, "max_steps": 2, "max_turns": 5} if args.env == "turngym/Math-v0" else {},
             task_pool=0, groups_per_step=args.groups, group_size=args.group_size, lr=args.lr,
             warmup_steps=16, warmup_lr=2e-3, warmup_batch_size=16, demo_episodes=256, demo_noise=0.0,
-            micro_batch_size=32, eval_episodes=64, threads=0, algo="gigpo",
+            micro_batch_size=32, eval_episodes=64, threads=0, algo="gigpo", minibatches=4,
         )
         code = ("from turngym.trainers import TrainConfig, train\n"
                 f"r = train(TrainConfig(**{cfg!r}), {str(run_dir)!r}, overwrite=True, progress=False)\n"
