@@ -113,6 +113,23 @@ def test_host_reads_every_k_steps_give_the_same_actions(pair) -> None:
     _same(_turns(lazy, inputs), _turns(fast, inputs))
 
 
+def test_buffers_kept_between_calls_give_the_same_actions(pair) -> None:
+    """On a GPU the decoder keeps each bucket's buffers (and graphs) between calls; they were
+    first created inside inference mode, and a later call must still reset them (the first GPU
+    run died there). A CPU decoder told to keep buffers runs the same path."""
+    from turngym.agents.hf_decode import StaticDecoder
+
+    fast, _ = pair
+    keeping = HFPolicy(fast.model, fast.tokenizer, temperature=0.0)
+    keeping._static = StaticDecoder(fast.model, max_bytes=1 << 30)
+    # four rows, two finishing after 2 tokens: the survivors move into a (2, length) bucket made
+    # mid-call; the second call (two rows, same length) starts in that bucket
+    first = [AgentInput(PROMPTS[1], max_new_tokens=b) for b in (2, 2, 8, 8)]
+    second = [AgentInput(PROMPTS[1], max_new_tokens=8) for _ in range(2)]
+    _same(keeping.act(first) + keeping.act(second), fast.act(first) + fast.act(second))
+    assert len(keeping._static._slots) == 2, "both buckets of the first call were kept and the second reused one"
+
+
 @pytest.mark.parametrize("static", [None, False], ids=["static", "original"])
 def test_no_tensor_is_built_on_the_default_device(pair, static) -> None:
     fast, _ = pair

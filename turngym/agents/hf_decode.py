@@ -139,8 +139,8 @@ class StaticDecoder:
         graphs: capture CUDA graphs (default: when the model is on a CUDA device).
         sync_every: decode steps between host reads (default 8 on CUDA, 1 elsewhere: on a CPU a
             read costs nothing and steps past a row's end would be wasted arithmetic).
-        max_bytes: cache buffers kept between calls (CUDA only; default a quarter of the card's memory;
-            0 keeps none, so every call allocates and captures anew).
+        max_bytes: cache buffers kept between calls (default: a quarter of the card's memory on CUDA,
+            none on a CPU, where allocation is cheap; 0 keeps none, so every call allocates and captures anew).
     """
 
     def __init__(self, model: Any, *, graphs: bool | None = None, sync_every: int | None = None,
@@ -154,9 +154,9 @@ class StaticDecoder:
         self.cuda = self.device.type == "cuda"
         self.graphs = self.cuda if graphs is None else bool(graphs) and self.cuda
         self.sync_every = max(1, int(sync_every if sync_every is not None else (8 if self.cuda else 1)))
-        if max_bytes is None and self.cuda:  # a quarter of the card: buckets for a rollout's shapes, graphs kept
-            max_bytes = torch.cuda.get_device_properties(self.device).total_memory // 4
-        self.max_bytes = int(max_bytes or 0) if self.cuda else 0
+        if max_bytes is None:  # a quarter of the card (buckets for a rollout's shapes, graphs kept); none on a CPU
+            max_bytes = torch.cuda.get_device_properties(self.device).total_memory // 4 if self.cuda else 0
+        self.max_bytes = int(max_bytes)
         heads = config.num_attention_heads
         self.n_layers = config.num_hidden_layers
         self.kv_heads = getattr(config, "num_key_value_heads", None) or heads
@@ -329,7 +329,10 @@ class StaticDecoder:
         forced: Sequence[Sequence[int]],
         tries: Sequence[ChoiceTrie | None],
     ) -> list[Generation]:
-        with self.lock:
+        import torch
+
+        # inference mode around everything: buffers kept between calls are inference tensors
+        with self.lock, torch.inference_mode():
             return self._generate(policy, prompts, stops, reusable, limits, forced, tries)
 
     def _generate(
