@@ -44,6 +44,7 @@ from turngym.rollout.runner import (
     failed_step,
     new_episode,
     policy_failure,
+    reset_failure,
     unscored_episode,
 )
 from turngym.rollout.steppers import Stepper, as_stepper
@@ -151,9 +152,10 @@ def _grow(
         options = {"task": tasks[t]} if tasks is not None else None
         try:
             obs, info, gold = stepper.reset(t, seed, options)
-        except InfraError as exc:
+        except Exception as exc:  # the env's host is gone, or an env bug: one unscored episode
+            why, tb = reset_failure(exc)
             groups.append(group_id(env_id, seed))
-            done(t, unscored_episode(groups[t], 0, env_id, seed, str(exc)))
+            done(t, unscored_episode(groups[t], 0, env_id, seed, why, tb))
             continue
         group = group_id(env_id, seed, None if tasks is None else info.get("task_id", t))
         groups.append(group)
