@@ -327,3 +327,13 @@ def test_training_logs_and_bounds_the_runs_infra_error_rate(tmp_path):
         Trainer(TrainConfig(max_infra_error_rate=1.0), tmp_path / "run2", log=None)._count_infra_errors([eps[2]])
     with pytest.raises(ConfigError, match="max_infra_error_rate"):
         TrainConfig(max_infra_error_rate=1.5)
+
+
+def test_an_env_bug_in_a_tree_ends_only_its_paths():
+    tree = run_tree(lambda: turngym.make(BUGGY), RandomAgent(seed=0), [2, 0, 4], branching=(2,), env_id=BUGGY)
+    by_seed: dict[int, list] = {}
+    for ep in tree.episodes:
+        by_seed.setdefault(ep.seed, []).append(ep)
+    assert len(by_seed[2]) == 2 and all("RecursionError" in ep.infra_error and "_deep_bug" in ep.meta["infra_traceback"] for ep in by_seed[2])
+    assert by_seed[0] and all(ep.infra_error is None for ep in by_seed[0])  # the other tree grew as usual
+    assert len(by_seed[4]) == 1 and "KeyError" in by_seed[4][0].infra_error  # its reset failed: one unscored episode

@@ -73,8 +73,9 @@ def unscored_episode(group: str, index: int, env_id: str, seed: int | None, why:
     return ep
 
 
-def reset_failure(exc: Exception) -> tuple[str, str | None]:
-    """``(why, traceback)`` for a ``reset`` that raised ``exc``, or re-raise it when it is the caller's.
+def reset_failure(exc: Exception, *, where: str = "reset") -> tuple[str, str | None]:
+    """``(why, traceback)`` for a ``reset`` (or ``where``: ``snapshot``, ``restore``) that raised
+    ``exc``, or re-raise it when it is the caller's.
 
     An :class:`~turngym.core.errors.InfraError` (the env's host is gone) and an exception
     that is not turngym's (an env bug: ``KeyError`` deep inside a task loader; from a server env,
@@ -88,7 +89,7 @@ def reset_failure(exc: Exception) -> tuple[str, str | None]:
         return str(exc), None
     if isinstance(exc, TurngymError) and not isinstance(exc, RemoteEnvError):  # RemoteEnvError: an env bug on a server
         raise exc
-    return env_bug(exc, where="reset")
+    return env_bug(exc, where=where)
 
 
 def agent_input(ep: Episode, env: Any, history: int | None) -> AgentInput:
