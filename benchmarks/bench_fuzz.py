@@ -187,8 +187,9 @@ def fuzz_env(env_id: str, seconds: float, *, seed: int = 0, max_bytes: int = 1_0
     exceptions, infra, violations, slow = 0, 0, 0, 0
     failures: list[dict[str, Any]] = []
     episode = seed * 100_000
-    t_end = time.perf_counter() + seconds
     try:
+        warm_up(env, turngym.env_info(env_id).family)
+        t_end = time.perf_counter() + seconds
         env.reset(seed=episode)
         while time.perf_counter() < t_end:
             action = hostile_action(env, rng, max_bytes)
@@ -234,6 +235,20 @@ def fuzz_env(env_id: str, seconds: float, *, seed: int = 0, max_bytes: int = 1_0
 
 
 # ----------------------------------------------------------------------------- hostile attacks
+def warm_up(env: Any, family: str) -> None:
+    """One untimed step per delivery of a harmless payload: the first answer check starts the math
+    env's math-verify worker (seconds of imports), which is no step's cost."""
+    from turngym.core.hostile import deliveries
+
+    env.reset(seed=0)
+    for way in deliveries(env, family):
+        env.reset(seed=0)
+        for action in way("\\frac{1}{2}"):
+            if any(env.step(action)[2:4]):
+                break
+
+
+
 HOSTILE_SIZES = (1_000, 20_000, 100_000)
 
 
@@ -247,6 +262,7 @@ def hostile_env(env_id: str, seconds: float, *, seed: int = 0, step_bound: float
     env = turngym.make(env_id)
     env.reset(seed=0)
     n_ways = len(deliveries(env, family))
+    warm_up(env, family)
     combos = [(a, n, h) for a in sorted(ATTACKS) for n in sizes for h in range(n_ways)]
     rng.shuffle(combos)
     counts = {"attacks": 0, "steps": 0, "exceptions": 0, "infra_errors": 0, "signal_violations": 0, "contract": 0, "slow_steps": 0}
