@@ -414,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-bytes", type=int, default=1_000_000, help="largest huge input")
     ap.add_argument("--step-bound", type=float, default=2.0, help="a step slower than this counts as slow")
-    ap.add_argument("--slow-step-bound", type=float, default=30.0, help="the bound for Code-v0 / SWE-v0")
+    ap.add_argument("--slow-step-bound", type=float, default=40.0,
+                    help="the bound for Code-v0 / SWE-v0 (SWE-v0 runs the tests under a 30 s deadline, plus setup: 'x = 9**9**9**9' in a module is a 31 s step by design)")
     ap.add_argument("--skip-scaling", action="store_true")
     ap.add_argument("--skip-fuzz", action="store_true")
     ap.add_argument("--skip-hostile", action="store_true", help="skip the turngym.core.hostile attacks")
