@@ -138,6 +138,10 @@ def _setup_eval(p: argparse.ArgumentParser) -> None:
                    "one of them (openai: vLLM's structured_outputs choice; log-probs are of the constrained distribution; "
                    "to train that way: turngym train --constrain-choices)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
+    p.add_argument("--max-infra-error-rate", type=float, default=0.1, metavar="R",
+                   help="fail (exit 3, after writing --out) when more than this share of episodes ended in an "
+                   "infrastructure error (dead sandbox or server, an env bug): the scored rest would be a biased sample "
+                   "(default: 0.1; 1 = never)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--out", type=Path, help="write episodes.jsonl, summary.json, report.md and report.html here")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr (it is shown by default, also with --json)")
@@ -150,10 +154,13 @@ def _run_eval(args: argparse.Namespace) -> int:
 
     import turngym
     from turngym.agents import make_agent
-    from turngym.rollout import run_episodes, save_episodes, summarize
+    from turngym.core.errors import TooManyInfraErrors
+    from turngym.rollout import check_infra_error_rate, run_episodes, save_episodes, summarize
 
     if args.episodes < 1 or args.group < 1:
         raise SystemExit("error: --episodes and --group must be >= 1")
+    if not 0.0 <= args.max_infra_error_rate <= 1.0:
+        raise SystemExit(f"error: --max-infra-error-rate must be in [0, 1], got {args.max_infra_error_rate}")
     env_kwargs = parse_kv(args.env_arg)
     turngym.env_info(args.env_id)  # fail fast, with "did you mean", before building agents
     options = {
@@ -216,6 +223,11 @@ def _run_eval(args: argparse.Namespace) -> int:
         print(json.dumps(summary.to_dict(), indent=2))
     else:
         print(_markdown(summary))
+    try:
+        check_infra_error_rate(episodes, args.max_infra_error_rate, what="this evaluation", option="--max-infra-error-rate")
+    except TooManyInfraErrors as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
     return 0
 
 
@@ -247,7 +259,7 @@ def _markdown(s: Any) -> str:
         "",
         "| metric | value |",
         "|---|---|",
-        f"| episodes | {s.episodes} ({s.infra_errors} infra errors, excluded) |",
+        f"| episodes | {s.episodes} ({s.infra_errors} infra errors, excluded: {s.infra_error_rate:.1%}) |",
         f"| success rate | {s.success_rate:.3f} (95% CI {lo:.3f}–{hi:.3f}) |",
         f"| mean return | {s.mean_return:.3f} |",
         f"| mean turns | {s.mean_turns:.2f} |",

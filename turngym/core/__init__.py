@@ -10,6 +10,7 @@ from turngym.core.errors import (
     ResetNeeded,
     SnapshotError,
     TaskError,
+    TooManyInfraErrors,
     TurngymError,
     UnknownEnvError,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "TagAction",
     "Task",
     "TaskError",
+    "TooManyInfraErrors",
     "TextSpace",
     "ToolCall",
     "Transition",

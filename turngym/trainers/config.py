@@ -157,6 +157,15 @@ class TrainConfig:
     value_coef: float = 0.5
     """Weight of the value loss in the total loss (with the shared head, how hard it pulls on the trunk)."""
 
+    max_infra_error_rate: float = 0.1
+    """The largest share of episodes ending in an infrastructure error (a dead sandbox or server, or
+    an env bug: an exception out of ``env.step``) the run accepts, over all its RL rollouts so far
+    and within each evaluation. Such episodes are dropped, never scored; past this share the
+    survivors are no longer a fair sample, so the run stops with
+    :class:`~turngym.core.errors.TooManyInfraErrors` (quoting the first error; its traceback is in
+    the episode's ``meta["infra_traceback"]``) instead of silently training on them. 1 = never stop.
+    Each RL row of ``metrics.jsonl`` logs ``infra_errors`` and the run's ``infra_error_rate``."""
+
     report_to: tuple[str, ...] = ()
     """Experiment trackers that mirror every ``metrics.jsonl`` row and sample episodes:
     ``("tensorboard",)`` → ``OUT/tensorboard``, ``("wandb",)`` → ``OUT/wandb`` (honours
@@ -198,6 +207,8 @@ class TrainConfig:
         for name in ("warmup_steps", "demo_episodes", "eval_episodes", "eval_every", "kl_coef", "threads", "task_pool", "lora_layers"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.max_infra_error_rate <= 1.0:
+            raise ConfigError(f"max_infra_error_rate is a share of episodes in [0, 1], got {self.max_infra_error_rate}")
         if not 0.0 <= self.demo_noise <= 1.0:
             raise ConfigError(f"demo_noise is a probability, got {self.demo_noise}")
         if self.warmup_steps and not self.demo_episodes:

@@ -103,6 +103,9 @@ class Trainer:
         self.critic: Any = None
         """The learned turn-level critic (:class:`~turngym.trainers.critic.TurnCritic`) when ``config.critic_kind`` is set."""
         self._critic_last: tuple[np.ndarray, np.ndarray] | None = None
+        self._infra_seen = 0
+        self._episodes_seen = 0
+        """Infra-error episodes and all episodes of this process's RL rollouts (``max_infra_error_rate``)."""
         if resume and overwrite:
             raise ConfigError("resume continues the run in out, overwrite discards it: pass one of them")
         if resume:
@@ -243,6 +246,9 @@ class Trainer:
         seeds = [i % pool for i in range(n)] if pool else [EVAL_SEED + i for i in range(n)]
         eps = self._rollout(seeds, group_size=1, policy_seed=self.config.seed + EVAL_SEED, desc="evaluate", env_id=env_id)
         self.last_eval_episodes = eps  # for callers that want more than the success rate
+        from turngym.rollout import check_infra_error_rate
+
+        check_infra_error_rate(eps, self.config.max_infra_error_rate, what="an evaluation")  # a biased success rate is no result
         eps = [e for e in eps if not e.infra_error]
         return float(np.mean([e.success for e in eps])) if eps else float("nan")
 
@@ -352,6 +358,7 @@ class Trainer:
         else:
             seeds = [int(s) for s in rng.integers(_TRAIN_SEED, 2**31 - 1, size=cfg.groups_per_step)]
         episodes = self._rollout(seeds, group_size=cfg.group_size, policy_seed=int(rng.integers(2**31)))
+        infra_errors, infra_rate = self._count_infra_errors(episodes)
         episodes = [ep for ep in episodes if not ep.infra_error and ep.turns]  # never score infra failures
         t_rollout = time.perf_counter() - t0
 
@@ -441,11 +448,30 @@ class Trainer:
             **{k: float(np.mean(v)) for k, v in stats.items() if v},
             **critic_stats,
             "episodes": len(episodes),
+            "infra_errors": infra_errors,
+            "infra_error_rate": round(infra_rate, 4),
             "tokens": int(sum(sum(s.loss_mask) for s in samples)),
             **engine_stats,
             "rollout_s": round(t_rollout, 2),
             "step_s": round(time.perf_counter() - t0, 2),
         }
+
+    def _count_infra_errors(self, episodes: list[Any]) -> tuple[int, float]:
+        """This batch's infra-error episodes and the run's share so far (RL rollouts of this
+        process); raises :class:`~turngym.core.errors.TooManyInfraErrors` past
+        ``max_infra_error_rate``, or when no episode of the batch is left to train on."""
+        from turngym.core.errors import TooManyInfraErrors
+        from turngym.rollout import check_infra_error_rate
+
+        bad = sum(ep.infra_error is not None for ep in episodes)
+        self._infra_seen += bad
+        self._episodes_seen += len(episodes)
+        rate = check_infra_error_rate(episodes, self.config.max_infra_error_rate, what="this run's RL rollouts",
+                                      infra=self._infra_seen, total=self._episodes_seen)
+        if bad and bad == len(episodes):
+            raise TooManyInfraErrors(f"every one of the {bad} episodes of this RL step ended in an infrastructure error "
+                                     f"(the first: {episodes[0].infra_error}): nothing is left to train on; fix the env or its infrastructure")
+        return bad, rate
 
     # ---------------------------------------------------------------------- critic
     def _make_critic(self) -> Any:
