@@ -69,6 +69,12 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     return f"shuffled order: seed {seed} over {scope} (reproduce: --shuffle-seed {seed})"
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    line = pytest_report_header(config)  # again at the end: ``-q`` hides the header
+    if line is not None:
+        terminalreporter.write_line(line)
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest regroups the items by parametrized fixtures
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     seed = _shuffle_seed(config)
