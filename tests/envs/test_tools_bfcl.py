@@ -293,6 +293,10 @@ def test_bfcl_calls_leave_no_process_state():
     token = travel.instances["TravelAPI"].access_token
     cancelled = travel.call("cancel_booking", {"access_token": token, "booking_id": "booking_901"})
     assert json.loads(cancelled.content) == {"cancel_status": True}  # refunds a long-context card
+    # BFCL's own checker (the agreement measure) runs the same calls through its harness
+    steps = [[login, {"name": "post_tweet", "arguments": {"content": "x"}},
+              {"name": "mention", "arguments": {"tweet_id": tweet["id"], "mentioned_usernames": ["@bob"]}}]]
+    play_bfcl(task, [steps] + [[] for _ in task.gold[1:]])
     env = turngym.make("turngym/Tools-BFCL-v0")
     rng = np.random.default_rng(0)
     for cls in sorted({c for t in ALL for c in t.classes}):

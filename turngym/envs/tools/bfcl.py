@@ -38,7 +38,8 @@ import json
 import pickle
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
@@ -60,6 +61,7 @@ __all__ = [
     "bfcl_tools",
     "parse_call_string",
     "MISSED_FUNCTION_PROMPT",
+    "restored_process_state",
 ]
 
 BFCL_INSTALL = 'pip install --no-deps "bfcl-eval==2026.3.23" mpmath'
@@ -269,15 +271,16 @@ _ARGUMENT_BOUNDS = {
 
 
 #: Module globals that a BFCL method writes in place, by (class, method): each call of that
-#: method gets a fresh copy of the import-time value, so no call sees another's write (read
-#: from bfcl-eval 2026.3.23's source; ``test_bfcl_calls_leave_no_process_state`` fuzzes every
-#: backend and fails on any write not listed here).
+#: method writes into a fresh copy of the first-seen value, dropped after the call, so no call
+#: sees another's write (read from bfcl-eval 2026.3.23's source;
+#: ``test_bfcl_calls_leave_no_process_state`` fuzzes every backend and fails on any write not
+#: listed here).
 _WRITTEN_GLOBALS: dict[tuple[str, str], tuple[str, ...]] = {
     ("VehicleControlAPI", "get_outside_temperature_from_google"): ("LONG_WEATHER_EXTENSION",),
 }
 #: Serializes BFCL calls: ``mpmath.mp`` and the globals above are shared by every thread, and a
 #: server runs sessions in a thread pool. A call takes microseconds (arguments are bounded).
-_CALL_LOCK = threading.Lock()
+_CALL_LOCK = threading.RLock()
 _IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, range)
 
 
@@ -322,6 +325,57 @@ def _class_guard(class_name: str) -> _ClassGuard:
     return _ClassGuard(defaults, module, written)
 
 
+#: Where bfcl-eval's backend modules live (their globals are what a backend can leak into).
+_BACKEND_PACKAGE = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code"
+
+
+@contextmanager
+def restored_process_state(classes: Sequence[str] = ()) -> Iterator[None]:
+    """Undo, on exit, every process-wide change BFCL's code can make inside the block.
+
+    For code that runs BFCL's backends *not* through :class:`BfclBackend` — BFCL's own
+    checker, which :mod:`.agreement` runs in-process and which calls them through ``eval``:
+    the data globals of every backend module are put back in place (same objects, the old
+    contents), every backend method's defaults too, and mpmath's and decimal's precision.
+    Costs a deep copy of those globals (about a millisecond), so :meth:`BfclBackend.call`
+    uses its cheaper per-call guard instead. ``classes`` are imported first, so that a module
+    the block would import is restored too.
+    """
+    for name in classes:
+        _backend_class(name)
+    modules = [m for name, m in sorted(sys.modules.items()) if name.startswith(_BACKEND_PACKAGE) and m is not None]
+    data = [
+        (value, copy.deepcopy(value))
+        for module in modules
+        for key, value in vars(module).items()
+        if not key.startswith("__") and isinstance(value, (dict, list, set))
+    ]
+    functions = [
+        (fn, copy.deepcopy(fn.__defaults__), copy.deepcopy(fn.__kwdefaults__))
+        for module in modules
+        for cls in vars(module).values()
+        if isinstance(cls, type) and cls.__module__ == module.__name__
+        for fn in vars(cls).values()
+        if inspect.isfunction(fn)
+    ]
+    mpmath = sys.modules.get("mpmath")
+    prec = mpmath.mp.prec if mpmath is not None else None
+    try:
+        with _CALL_LOCK, decimal.localcontext():
+            yield
+    finally:
+        for value, saved in data:
+            value.clear()
+            if isinstance(value, list):
+                value.extend(saved)
+            else:
+                value.update(saved)
+        for fn, defaults, kwdefaults in functions:
+            fn.__defaults__, fn.__kwdefaults__ = defaults, kwdefaults
+        if prec is not None:
+            mpmath.mp.prec = prec
+
+
 def _pickle_copy(instances: dict[str, Any]) -> dict[str, Any]:
     # A pickle round trip copies these object graphs (directory trees with parent links,
     # RNG states) about twice as fast as copy.deepcopy, and just as exactly.
@@ -358,6 +412,14 @@ class BfclBackend(Backend):
         return name in self._owners
 
     def call(self, name: str, arguments: Mapping[str, Any]) -> CallResult:
+        """Run one call with no effect outside this backend's instances.
+
+        The arguments are fresh copies, and so is the default of every omitted argument whose
+        default is mutable; the call holds :data:`_CALL_LOCK`, runs in a local ``decimal``
+        context, gets mpmath's precision back afterwards, and writes its
+        :data:`_WRITTEN_GLOBALS` into a copy that is dropped after it. Costs a few
+        microseconds a call (``benchmarks/bench_tools.py --isolation``).
+        """
         for arg, value in arguments.items():
             bound = _ARGUMENT_BOUNDS.get((name, arg))
             if bound is not None and isinstance(value, (int, float)) and abs(value) > bound:
@@ -388,7 +450,7 @@ class BfclBackend(Backend):
                 namespace.update(saved)
                 if prec is not None:
                     mpmath.mp.prec = prec
-            content = format_result(result)  # inside: the result may be a global (the weather)
+        content = format_result(result)
         return CallResult(content, error=(isinstance(result, dict) and "error" in result) or content.startswith(UNPRINTABLE))
 
     def state_roots(self) -> Mapping[str, Any]:
