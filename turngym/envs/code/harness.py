@@ -386,9 +386,16 @@ class _Grader:
     def sweep(self):
         """Kill every process of the solutions' uid but the zygote, and wake the zygote: what an
         earlier solution left running (a daemon) must not touch the next one, nor keep the
-        zygote stopped (the next spawn would wait out its deadline)."""
-        if self.run_uid is None:
+        zygote stopped (the next spawn would wait out its deadline).
+
+        With one uid, this process is the PID namespace's init (the sandbox's trusted launch):
+        then every other process in the namespace is a solution's, and orphans it inherited are
+        reaped here (they would fill the sandbox's process cap as zombies)."""
+        as_init = self.run_uid is None and os.getpid() == 1
+        if self.run_uid is None and not as_init:
             return
+        if as_init:
+            self.reap()
         keep = (os.getpid(), self.zygote_pid)
         for _pass in range(50):  # until a scan finds nobody: a forking leftover hops past one scan
             found = False
@@ -396,7 +403,7 @@ class _Grader:
                 if not name.isdigit() or int(name) in keep:
                     continue
                 try:
-                    if os.stat(f"/proc/{name}").st_uid == self.run_uid:
+                    if as_init or os.stat(f"/proc/{name}").st_uid == self.run_uid:
                         with open(f"/proc/{name}/stat", "rb") as fh:
                             if fh.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
                                 continue  # dead already, waiting to be reaped
@@ -406,11 +413,27 @@ class _Grader:
                     pass
             if not found:
                 break
+        if as_init:
+            self.reap()
         if self.zygote_pid is not None:
             try:
                 os.kill(self.zygote_pid, signal.SIGCONT)
             except OSError:
                 pass
+
+    def reap(self):
+        """Collect exited children (as init: every orphan of the namespace); a zygote found
+        dead here is forgotten, so the next spawn starts a fresh one at once."""
+        while True:
+            try:
+                pid, _status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.zygote_pid:
+                self.ctl.close()
+                self.zygote_pid, self.ctl = None, None
 
     def load(self, p, names, deadline):
         """Start a process for ``p``'s solution and load it: ``(names, error)``."""
