@@ -2,7 +2,7 @@
 
 Used when a Docker engine answers (``docker.from_env().ping()``); otherwise constructing it
 raises :class:`SandboxUnavailable` saying so. A session's container has no network, a
-read-only root, all capabilities dropped, ``no-new-privileges``, a pids and memory cap and a
+read-only root, all capabilities dropped, ``no-new-privileges``, a pids, memory and CPU cap and a
 tmpfs ``/tmp``. Its workdir ``/work`` is a *tmpfs-backed named volume* (sized by
 ``Limits.disk_mb``): Docker cannot copy files into a tmpfs mount of a read-only container
 (``put_archive`` is refused, or lands under the mount), but it can into a volume, so files go
@@ -182,6 +182,8 @@ class DockerSession(Session):
                 security_opt=["no-new-privileges"],
                 pids_limit=lim.processes + 8,  # + docker-init, sleep, the exec wrappers
                 mem_limit=f"{lim.memory_mb + 64}m",
+                nano_cpus=max(10_000_000, round(lim.cpu_cores * 1e9)),  # the quota, in billionths of a core
+                cpu_shares=max(2, round(1024 * lim.cpu_cores)),  # and the scheduling weight in proportion
                 memswap_limit=f"{lim.memory_mb + 64}m",
                 tmpfs={"/tmp": f"size={lim.tmp_mb}m,mode=1777"},
                 volumes={self.volume.name: {"bind": "/work", "mode": "rw"}},
