@@ -413,16 +413,18 @@ class DockerSession(Session):
         return RunResult(out.decode("utf-8", "replace"), stderr, code, sig, limit, duration, 0.0, truncated, self.sandbox.name)
 
     def _collect(self, sock: Any, limits: Limits, start: float) -> tuple[bytearray, bytearray, LimitName | None, bool]:
-        """Read the exec's multiplexed stdout/stderr up to the output cap and the wall deadline."""
-        from docker.utils.socket import frames_iter
+        """Read the exec's multiplexed stdout/stderr up to the output cap and the wall deadline.
 
+        The deadline is kept here, not only by the in-container ``timeout``: that runs as the
+        sandbox's uid, so the program can stop it (``kill(-1, SIGSTOP)``), and then no byte and
+        no end of stream would ever come. (docker's own frame reader polls without a timeout.)
+        """
         raw = getattr(sock, "_sock", sock)
         out, err, total = bytearray(), bytearray(), 0
         killed_for: LimitName | None = None
         truncated = False
         try:
-            raw.settimeout(max(0.1, limits.wall_s + _GRACE_S))
-            for stream, data in frames_iter(sock, tty=False):
+            for stream, data in _frames(raw, start + limits.wall_s + _GRACE_S):
                 buf = out if stream == 1 else err
                 room = limits.output_bytes - total
                 buf += data[: max(room, 0)]
@@ -433,7 +435,6 @@ class DockerSession(Session):
                 if time.monotonic() - start > limits.wall_s + _GRACE_S:
                     killed_for = "wall"
                     break
-                raw.settimeout(max(0.1, limits.wall_s + _GRACE_S - (time.monotonic() - start)))
         except TimeoutError:
             killed_for = "wall"
         finally:
@@ -445,6 +446,31 @@ class DockerSession(Session):
                 except OSError:
                     pass
         return out, err, killed_for, truncated
+
+
+def _frames(raw: Any, deadline: float) -> Iterator[tuple[int, bytes]]:
+    """``(stream, data)`` frames of a non-tty exec's stream (8-byte header: stream id, 3 zero
+    bytes, big-endian length), until the engine closes it; TimeoutError at ``deadline``."""
+    buf = bytearray()
+
+    def fill(n: int) -> bool:
+        while len(buf) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the exec's stream did not end by the deadline")
+            raw.settimeout(left)
+            chunk = raw.recv(1 << 16)
+            if not chunk:
+                return False
+            buf.extend(chunk)
+        return True
+
+    while fill(8):
+        size = int.from_bytes(buf[4:8], "big")
+        if not fill(8 + size):
+            return
+        yield buf[0], bytes(buf[8:8 + size])
+        del buf[:8 + size]
 
 
 class DockerSandbox(Sandbox):

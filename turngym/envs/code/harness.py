@@ -27,9 +27,12 @@ Results go to stdout as JSON lines prefixed by the nonce. Where the sandbox give
 process a second uid (``TURNGYM_UNTRUSTED_UID``, with the capabilities to switch to it: the
 bubblewrap sandbox as root), the zygote drops to that uid and every capability before any
 solution code exists, so the solution cannot signal, stop, renice or read this process at all
-(``EPERM``). Where it cannot (one uid per sandbox), a solution that kills this process only
-ends the run early: the lines written so far stand and the unreached tests fail; it cannot
-write a line of its own, having neither the stream nor the nonce.
+(``EPERM``). With one uid per sandbox, bubblewrap's trusted launch makes this process its
+PID namespace's init instead (pid 1), which the solution cannot stop or kill: the kernel drops
+signals to an init from inside its namespace unless the init handles them. Where neither
+holds (Docker), a solution that kills this process only ends the run early and one that stops
+it stalls the run to its wall budget: the lines written so far stand and the unreached tests
+fail; it cannot write a line of its own, having neither the stream nor the nonce.
 """
 
 import _socket
