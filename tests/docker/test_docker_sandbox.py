@@ -181,3 +181,13 @@ def test_a_cpu_burn_is_held_to_the_containers_quota(docker_client, sandbox_image
         assert cpu <= _cpu.QUOTA * wall * _cpu.SLACK + 0.1, (cpu, wall)
     finally:
         sb.close()
+
+
+def test_more_cores_than_the_engine_has_is_capped_not_refused(docker_client, sandbox_image, no_leaks):
+    sb = DockerSandbox(Limits(wall_s=10, cpu_cores=1000.0), image=sandbox_image, client=docker_client)
+    try:
+        with sb.open_session() as s:
+            assert s.container.attrs["HostConfig"]["NanoCpus"] == int(sb.engine_cpus * 1e9)
+            assert s.run("echo ok").stdout == "ok\n"
+    finally:
+        sb.close()

@@ -182,7 +182,8 @@ class DockerSession(Session):
                 security_opt=["no-new-privileges"],
                 pids_limit=lim.processes + 8,  # + docker-init, sleep, the exec wrappers
                 mem_limit=f"{lim.memory_mb + 64}m",
-                nano_cpus=max(10_000_000, round(lim.cpu_cores * 1e9)),  # the quota, in billionths of a core
+                # the quota, in billionths of a core (the engine refuses more than it has)
+                nano_cpus=max(10_000_000, round(min(lim.cpu_cores, sb.engine_cpus) * 1e9)),
                 cpu_shares=max(2, round(1024 * lim.cpu_cores)),  # and the scheduling weight in proportion
                 memswap_limit=f"{lim.memory_mb + 64}m",
                 tmpfs={"/tmp": f"size={lim.tmp_mb}m,mode=1777"},
@@ -524,6 +525,17 @@ class DockerSandbox(Sandbox):
         self.max_idle = max_idle
         self._idle: list[DockerSession] = []
         self._lock = threading.Lock()
+        self._engine_cpus: float | None = None
+
+    @property
+    def engine_cpus(self) -> float:
+        """CPUs of the engine's machine (a container's ``cpu_cores`` is capped at it)."""
+        if self._engine_cpus is None:
+            try:
+                self._engine_cpus = float(self.client.info().get("NCPU") or 0) or float(os.cpu_count() or 1)
+            except Exception:  # noqa: BLE001 - an engine that cannot say: this machine's count
+                self._engine_cpus = float(os.cpu_count() or 1)
+        return self._engine_cpus
 
     def open_session(self, limits: Limits | None = None) -> DockerSession:
         return DockerSession(self, limits or self.limits)
