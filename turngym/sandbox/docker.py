@@ -182,9 +182,10 @@ class DockerSession(Session):
                 security_opt=["no-new-privileges"],
                 pids_limit=lim.processes + 8,  # + docker-init, sleep, the exec wrappers
                 mem_limit=f"{lim.memory_mb + 64}m",
-                # the quota, in billionths of a core (the engine refuses more than it has)
+                # the quota, in billionths of a core (the engine refuses more than it has), and
+                # the scheduling weight in proportion (within the kernel's range)
                 nano_cpus=max(10_000_000, round(min(lim.cpu_cores, sb.engine_cpus) * 1e9)),
-                cpu_shares=max(2, round(1024 * lim.cpu_cores)),  # and the scheduling weight in proportion
+                cpu_shares=min(262_144, max(2, round(1024 * min(lim.cpu_cores, sb.engine_cpus)))),
                 memswap_limit=f"{lim.memory_mb + 64}m",
                 tmpfs={"/tmp": f"size={lim.tmp_mb}m,mode=1777"},
                 volumes={self.volume.name: {"bind": "/work", "mode": "rw"}},
