@@ -43,9 +43,10 @@ the agent's package is never imported here:
   process's uid and capabilities (kill, setuid) inside the sandbox.
 
 What the candidate can still do is behave: answer each call however its code says (that is
-the package under test). With one uid (Docker, bubblewrap in a user namespace) it can also
-kill or stop this process, which ends the run with no verdict line (killed) or at the wall
-budget (stopped): the host scores both as the agent's failure.
+the package under test). With one uid in bubblewrap (a user namespace) this process is its
+PID namespace's init, which the candidate cannot signal to a stop or a kill. With one uid in
+Docker it can kill or stop this process, which ends the run with no verdict line (killed) or
+at the wall budget (stopped): the host scores both as the agent's failure.
 """
 
 import builtins

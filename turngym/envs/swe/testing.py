@@ -200,13 +200,16 @@ class SandboxExecutor:
             py = self._sandbox.python
             argv = grader_argv(py.executable, py.path, config)
             env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-            if config.get("mode") == "split" and getattr(session, "run_uid", None) is not None:
-                # a trusted launch: the grader keeps the session uid and the capabilities to
-                # drop its candidate (the package) to the untrusted uid; the nonce travels on stdin
+            if config.get("mode") == "split":
+                # a trusted launch: with a second uid, the grader keeps the session uid and the
+                # capabilities to drop its candidate (the package) to the untrusted one; with one
+                # uid (bubblewrap in a user namespace) it is its PID namespace's init, which the
+                # package cannot signal; Docker runs it as a plain run (see Session.run_trusted).
+                # The nonce travels on stdin.
                 res = session.run_trusted(argv, stdin=stdin, env=env)
             else:
-                # one uid (Docker, a user namespace), and every in-process run: the agent's own
-                # run_tests runs as the session uid with no capabilities, in a session of its own
+                # every in-process run, the agent's own run_tests included: the session uid with
+                # no capabilities, in a session of its own
                 res = session.run(argv, stdin=stdin, env=env)
         return RawRun(res.exit_code, res.stdout, res.stderr, res.limit_hit)
 
