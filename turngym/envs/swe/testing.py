@@ -93,7 +93,7 @@ if TYPE_CHECKING:
     from turngym.sandbox.base import Sandbox
 
 __all__ = ["TestRun", "RawRun", "run_pytest", "set_executor", "use_executor", "Executor", "SandboxExecutor",
-           "subprocess_executor", "CANARY_NAME"]
+           "subprocess_executor", "separate_cache", "CANARY_NAME"]
 
 #: The basename of the canary module the grader adds next to the task's tests.
 CANARY_NAME = "test_zz_turngym_canary.py"
@@ -250,6 +250,19 @@ def use_executor(executor: Executor, scope: str) -> Iterator[None]:
         yield
     finally:
         _scoped.reset(token)
+
+
+@contextmanager
+def separate_cache(label: str) -> Iterator[None]:
+    """Run the block's tests where they would run, with results cached apart from all others.
+
+    For runs whose verdicts must not answer later questions: a split run of a suite the split
+    grader turns out not to serve (a load-time check that fails) would otherwise answer the
+    in-process runs of the same trees.
+    """
+    scope, executor = _scoped.get() or ("", _executor)
+    with use_executor(executor, scope=f"{scope}#{label}"):
+        yield
 
 
 @dataclass(frozen=True)
