@@ -8,6 +8,8 @@ adds the FAIL_TO_PASS test, a smoke test already in the repository is PASS_TO_PA
   split grader grades it.
 * ``"tests_package"`` -- as ``"tests"``, with ``tests/__init__.py`` (requests, sphinx): pytest then
   imports the tests as ``tests.test_x``, and would import a top-level ``__init__.py`` too.
+* ``"top_package"`` -- as ``"tests_package"`` with a top-level ``__init__.py`` in the repository:
+  refused by the split grader before any run (collecting would import it, and the code through it).
 * ``"inside"`` -- the tests inside the package (``intervals/tests/``, as in sympy): refused by
   the split grader before any run (it would run the package in the judging process).
 * ``"subclass"`` -- a PASS_TO_PASS test subclasses the package's class: refused by the split
@@ -56,8 +58,10 @@ def make_instance(tmp: Path, *, layout: str = "tests", instance_id: str = "local
     files = {p: t for p, t in good.items() if p != "tests/test_intervals.py"}
     files[PATH] = buggy
     files[f"{tests_dir}/test_smoke.py"] = SUBCLASS_SRC if layout == "subclass" else SMOKE_SRC
-    if layout in ("inside", "tests_package"):
+    if layout in ("inside", "tests_package", "top_package"):
         files[f"{tests_dir}/__init__.py"] = ""
+    if layout == "top_package":
+        files["__init__.py"] = ""
     Tree(files).write_to(repo)
     git(repo, "init", "-q")
     git(repo, "add", "-A")

@@ -155,9 +155,11 @@ def test_a_top_level_init_never_runs_in_the_judging_process(tmp_path):
 
 
 def test_instances_the_split_grader_cannot_serve_are_refused_with_the_way_out(tmp_path):
-    """Tests inside the package (refused before any run) and a suite that subclasses the package's
-    class (the gold patch does not resolve through the proxies): both name ``grader="inprocess"``."""
-    for layout, why in (("inside", "inside the package"), ("subclass", "gold patch does not resolve")):
+    """Tests inside the package or a repository that is a package (refused before any run), and a
+    suite that subclasses the package's class (the gold patch does not resolve through the
+    proxies): each refusal names ``grader="inprocess"``, which then loads and grades the gold."""
+    for layout, why in (("inside", "inside the package"), ("top_package", "top level is a package"),
+                        ("subclass", "gold patch does not resolve")):
         data, repo = make_instance(tmp_path / layout, layout=layout)
         with pytest.raises(ConfigError, match=why) as err:
             SWEEnv(swebench=data, backend="local", repo_dirs={"local/intervals": repo})

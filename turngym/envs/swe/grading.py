@@ -63,14 +63,18 @@ def protected_dirs(task: SWETask) -> tuple[str, ...]:
     return tuple(sorted(dirs))
 
 
-def split_problem(tests: Iterable[str], changed: Iterable[str]) -> str:
-    """Why the split grader cannot grade the test ids ``tests`` of a fix that changes ``changed`` ("" if it can).
+def split_problem(tests: Iterable[str], changed: Iterable[str], paths: Iterable[str] = ()) -> str:
+    """Why the split grader cannot grade the test ids ``tests`` of a fix that changes ``changed``
+    in a repository holding ``paths`` ("" if it can).
 
     The split grader runs the test directories in the judging process and serves every other
     top-level module from the code's process, so a test file must sit in a directory of its
     own, apart from the code the fix changes (``tests/test_x.py`` next to ``pkg/``, not
-    ``pkg/tests/test_x.py`` nor ``test_x.py`` at the top).
+    ``pkg/tests/test_x.py`` nor ``test_x.py`` at the top), in a repository whose top level is
+    no package (pytest would import its ``__init__.py``, and through it the code, while collecting).
     """
+    if "__init__.py" in set(paths):
+        return "the repository's top level is a package (__init__.py)"
     files = sorted({t.split("::", 1)[0] for t in tests})
     at_top = [f for f in files if "/" not in f]
     if at_top:

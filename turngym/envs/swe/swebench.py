@@ -18,6 +18,12 @@ classes) loads only with ``grader="inprocess"``: pytest beside the code under te
 verdicts a targeted heap or ``ctypes`` attack by the agent's code can forge (see
 :mod:`turngym.envs.swe.testing`) -- never the grader for a reported number.
 
+What the split grader does not close for an instance: a test of the instance's own that runs
+repository code itself -- ``exec`` of a file it reads, or a subprocess (``python -m pkg``) --
+runs the agent's code in, or as a child of, the judging process; and with one uid (Docker,
+bubblewrap in a user namespace) the package's process can still signal the grader, which ends
+the run with no verdict (the agent's failure) or stalls it to its wall budget, never a pass.
+
 Two backends:
 
 * ``docker`` — SWE-bench's own way: the instance's image holds the repository at
@@ -172,7 +178,7 @@ def to_task(instance: SWEBenchInstance, start: Tree, gold: Tree, grader: str = "
     if not changed:
         raise TaskError(f"{instance.instance_id}: the gold patch changes no file")
     touched = [*changed, *(p for p in start if p not in gold)]  # deletions too
-    if grader == "split" and (problem := split_problem((*instance.fail_to_pass, *instance.pass_to_pass), touched)):
+    if grader == "split" and (problem := split_problem((*instance.fail_to_pass, *instance.pass_to_pass), touched, start)):
         raise ConfigError(f"{instance.instance_id}: the split grader cannot grade this instance: {problem}. {_INPROCESS_HINT}")
     return SWETask(
         id=instance.instance_id,
