@@ -110,6 +110,7 @@ def _assert_not_resolved(info: dict) -> None:
 @pytest.mark.parametrize("name", sorted(FORGED_IN_PROCESS))
 def test_the_forgeries_resolve_under_the_in_process_grader(inprocess_env, name):
     """Today's in-process runner (the old default for SWE-bench) falls to each: the attacks are real."""
+    testing._CACHE.clear()  # a split run of the same tree (another test) would answer the in-process question
     info = _play(inprocess_env, {PATH: buggy_source() + FORGED_IN_PROCESS[name]})
     assert info["reward"] == 1.0 and info["outcome"]["reason"] == "", info["outcome"]
 
@@ -152,6 +153,16 @@ def test_a_top_level_init_never_runs_in_the_judging_process(tmp_path):
     assert set(task.fail_to_pass) <= run.passed and not run.problem, (run.problem, run.messages)  # the attack is real
     assert "__init__.py" not in grading_tree(task, raw, start)
     _assert_not_resolved(_play(env, attack))
+
+
+def test_a_top_level_module_named_like_the_tests_package_is_dropped(tmp_path):
+    """``tests.py`` beside a ``tests/`` package would be served from the code's process in its
+    place (the suite breaks: an honest fix would fail); the graded tree never holds it."""
+    data, repo = make_instance(tmp_path, layout="tests_package")
+    env = SWEEnv(swebench=data, backend="local", repo_dirs={"local/intervals": repo})
+    fixed = buggy_source().replace("return self.start - self.end", "return self.end - self.start")
+    assert _play(env, {PATH: fixed, "tests.py": "x = 1\n"})["reward"] == 1.0
+    _assert_not_resolved(_play(env, {"tests.py": FORCE_PASS_SPARING_THE_CANARY}))
 
 
 def test_instances_the_split_grader_cannot_serve_are_refused_with_the_way_out(tmp_path):

@@ -101,10 +101,13 @@ def grading_tree(task: SWETask, tree: Tree, pristine: Tree) -> Tree:
     """``tree`` with the task's tests and conftests restored from ``pristine`` and hook files removed."""
     dirs = protected_dirs(task)
     tests = _test_files(task)
-    files = {p: t for p, t in tree.items() if not _is_hook_file(p) and not _inside(p, dirs) and p not in tests}
+    # a top-level ``tests.py`` beside ``tests/`` would shadow (or be shadowed by) the tests' own package
+    shadows = {f"{d}.py" for d in dirs if d and "/" not in d}
+    files = {p: t for p, t in tree.items()
+             if not _is_hook_file(p) and not _inside(p, dirs) and p not in tests and p not in shadows}
     for p, t in pristine.items():
         # a repository may legitimately ship such a file (pytest's own repo has _pytest/): its own copy
-        if _inside(p, dirs) or p in tests or _is_hook_file(p):
+        if _inside(p, dirs) or p in tests or _is_hook_file(p) or p in shadows:
             files[p] = t
     return Tree(files)
 
