@@ -208,3 +208,31 @@ def test_swebench_docker_backend_grades_split_so_the_heap_forgeries_fail(instanc
         assert info["reward"] == 1.0, info["outcome"]
     finally:
         env.close()
+
+
+def test_split_grading_in_a_container_keeps_the_tests_files_out_of_the_packages_reach(docker_client, sandbox_image, no_leaks):
+    """One uid in a container: without the package's Landlock, rewriting the data a test reads, or
+    swapping the tests' directory for a forged copy, passed the test. Both fail now; the gold passes."""
+    import tempfile
+
+    from tests.envs.swebench_fixture import make_instance
+    from tests.security.test_swebench_grader import DATA_ATTACKS
+    from turngym.envs.swe.grading import grading_tree
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data, repo = make_instance(Path(tmp), layout="data")
+        env = SWEEnv(swebench=data, backend="local", repo_dirs={REPO: repo})
+    task = env.tasks[0]
+    start, gold = env.start_tree(task), env.gold_tree(task)
+    tests = sorted({*task.fail_to_pass, *task.pass_to_pass})
+    executor = swebench.docker_executor(sandbox_image)
+    try:
+        with testing.use_executor(executor, scope=f"docker:{sandbox_image}:data"):
+            honest = testing.run_pytest(grading_tree(task, gold, start), tests, canary=True, split=True)
+            assert set(tests) <= honest.passed, honest.problem
+            for name, payload in sorted(DATA_ATTACKS.items()):
+                tree = grading_tree(task, start.with_file(PATH, start[PATH] + payload), start)
+                run = testing.run_pytest(tree, tests, canary=True, split=True)
+                assert not set(task.fail_to_pass) & run.passed, (name, run.output[-600:])
+    finally:
+        executor.close()

@@ -6,6 +6,8 @@ adds the FAIL_TO_PASS test, a smoke test already in the repository is PASS_TO_PA
 
 * ``"tests"`` -- the tests in ``tests/`` beside the package (django, flask, requests...): the
   split grader grades it.
+* ``"data"`` -- as ``"tests"``, the FAIL_TO_PASS test reading its expected value from
+  ``tests/expected_length.txt`` while it runs (as suites read fixture data and golden files).
 * ``"tests_package"`` -- as ``"tests"``, with ``tests/__init__.py`` (requests, sphinx): pytest then
   imports the tests as ``tests.test_x``, and would import a top-level ``__init__.py`` too.
 * ``"top_package"`` -- as ``"tests_package"`` with a top-level ``__init__.py`` in the repository:
@@ -28,6 +30,9 @@ from turngym.envs.swe.repos import Tree, load_repo
 REPO = "local/intervals"
 PATH = "intervals/__init__.py"
 TEST_SRC = "from intervals import Interval\n\n\ndef test_length():\n    assert Interval(2, 5).length == 3\n"
+DATA_TEST_SRC = ("from pathlib import Path\n\nfrom intervals import Interval\n\n\ndef test_length():\n"
+                 "    want = int((Path(__file__).parent / 'expected_length.txt').read_text())\n"
+                 "    assert Interval(2, 5).length == want\n")
 SMOKE_SRC = "from intervals import Interval\n\n\ndef test_contains():\n    assert Interval(0, 2).contains(1)\n"
 SUBCLASS_SRC = ("from intervals import Interval\n\n\nclass Wide(Interval):\n    pass\n\n\n"
                 "def test_contains():\n    assert Wide(0, 2).contains(1)\n")
@@ -62,6 +67,9 @@ def make_instance(tmp: Path, *, layout: str = "tests", instance_id: str = "local
         files[f"{tests_dir}/__init__.py"] = ""
     if layout == "top_package":
         files["__init__.py"] = ""
+    if layout == "data":
+        files["tests/expected_length.txt"] = "3\n"
+    test_src = DATA_TEST_SRC if layout == "data" else TEST_SRC
     Tree(files).write_to(repo)
     git(repo, "init", "-q")
     git(repo, "add", "-A")
@@ -71,8 +79,8 @@ def make_instance(tmp: Path, *, layout: str = "tests", instance_id: str = "local
         "repo": REPO,
         "base_commit": git(repo, "rev-parse", "HEAD"),
         "patch": diff(buggy, good[PATH], PATH),
-        "test_patch": f"--- /dev/null\n+++ b/{tests_dir}/test_length.py\n@@ -0,0 +1,5 @@\n"
-        + "".join("+" + ln for ln in TEST_SRC.splitlines(True)),
+        "test_patch": f"--- /dev/null\n+++ b/{tests_dir}/test_length.py\n@@ -0,0 +1,{test_src.count(chr(10))} @@\n"
+        + "".join("+" + ln for ln in test_src.splitlines(True)),
         "FAIL_TO_PASS": json.dumps([f"{tests_dir}/test_length.py::test_length"]),
         "PASS_TO_PASS": [f"{tests_dir}/test_smoke.py::test_contains"],
         "problem_statement": "Interval.length is negative for Interval(2, 5).",

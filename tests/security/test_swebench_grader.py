@@ -165,6 +165,48 @@ def test_a_top_level_module_named_like_the_tests_package_is_dropped(tmp_path):
     _assert_not_resolved(_play(env, {"tests.py": FORCE_PASS_SPARING_THE_CANARY}))
 
 
+#: The package rewrites the data a test reads while it runs, or swaps the tests' directory for a
+#: copy with forged data (a test reads files by path after the grader imported it).
+DATA_ATTACKS = {
+    "rewrite_the_expected_data": ("try:\n    open('tests/expected_length.txt', 'w').write('-3\\n')\n"
+                                  "except OSError:\n    pass\n"),
+    "swap_the_tests_directory": ("import os as _os, shutil as _sh\ntry:\n    _os.rename('tests', '_t')\n"
+                                 "    _sh.copytree('_t', 'tests')\n    open('tests/expected_length.txt', 'w').write('-3\\n')\n"
+                                 "except OSError:\n    pass\n"),
+}
+
+
+@pytest.fixture(scope="module")
+def data_instance(tmp_path_factory):
+    return make_instance(tmp_path_factory.mktemp("swebench-data"), layout="data")
+
+
+@pytest.mark.parametrize("name", sorted(DATA_ATTACKS))
+def test_the_package_cannot_rewrite_what_the_tests_read(data_instance, name):
+    data, repo = data_instance
+    env = SWEEnv(swebench=data, backend="local", repo_dirs={"local/intervals": repo})
+    _assert_not_resolved(_play(env, {PATH: buggy_source() + DATA_ATTACKS[name]}))
+
+
+@pytest.mark.parametrize("name", sorted(DATA_ATTACKS))
+def test_with_one_uid_the_package_still_cannot_rewrite_what_the_tests_read(data_instance, name):
+    """The split runner as one uid (a plain subprocess, as in Docker or a user namespace, where
+    file permissions do not stand between the package and the tests' files): the package's
+    process is Landlocked to write only under /tmp and /dev, so both attacks fail."""
+    data, repo = data_instance
+    env = SWEEnv(swebench=data, backend="local", repo_dirs={"local/intervals": repo})
+    task = env.tasks[0]
+    start = env.start_tree(task)
+    tree = grading_tree(task, start.with_file(PATH, buggy_source() + DATA_ATTACKS[name]), start)
+    tests = sorted({*task.fail_to_pass, *task.pass_to_pass})
+    with testing.use_executor(testing.subprocess_executor, scope="one-uid"):
+        run = testing.run_pytest(tree, tests, canary=True, split=True, test_dirs=("tests",))
+        honest = testing.run_pytest(grading_tree(task, env.gold_tree(task), start), tests, canary=True, split=True,
+                                    test_dirs=("tests",))
+    assert not set(task.fail_to_pass) & run.passed, run.output[-800:]
+    assert set(tests) <= honest.passed, honest.problem
+
+
 def test_instances_the_split_grader_cannot_serve_are_refused_with_the_way_out(tmp_path):
     """Tests inside the package or a repository that is a package (refused before any run), and a
     suite that subclasses the package's class (the gold patch does not resolve through the

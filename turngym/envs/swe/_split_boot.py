@@ -42,6 +42,14 @@ the agent's package is never imported here:
   uid changed, ends the candidate before the package runs: it would otherwise run with this
   process's uid and capabilities (kill, setuid) inside the sandbox.
 
+* Before any of the package's code runs, the candidate also Landlocks itself (no privilege
+  needed, no way back): it and its children write nowhere but a fresh temporary directory
+  (``TMPDIR``, where pytest's ``tmp_path`` lands too) and ``/dev``. The tests run here and
+  read the repository's files while they run (expected output, fixture data); with one uid
+  nothing else would stop the package from rewriting those between reads, or renaming the
+  test directory away and planting a forged copy. Where the kernel has no Landlock (< 5.13),
+  that stays open on one-uid backends; the first frame says whether the lock is in place.
+
 What the candidate can still do is behave: answer each call however its code says (that is
 the package under test). With one uid (Docker, bubblewrap in a user namespace) it can also
 kill or stop this process, which ends the run with no verdict line (killed) or at the wall
@@ -352,9 +360,64 @@ def _become_untrusted(run_uid):
             os._exit(126)
 
 
-def _candidate(sock, out_w, root, nstd, run_uid=None):
-    """The forked child: owns a socket and an output pipe, imports the agent's package on request."""
+#: Landlock's file-system rights that change the tree (ABI 1, then REFER in 2 and TRUNCATE in 3).
+_LL_WRITES = sum(1 << b for b in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12))
+_LL_LATER = {2: 1 << 13, 3: 1 << 14}
+def _lock_writes(writable, root):
+    """Landlock: from now on this process and its children write nowhere but beneath ``writable``
+    (none of which may hold the tree at ``root``).
+
+    The tests run in the grader and read files of the repository while they run (expected
+    output, fixture data, the test files themselves). With one uid (Docker, a user namespace)
+    nothing else stops the package from rewriting those files between the grader's reads, or
+    renaming the test directory away and planting another: a forged verdict from data the
+    tests trust. Landlock needs no privilege and cannot be lifted by the restricted process.
+    Returns whether the lock is in place (False where the kernel lacks Landlock, < 5.13).
+    """
+    import ctypes
+    import struct
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        syscall = libc.syscall
+        syscall.restype = ctypes.c_long
+        abi = syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # landlock_create_ruleset: ABI version
+        if abi < 1:
+            return False
+        handled = _LL_WRITES | sum(bit for version, bit in _LL_LATER.items() if abi >= version)
+        attr = struct.pack("=Q", handled)
+        ruleset = syscall(444, ctypes.c_char_p(attr), ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
+        if ruleset < 0:
+            return False
+        try:
+            for path in writable:
+                if root == path or root.startswith(path.rstrip("/") + "/"):
+                    continue  # never the tree's own directories
+                try:
+                    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                except OSError:
+                    continue
+                try:
+                    rule = struct.pack("=Qi", handled, fd)  # landlock_path_beneath_attr (packed)
+                    if syscall(445, ctypes.c_int(ruleset), ctypes.c_int(1), ctypes.c_char_p(rule), ctypes.c_uint32(0)) < 0:
+                        return False
+                finally:
+                    os.close(fd)
+            if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS, which landlock_restrict_self requires
+                return False
+            return syscall(446, ctypes.c_int(ruleset), ctypes.c_uint32(0)) == 0
+        finally:
+            os.close(ruleset)
+    except (OSError, AttributeError):
+        return False
+
+
+def _candidate(sock, out_w, root, nstd, run_uid=None, scratch=None):
+    """The forked child: owns a socket and an output pipe, imports the agent's package on request.
+
+    It writes only to ``scratch`` (its and the tests' temporary files) and ``/dev``."""
     _become_untrusted(run_uid)
+    locked = _lock_writes([p for p in (scratch, "/dev") if p], root)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT,
                 signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
@@ -371,7 +434,7 @@ def _candidate(sock, out_w, root, nstd, run_uid=None):
     sys.stderr = sys.stdout
     sys.path.insert(nstd, root)
     server = _Server(socket.socket(fileno=3))
-    _send(server.sock, {"uid": os.getuid()})
+    _send(server.sock, {"uid": os.getuid(), "writes_locked": locked})
     while True:
         try:
             req = _recv(server.sock)
@@ -911,6 +974,22 @@ def _write_all(fd, data):
         data = data[os.write(fd, data):]
 
 
+def _scratch_dir():
+    """A fresh temporary directory for both processes (``TMPDIR``; pytest's ``tmp_path`` lands in
+    it): the one place outside ``/dev`` the package may write. Sticky and world-writable, so
+    an untrusted uid writes its own files there and cannot touch the grader's."""
+    import tempfile
+
+    try:
+        scratch = tempfile.mkdtemp(prefix="turngym-tests-")
+        os.chmod(scratch, 0o1777)
+    except OSError:
+        return None
+    os.environ["TMPDIR"] = scratch
+    tempfile.tempdir = scratch
+    return scratch
+
+
 def main():
     global _client
     cfg = json.loads(sys.argv[1])
@@ -928,6 +1007,7 @@ def main():
     proxied = _tree_modules(root, test_dirs)
     t0 = time.monotonic()
     deadline = t0 + float(cfg["deadline"])
+    scratch = _scratch_dir()
     mine, theirs = socket.socketpair()
     out_r, out_w = os.pipe()
     pid = os.fork()
@@ -935,7 +1015,7 @@ def main():
         mine.close()
         os.close(out_r)
         try:
-            _candidate(theirs, out_w, root, nstd, run_uid)
+            _candidate(theirs, out_w, root, nstd, run_uid, scratch)
         finally:
             os._exit(0)
     theirs.close()
@@ -1006,6 +1086,10 @@ def main():
             out = {"records": records, "forged": 0, "timed_out": timed_out or _client.timed_out,
                    "status": None, "console": text, "fatal": _client.fatal}
             _write_all(result_fd, (nonce + " " + json.dumps(out) + "\n").encode())
+            if scratch:
+                import shutil
+
+                shutil.rmtree(scratch, ignore_errors=True)  # a plain subprocess's /tmp is the host's
 
     watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), lambda: (report(True), os._exit(0)))
     watchdog.daemon = True

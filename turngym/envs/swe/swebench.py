@@ -10,7 +10,7 @@ the instance's tests and the verdict run in a process that never imports the age
 which runs in a process of its own (another uid where the sandbox has one) reached through
 proxies, so nothing the agent's code does -- heap walks, ``ctypes``, patching pytest, exiting
 early -- can write a verdict. It needs the tests in a directory of their own (``tests/`` beside
-the package, as in django, flask, requests, pylint, sphinx) and a suite that works through
+the package, as in flask, requests, pylint) and a suite that works through
 those proxies: :func:`check_split_grading` runs the gold and the start tree through it when an
 instance is loaded, and an instance that fails that check is refused with the reason. Such an
 instance (tests inside the package, as in sympy or astropy; tests that subclass the package's
@@ -18,7 +18,9 @@ classes) loads only with ``grader="inprocess"``: pytest beside the code under te
 verdicts a targeted heap or ``ctypes`` attack by the agent's code can forge (see
 :mod:`turngym.envs.swe.testing`) -- never the grader for a reported number.
 
-What the split grader does not close for an instance: a test of the instance's own that runs
+The package's process writes only to its temporary directory (Landlock; and, with bubblewrap
+as root, as another uid than the files'), so it cannot rewrite the files the tests read while
+they run. What the split grader does not close for an instance: a test of its own that runs
 repository code itself -- ``exec`` of a file it reads, or a subprocess (``python -m pkg``) --
 runs the agent's code in, or as a child of, the judging process; and with one uid (Docker,
 bubblewrap in a user namespace) the package's process can still signal the grader, which ends
