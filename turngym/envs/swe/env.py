@@ -18,6 +18,7 @@ from turngym.core.parsing import parse_tool_calls
 from turngym.core.spec import RewardSpec, Signal
 from turngym.envs.swe import oracle, swebench, testing
 from turngym.envs.swe import swebench as swebench_mod  # the constructor's `swebench` argument shadows the name
+from turngym.envs.swe.grading import GRADERS
 from turngym.envs.swe.repos import Tree, load_repo
 from turngym.envs.swe.tasks import SWETask, buggy_tree, check_task, load_tasks
 from turngym.envs.swe.tools import TOOL_FUNCS, TOOLS, truncate, validate_args
@@ -160,6 +161,8 @@ class SWEEnv(TurngymEnv[SWETask, SWEState | None]):
         self._trees: dict[str, tuple[Tree, Tree]] = {}
         #: task id -> (image, executor): where the tests of a ``backend='docker'`` instance run
         self._executors: dict[str, tuple[str, testing.Executor]] = {}
+        if grader not in GRADERS:
+            raise ConfigError(f"grader must be one of {GRADERS} (the runner that grades SWE-bench instances), got {grader!r}")
         if swebench is not None:
             if python is None:
                 python = swebench_mod.SWEBENCH_PYTHON if image == swebench_mod.DEFAULT_IMAGE else "python3"
