@@ -12,6 +12,9 @@ adds the FAIL_TO_PASS test, a smoke test already in the repository is PASS_TO_PA
   imports the tests as ``tests.test_x``, and would import a top-level ``__init__.py`` too.
 * ``"top_package"`` -- as ``"tests_package"`` with a top-level ``__init__.py`` in the repository:
   refused by the split grader before any run (collecting would import it, and the code through it).
+* ``"src"`` -- the package under ``src/``, put on ``sys.path`` by the repository's own top-level
+  ``conftest.py``: refused by the split grader's load-time run (it never imports the tree's
+  code by any name but its top-level one, so the tests cannot import the package).
 * ``"inside"`` -- the tests inside the package (``intervals/tests/``, as in sympy): refused by
   the split grader before any run (it would run the package in the judging process).
 * ``"subclass"`` -- a PASS_TO_PASS test subclasses the package's class: refused by the split
@@ -54,14 +57,22 @@ def buggy_source() -> str:
     return buggy
 
 
+def package_path(layout: str) -> str:
+    """Where the buggy module is in ``layout``."""
+    return "src/" + PATH if layout == "src" else PATH
+
+
 def make_instance(tmp: Path, *, layout: str = "tests", instance_id: str = "local__intervals-1") -> tuple[Path, Path]:
     """(instances.jsonl, clone) for one instance in ``layout`` (see the module docstring)."""
     tests_dir = "intervals/tests" if layout == "inside" else "tests"
+    path = package_path(layout)
     repo = tmp / "clone"
     good = load_repo("intervals")
     buggy = buggy_source()
-    files = {p: t for p, t in good.items() if p != "tests/test_intervals.py"}
-    files[PATH] = buggy
+    files = {p: t for p, t in good.items() if p not in ("tests/test_intervals.py", PATH)}
+    files[path] = buggy
+    if layout == "src":
+        files["conftest.py"] = "import os\nimport sys\n\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), 'src'))\n"
     files[f"{tests_dir}/test_smoke.py"] = SUBCLASS_SRC if layout == "subclass" else SMOKE_SRC
     if layout in ("inside", "tests_package", "top_package"):
         files[f"{tests_dir}/__init__.py"] = ""
@@ -78,7 +89,7 @@ def make_instance(tmp: Path, *, layout: str = "tests", instance_id: str = "local
         "instance_id": instance_id,
         "repo": REPO,
         "base_commit": git(repo, "rev-parse", "HEAD"),
-        "patch": diff(buggy, good[PATH], PATH),
+        "patch": diff(buggy, good[PATH], path),
         "test_patch": f"--- /dev/null\n+++ b/{tests_dir}/test_length.py\n@@ -0,0 +1,{test_src.count(chr(10))} @@\n"
         + "".join("+" + ln for ln in test_src.splitlines(True)),
         "FAIL_TO_PASS": json.dumps([f"{tests_dir}/test_length.py::test_length"]),

@@ -21,7 +21,7 @@ import warnings
 
 import pytest
 
-from tests.envs.swebench_fixture import PATH, buggy_source, make_instance
+from tests.envs.swebench_fixture import PATH, buggy_source, make_instance, package_path
 from tests.security.test_swe_grader import FORCE_PASS_HOOK, FORGERIES, IMPORT_TIME
 from turngym.core.errors import ConfigError
 from turngym.envs.swe import testing
@@ -205,6 +205,25 @@ def test_with_one_uid_the_package_still_cannot_rewrite_what_the_tests_read(data_
                                     test_dirs=("tests",))
     assert not set(task.fail_to_pass) & run.passed, run.output[-800:]
     assert set(tests) <= honest.passed, honest.problem
+
+
+def test_a_package_reached_through_a_conftest_path_never_runs_in_the_judging_process(tmp_path):
+    """The repository's own conftest puts ``src/`` on ``sys.path``: the tests' ``import intervals``
+    would load the agent's code into the judging process (where it registers a force-pass plugin).
+    The grader imports nothing of the tree but the tests and conftests, so the suite cannot even
+    import the package there: the instance is refused at load, and an attacked tree passes nothing."""
+    data, repo = make_instance(tmp_path, layout="src")
+    with pytest.raises(ConfigError, match="gold patch does not resolve"):
+        SWEEnv(swebench=data, backend="local", repo_dirs={"local/intervals": repo})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        env = SWEEnv(swebench=data, backend="local", repo_dirs={"local/intervals": repo}, grader="inprocess")
+    task, path = env.tasks[0], package_path("src")
+    start = env.start_tree(task)
+    tree = start.with_file(path, start[path] + FORCE_PASS_SPARING_THE_CANARY)
+    testing._CACHE.clear()
+    run = testing.run_pytest(tree, sorted({*task.fail_to_pass, *task.pass_to_pass}), canary=True, split=True)
+    assert not run.passed, (run.problem, sorted(run.passed))
 
 
 def test_instances_the_split_grader_cannot_serve_are_refused_with_the_way_out(tmp_path):

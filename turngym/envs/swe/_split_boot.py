@@ -861,13 +861,24 @@ class _ProxyModule(type(sys)):
 
 
 class _ImportGuard:
-    """First on ``sys.meta_path``: the package's modules are proxies; after collection nothing
-    else from the tree is imported here."""
+    """First on ``sys.meta_path``: the package's modules are proxies; while collecting, only the
+    test directories' modules and ``conftest.py`` files (the task's own) are imported here from
+    the tree; after collection nothing from the tree is.
 
-    def __init__(self, root, proxied):
+    A module of the tree reached under another name than its top-level one (a conftest that
+    puts ``src/`` on ``sys.path``, then ``import pkg``) is the agent's code: never imported here.
+    """
+
+    def __init__(self, root, proxied, test_dirs=()):
         self.root = root
         self.proxied = proxied
+        self.allowed = tuple(os.path.join(root, d, "") for d in test_dirs)
         self.modules = []
+
+    def _trusted(self, path):
+        path = os.path.abspath(path)
+        return (not path.startswith(self.root) or path.startswith(self.allowed)
+                or os.path.basename(path) == "conftest.py")
 
     def find_spec(self, name, path=None, target=None):
         import importlib.machinery
@@ -875,12 +886,17 @@ class _ImportGuard:
 
         if name.partition(".")[0] in self.proxied:
             return importlib.util.spec_from_loader(name, self, is_package=True)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        origin = getattr(spec, "origin", None) or ""
+        locations = list(getattr(spec, "submodule_search_locations", None) or [])
+        where = [p for p in [origin, *locations] if p and os.path.isabs(p)]
         if _client is not None and _client.collected:
-            spec = importlib.machinery.PathFinder.find_spec(name, path)
-            origin = getattr(spec, "origin", None) or ""
-            locations = list(getattr(spec, "submodule_search_locations", None) or [])
-            if any(os.path.abspath(p).startswith(self.root) for p in [origin, *locations] if p):
+            if any(os.path.abspath(p).startswith(self.root) for p in where):
                 raise ImportError(f"the grader does not import {name!r} from the repository after collection")
+        elif not all(self._trusted(p) for p in where):
+            raise ImportError(f"the grader imports nothing of the repository outside its test directories "
+                              f"({name!r} from {where[0]}): the package is served from its own process by its "
+                              "top-level name only")
         return None
 
     def create_module(self, spec):
@@ -1062,7 +1078,7 @@ def main():
     threading.Thread(target=drain, daemon=True).start()
     test_root = os.path.join(root, "")
     _client = _Client(mine, pid, deadline, test_root)
-    guard = _ImportGuard(test_root, proxied)
+    guard = _ImportGuard(test_root, proxied, sorted(test_dirs))
     sys.meta_path.insert(0, guard)
     reporter = _Reporter(guard)
     lock = threading.Lock()
