@@ -115,7 +115,8 @@ def test_the_forgeries_resolve_under_the_in_process_grader(inprocess_env, name):
     assert info["reward"] == 1.0 and info["outcome"]["reason"] == "", info["outcome"]
 
 
-@pytest.mark.parametrize("name", sorted(FORGED_IN_PROCESS) + sorted(CAUGHT_IN_PROCESS))
+@pytest.mark.parametrize("name", sorted(FORGED_IN_PROCESS) + [
+    pytest.param(n, marks=pytest.mark.slow) for n in sorted(CAUGHT_IN_PROCESS)])  # SWE-v0's red team runs these in CI
 def test_the_code_under_test_cannot_forge_an_swebench_verdict(env, name):
     payload = FORGED_IN_PROCESS.get(name) or CAUGHT_IN_PROCESS[name]
     _assert_not_resolved(_play(env, {PATH: buggy_source() + payload}))
@@ -139,8 +140,9 @@ def test_gold_resolves_and_noop_does_not_under_the_split_grader(env):
 
 def test_a_top_level_init_never_runs_in_the_judging_process(tmp_path):
     """With ``tests/__init__.py`` pytest imports the tests as a package and walks up: an agent's
-    top-level ``__init__.py`` would be imported by the split grader itself while collecting (the
-    runner run directly on such a tree forges); the graded tree never holds one."""
+    top-level ``__init__.py`` would be imported by the split grader itself while collecting
+    (a forged pass before either layer below). The graded tree never holds one, and the runner
+    given such a tree anyway refuses to import it (nothing of the tree outside the tests)."""
     data, repo = make_instance(tmp_path, layout="tests_package")
     env = SWEEnv(swebench=data, backend="local", repo_dirs={"local/intervals": repo})
     task = env.tasks[0]
@@ -150,7 +152,7 @@ def test_a_top_level_init_never_runs_in_the_judging_process(tmp_path):
     testing._CACHE.clear()
     run = testing.run_pytest(raw, sorted({*task.fail_to_pass, *task.pass_to_pass}), canary=True, split=True,
                              test_dirs=("tests",))
-    assert set(task.fail_to_pass) <= run.passed and not run.problem, (run.problem, run.messages)  # the attack is real
+    assert not run.passed, (run.problem, sorted(run.passed))
     assert "__init__.py" not in grading_tree(task, raw, start)
     _assert_not_resolved(_play(env, attack))
 
@@ -177,24 +179,22 @@ DATA_ATTACKS = {
 
 
 @pytest.fixture(scope="module")
-def data_instance(tmp_path_factory):
-    return make_instance(tmp_path_factory.mktemp("swebench-data"), layout="data")
+def data_env(tmp_path_factory):
+    data, repo = make_instance(tmp_path_factory.mktemp("swebench-data"), layout="data")
+    return SWEEnv(swebench=data, backend="local", repo_dirs={"local/intervals": repo})
 
 
 @pytest.mark.parametrize("name", sorted(DATA_ATTACKS))
-def test_the_package_cannot_rewrite_what_the_tests_read(data_instance, name):
-    data, repo = data_instance
-    env = SWEEnv(swebench=data, backend="local", repo_dirs={"local/intervals": repo})
-    _assert_not_resolved(_play(env, {PATH: buggy_source() + DATA_ATTACKS[name]}))
+def test_the_package_cannot_rewrite_what_the_tests_read(data_env, name):
+    _assert_not_resolved(_play(data_env, {PATH: buggy_source() + DATA_ATTACKS[name]}))
 
 
 @pytest.mark.parametrize("name", sorted(DATA_ATTACKS))
-def test_with_one_uid_the_package_still_cannot_rewrite_what_the_tests_read(data_instance, name):
+def test_with_one_uid_the_package_still_cannot_rewrite_what_the_tests_read(data_env, name):
     """The split runner as one uid (a plain subprocess, as in Docker or a user namespace, where
     file permissions do not stand between the package and the tests' files): the package's
-    process is Landlocked to write only under /tmp and /dev, so both attacks fail."""
-    data, repo = data_instance
-    env = SWEEnv(swebench=data, backend="local", repo_dirs={"local/intervals": repo})
+    process is Landlocked to write only to its temporary directory and /dev, so both attacks fail."""
+    env = data_env
     task = env.tasks[0]
     start = env.start_tree(task)
     tree = grading_tree(task, start.with_file(PATH, buggy_source() + DATA_ATTACKS[name]), start)

@@ -877,7 +877,8 @@ class _ImportGuard:
 
     def _trusted(self, path):
         path = os.path.abspath(path)
-        return (not path.startswith(self.root) or path.startswith(self.allowed)
+        inside = os.path.join(path, "")  # a directory (a package's location) as its contents' prefix
+        return (not inside.startswith(self.root) or inside.startswith(self.allowed)
                 or os.path.basename(path) == "conftest.py")
 
     def find_spec(self, name, path=None, target=None):
