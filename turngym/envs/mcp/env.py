@@ -4,11 +4,15 @@
 tasks, the reading of its world and the verdicts:
 
 * **the server** — started in a bubblewrap session on the first ``reset`` (not at
-  construction: ``make(id).reward_spec`` starts nothing), kept across episodes and restarted
-  when it died, hung, or ``restart_each_episode`` asks for it. Keeping it is exact because the
-  world lives in one file of the session's working dir that the env rewrites on every reset
-  and restore, and the server reopens it on every call (a family whose server keeps state in
-  memory says so and restarts per episode).
+  construction: ``make(id).reward_spec`` starts nothing) and, by default, *shared* by every
+  env of its class in the process: a server start costs seconds (an interpreter importing
+  the SDK), a call milliseconds. Sharing is exact because the world is one file of the
+  session's working dir, the server reopens it on every call, and an env writes its own
+  world there (under the server's lock) before its calls run and reads it back after them:
+  each env's world is its state's bytes, never the file. The server is restarted when it
+  died or hung; ``restart_each_episode=True`` gives an env a private server started afresh
+  on every ``reset`` instead. (A family whose server keeps state in memory must exclude the
+  tools that touch it, or use private servers.)
 * **the grammar** — ``tools/list`` of the server, in OpenAI format, minus the tools the family
   excludes (and says why); calls are parsed exactly as in ``turngym/Tools-v0``
   (:func:`turngym.envs.tools.parsing.parse_message`: a JSON call, a JSON list of calls, or
@@ -21,13 +25,17 @@ tasks, the reading of its world and the verdicts:
   ``infra_error``, or nothing the agent sees); if the same call fails again on a healthy
   server, it is the call's doing (a query that never ends) and the agent is told the call did
   not complete and changed nothing.
-* **state** — the world file's bytes after every call message, read on the host by the
-  session's link-safe reader; ``snapshot`` holds them, ``restore`` writes them back.
+* **state** — the world file's bytes after every call, read on the host by the session's
+  link-safe reader; ``snapshot`` holds them, ``restore`` only installs them (they reach the
+  file before the next call).
 """
 
 from __future__ import annotations
 
+import atexit
+import copy
 import json
+import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -74,17 +82,75 @@ class CallOutcome:
     failed: bool
 
 
+class _Server:
+    """A sandboxed server, the lock its users take, and whose world its file holds now."""
+
+    def __init__(self, server: SandboxedServer) -> None:
+        self.server = server
+        self.lock = threading.RLock()
+        self.on_disk: bytes | None = None
+        self.offered: dict[str, Tool] = {}
+
+    def ensure(self, excluded: Mapping[str, str], restart: bool = False) -> None:
+        """Start the server if it is not running (or ``restart``); :class:`ServerLost` on failure."""
+        client = self.server.client
+        if restart or client is None or not client.alive:
+            self.on_disk = None
+            offered = mcp_tools_to_openai(self.server.start())
+            self.offered = {n: t for n, t in offered.items() if n not in excluded}
+            if not self.offered:
+                raise ServerLost(f"the MCP server offers no tool this env can use (it listed {sorted(offered)})")
+
+    def write(self, world: bytes) -> None:
+        if self.on_disk == world:
+            return
+        self.on_disk = None
+        session = self.server.session
+        session.reset()
+        session.write_files({_WORLD: world})
+        self.on_disk = world
+
+    def read(self) -> bytes:
+        try:
+            world = self.server.session.read_file(_WORLD)
+        except FileNotFoundError:
+            world = b""
+        self.on_disk = world
+        return world
+
+    def close(self) -> None:
+        with self.lock:
+            self.server.close()
+
+
+#: The world's file name in the server's working dir (families name their server's argument).
+_WORLD = "world"
+_SHARED: dict[tuple[str, float], _Server] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def close_shared_servers() -> None:
+    """Stop every shared MCP server of this process (they also stop at interpreter exit)."""
+    with _SHARED_LOCK:
+        servers = list(_SHARED.values())
+        _SHARED.clear()
+    for s in servers:
+        s.close()
+
+
+atexit.register(close_shared_servers)
+
+
 class MCPEnv(TurngymEnv[TaskT, StateT], Generic[TaskT, StateT]):
     """Base class of envs whose actions are calls to a real MCP server's tools.
 
     Arguments (beyond the base class's):
         call_timeout_s: deadline of one tool call (then the blame rule of the module doc).
         start_timeout_s: deadline of a server start (start-up, ``initialize``, ``tools/list``).
-        restart_each_episode: start a fresh server process on every ``reset``.
+        restart_each_episode: a private server, started afresh on every ``reset``, instead of
+            the process's shared one.
     """
 
-    #: The world's file name in the server's working dir.
-    world_file: ClassVar[str] = "world"
     #: Server tools never offered, each with the reason (calling one is a forbidden action).
     excluded_tools: ClassVar[Mapping[str, str]] = {}
     stop_strings = ("</tool_call>",)
@@ -105,15 +171,14 @@ class MCPEnv(TurngymEnv[TaskT, StateT], Generic[TaskT, StateT]):
         self.call_timeout_s = float(call_timeout_s)
         self.start_timeout_s = float(start_timeout_s)
         self.restart_each_episode = bool(restart_each_episode)
-        self._server: SandboxedServer | None = None
-        self._offered: dict[str, Tool] = {}
-        self._on_disk: bytes | None = None  # what the world file holds now (None: unknown)
-        #: Calls that failed on the infrastructure and succeeded on a restarted server.
+        self._server: _Server | None = None
+        #: Calls that failed on the infrastructure and then succeeded on a restarted server.
         self.recovered_calls = 0
 
     # -- hooks for families --------------------------------------------------------------
-    def server_argv(self, workdir: str) -> list[str]:
-        """The server's command line inside the sandbox (``workdir``: the world's directory)."""
+    @classmethod
+    def server_argv(cls, world_path: str) -> list[str]:
+        """The server's command line inside the sandbox (``world_path``: its world file)."""
         raise NotImplementedError
 
     def _initial_world(self, task: TaskT) -> bytes:
@@ -137,56 +202,50 @@ class MCPEnv(TurngymEnv[TaskT, StateT], Generic[TaskT, StateT]):
         raise NotImplementedError
 
     # -- the server ------------------------------------------------------------------------
-    def _ensure_server(self, restart: bool = False) -> SandboxedServer:
-        server = self._server
-        if server is None:
-            server = SandboxedServer(self.server_argv, limits=SERVER_LIMITS, start_timeout_s=self.start_timeout_s)
+    def _new_server(self) -> _Server:
+        cls = type(self)
+        return _Server(
+            SandboxedServer(lambda workdir: cls.server_argv(f"{workdir}/{_WORLD}"), limits=SERVER_LIMITS,
+                            start_timeout_s=self.start_timeout_s)
+        )
+
+    def _acquire_server(self, fresh: bool) -> _Server:
+        """This env's server, running (the shared one, or a private one when ``fresh``)."""
+        if self.restart_each_episode:
+            if self._server is None:
+                self._server = self._new_server()
+                self._finalizer = weakref.finalize(self, self._server.close)
+            with self._server.lock:
+                self._server.ensure(self.excluded_tools, restart=fresh)
+            return self._server
+        if self._server is None:
+            key = (type(self).__qualname__, self.start_timeout_s)
+            with _SHARED_LOCK:
+                server = _SHARED.get(key)
+                if server is None:
+                    server = _SHARED[key] = self._new_server()
             self._server = server
-            self._finalizer = weakref.finalize(self, server.close)
-            self._on_disk = None
-            restart = True
-        elif server.client is None or not server.client.alive:
-            restart = True
-        if restart:
-            tools = server.start()
-            offered = mcp_tools_to_openai(tools)
-            self._offered = {n: t for n, t in offered.items() if n not in self.excluded_tools}
-            if not self._offered:
-                raise ServerLost(f"the MCP server offers no tool this env can use (it listed {sorted(offered)})")
-        return server
+        with self._server.lock:
+            self._server.ensure(self.excluded_tools)
+        return self._server
 
     def close(self) -> None:
-        """Stop the server and remove its session (a later ``reset`` starts a new one)."""
+        """Stop a private server (a later ``reset`` starts a new one); a shared one stays up."""
         server, self._server = self._server, None
-        if server is not None:
+        if server is not None and self.restart_each_episode:
             self._finalizer.detach()
             server.close()
         super().close()
-
-    def _write_world(self, world: bytes) -> None:
-        assert self._server is not None
-        if self._on_disk == world:
-            return
-        self._on_disk = None
-        session = self._server.session
-        session.reset()
-        session.write_files({self.world_file: world})
-        self._on_disk = world
-
-    def _read_world(self) -> bytes:
-        assert self._server is not None
-        try:
-            world = self._server.session.read_file(self.world_file)
-        except FileNotFoundError:
-            world = b""
-        self._on_disk = world
-        return world
 
     # -- tools -----------------------------------------------------------------------------
     @property
     def tools(self) -> list[Tool]:
         """The offered tools in OpenAI format (known once a server has started: after ``reset``)."""
-        return list(self._offered.values())
+        return list(self._server.offered.values()) if self._server is not None else []
+
+    @property
+    def _offered(self) -> dict[str, Tool]:
+        return self._server.offered if self._server is not None else {}
 
     @staticmethod
     def _render_tools(tools: Mapping[str, Tool]) -> str:
@@ -195,11 +254,10 @@ class MCPEnv(TurngymEnv[TaskT, StateT], Generic[TaskT, StateT]):
 
     # -- episode ---------------------------------------------------------------------------
     def _reset(self, task: TaskT, options: Mapping[str, Any]) -> str:
-        self._ensure_server(restart=self.restart_each_episode)
+        server = self._acquire_server(fresh=True)
         world = self._initial_world(task)
-        self._write_world(world)
         self.state = self._new_state(task, world)
-        return f"{self._render_tools(self._offered)}\n\nUser: {task.prompt}"
+        return f"{self._render_tools(server.offered)}\n\nUser: {task.prompt}"
 
     def _step(self, action: str) -> Transition:
         parsed = parse_message(action)
@@ -209,24 +267,30 @@ class MCPEnv(TurngymEnv[TaskT, StateT], Generic[TaskT, StateT]):
         if isinstance(parsed.value, Reply):
             return self._reply(parsed.value.text)
         calls: tuple[ToolCall, ...] = parsed.value
+        offered = self._offered
         errors: list[str] = []
         forbidden = False
         for i, c in enumerate(calls, 1):
-            tool = self._offered.get(c.name)
+            tool = offered.get(c.name)
             if tool is None:
                 if c.name in self.excluded_tools:
                     forbidden = True
                     errors.append(f"call {i}: tool {c.name!r} is not available to you ({self.excluded_tools[c.name]})")
                 else:
-                    errors.append(f"call {i}: unknown tool {c.name!r}; available: {', '.join(self._offered)}")
+                    errors.append(f"call {i}: unknown tool {c.name!r}; available: {', '.join(offered)}")
                 continue
             problem = oversized_integer(c.arguments) or validate_arguments(c.arguments, tool["function"]["parameters"])
             if problem is not None:
                 errors.append(f"call {i} ({c.name}): {problem}")
         if errors:
             return self._invalid("Invalid tool call(s):\n" + "\n".join(errors), "; ".join(errors), forbidden=forbidden)
-        outcomes = [self._execute(c) for c in calls]
-        world = self._read_world()
+        server = self._acquire_server(fresh=False)
+        with server.lock:
+            world = self.state.world
+            outcomes = []
+            for c in calls:
+                outcome, world = self._execute(server, c, world)
+                outcomes.append(outcome)
         t = self._after_calls(outcomes, world)
         t.obs = "\n".join(
             "<tool_response>\n" + json.dumps({"name": o.call.name, "content": o.reply.text}, ensure_ascii=False) + "\n</tool_response>"
@@ -243,45 +307,33 @@ class MCPEnv(TurngymEnv[TaskT, StateT], Generic[TaskT, StateT]):
             signals={"forbidden_action": 1.0 if forbidden else 0.0},
         )
 
-    def _execute(self, call: ToolCall) -> CallOutcome:
-        """Run one call under the blame rule (module doc); :class:`ServerLost` is infra."""
-        server = self._ensure_server()
-        before = self._read_world()
-        try:
-            assert server.client is not None
-            reply = server.client.call(call.name, call.arguments, self.call_timeout_s)
-        except (CallTimeout, ServerLost):
-            pass  # first failure: nobody is blamed yet
-        else:
-            return CallOutcome(call, reply, self._call_failed(reply))
-        self._restart_on(before)
-        try:
-            assert server.client is not None
-            reply = server.client.call(call.name, call.arguments, self.call_timeout_s)
-        except (CallTimeout, ServerLost) as exc:
-            self._restart_on(before)  # a healthy server, the world as before: the call did it
-            note = f"Error: the call did not complete ({exc}). Nothing was changed."
-            return CallOutcome(call, ToolReply(note, True), True)
-        self.recovered_calls += 1
-        return CallOutcome(call, reply, self._call_failed(reply))
+    def _execute(self, server: _Server, call: ToolCall, world: bytes) -> tuple[CallOutcome, bytes]:
+        """Run one call on ``world`` under the blame rule (module doc); the world after it.
 
-    def _restart_on(self, world: bytes) -> None:
-        """Stop the server, put ``world`` back (and nothing else), start it again."""
-        assert self._server is not None
-        self._server.stop()
-        self._on_disk = None
-        self._write_world(world)
-        self._ensure_server(restart=True)
+        :class:`ServerLost` (a server that cannot be restarted) propagates: the base class
+        turns it into ``info["infra_error"]``.
+        """
+        for attempt in range(2):
+            server.ensure(self.excluded_tools)
+            server.write(world)
+            client = server.server.client
+            assert client is not None
+            try:
+                reply = client.call(call.name, call.arguments, self.call_timeout_s)
+            except (CallTimeout, ServerLost) as exc:
+                server.server.stop()  # the world goes back to ``world`` on the next write
+                server.on_disk = None
+                if attempt == 0:
+                    continue
+                server.ensure(self.excluded_tools)  # healthy again: the call itself is to blame
+                note = f"Error: the call did not complete ({exc}). Nothing was changed."
+                return CallOutcome(call, ToolReply(note, True), True), world
+            self.recovered_calls += attempt
+            return CallOutcome(call, reply, self._call_failed(reply)), server.read()
+        raise AssertionError("unreachable")
 
     def _get_state(self) -> StateT:
-        import copy
-
         return copy.copy(self.state)  # fields are immutable (bytes, frozen views, frozensets)
 
     def _set_state(self, payload: StateT) -> None:
-        import copy
-
-        self.state = copy.copy(payload)
-        if self._server is None or self._server.client is None:
-            self._ensure_server()
-        self._write_world(self.state.world)
+        self.state = copy.copy(payload)  # the world reaches the server's file before the next call

@@ -158,7 +158,6 @@ class MCPSQLiteEnv(MCPEnv[SQLiteTask, SQLiteState]):
     default_max_turns = 12
     task_type = SQLiteTask
     system_prompt = SYSTEM_PROMPT
-    world_file = "world.db"
     excluded_tools = {"append_insight": "its memo lives in the server's memory, outside the checked database"}
 
     def __init__(self, *, tasks: Sequence[SQLiteTask | str] | None = None, **kwargs: Any) -> None:
@@ -189,8 +188,9 @@ class MCPSQLiteEnv(MCPEnv[SQLiteTask, SQLiteState]):
         return entry[1], entry[2], entry[3]
 
     # -- MCPEnv hooks ---------------------------------------------------------------------------
-    def server_argv(self, workdir: str) -> list[str]:
-        return [sys.executable, "-S", "-c", SERVER_MAIN, "--db-path", f"{workdir}/{self.world_file}"]
+    @classmethod
+    def server_argv(cls, world_path: str) -> list[str]:
+        return [sys.executable, "-S", "-c", SERVER_MAIN, "--db-path", world_path]
 
     def _initial_world(self, task: SQLiteTask) -> bytes:
         return self._worlds(task)[0]
