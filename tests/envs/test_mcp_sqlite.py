@@ -89,7 +89,7 @@ def test_grader_reads_hostile_databases_bounded():
 
 # -- the env on the real server --------------------------------------------------------------
 def test_oracle_solves_and_random_fails():
-    seeds = list(range(12))
+    seeds = list(range(8))
     oracle = run_episodes(lambda: turngym.make(ENV_ID), OracleAgent(), seeds, env_id=ENV_ID)
     assert [ep.outcome["reward"] for ep in oracle] == [1.0] * len(seeds)
     random = run_episodes(lambda: turngym.make(ENV_ID), RandomAgent(seed=1), seeds, env_id=ENV_ID)
@@ -220,7 +220,6 @@ def test_dead_server_is_restarted_or_an_infra_error():
         env.close()
 
 
-@pytest.mark.slow
 def test_a_call_that_never_ends_is_the_agents():
     env = MCPSQLiteEnv(restart_each_episode=True, call_timeout_s=1.0)
     try:

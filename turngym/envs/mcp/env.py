@@ -321,6 +321,7 @@ class MCPEnv(TurngymEnv[TaskT, StateT], Generic[TaskT, StateT]):
             try:
                 reply = client.call(call.name, call.arguments, self.call_timeout_s)
             except (CallTimeout, ServerLost) as exc:
+                server.server.kill()  # hung or dead: no polite shutdown
                 server.server.stop()  # the world goes back to ``world`` on the next write
                 server.on_disk = None
                 if attempt == 0:

@@ -11,13 +11,18 @@ from the host through the session's link-safe file access (:meth:`LocalSession.s
 The sandbox's launch line (``cgroup join → prlimit → bwrap --seccomp FD … → setpriv → argv``)
 hands bubblewrap its seccomp program through an inherited pipe; the ``mcp`` SDK starts the
 server without passing file descriptors, so the program is kept in a private file and a
-``/bin/sh`` trampoline opens it as fd 3 just before it execs the launch line.
+``/bin/sh`` trampoline opens it as fd 3 just before it execs the launch line. The trampoline
+also writes its pid (bubblewrap's, after the execs, and its process group's: the SDK starts
+a new session), so a hung server is killed at once instead of after the SDK's polite wait.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
 import shutil
+import signal
 import tempfile
 from collections.abc import Callable, Sequence
 from typing import IO, Any
@@ -33,7 +38,6 @@ __all__ = ["SandboxedServer", "SERVER_LIMITS"]
 SERVER_LIMITS = Limits(wall_s=3600, cpu_s=100_000, memory_mb=1024, file_size_mb=16, disk_mb=32, processes=32)
 
 _FD = "3"
-_TRAMPOLINE = f'exec {_FD}<"$0" && exec "$@"'
 
 
 class SandboxedServer:
@@ -74,6 +78,8 @@ class SandboxedServer:
         session.prepare(self.limits)
         env = {**sandbox_env(session.workdir), **sb.python.env()}
         full, fds = sb.launch(session, list(self._argv(session.workdir)), self.limits)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self._private, "server.pid"))
         try:
             full = self._with_seccomp_file(full, fds)
         finally:
@@ -92,21 +98,35 @@ class SandboxedServer:
         return tools
 
     def _with_seccomp_file(self, full: list[str], fds: Sequence[int]) -> list[str]:
-        """Move the seccomp program from its pipe to a private file opened as fd 3 by ``/bin/sh``."""
-        if "--seccomp" not in full:
-            return full
-        i = full.index("--seccomp")
-        fd = int(full[i + 1])
-        if fd not in fds:
-            raise ServerLost(f"the sandbox's launch line names seccomp fd {fd}, which it did not hand over")
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-        path = os.path.join(self._private, "seccomp.bpf")
-        with open(path, "wb") as fh:
-            fh.write(b"".join(chunks))
-        full = [*full[: i + 1], _FD, *full[i + 2 :]]
-        return ["/bin/sh", "-c", _TRAMPOLINE, path, *full]
+        """The launch line behind a ``/bin/sh`` trampoline that records its pid and, when the
+        sandbox uses seccomp, opens the program (moved from its pipe to a private file) as fd 3."""
+        pidfile = os.path.join(self._private, "server.pid")
+        script = f"echo $$ > {shlex.quote(pidfile)} && "
+        if "--seccomp" in full:
+            i = full.index("--seccomp")
+            fd = int(full[i + 1])
+            if fd not in fds:
+                raise ServerLost(f"the sandbox's launch line names seccomp fd {fd}, which it did not hand over")
+            chunks = []
+            while chunk := os.read(fd, 1 << 16):
+                chunks.append(chunk)
+            path = os.path.join(self._private, "seccomp.bpf")
+            with open(path, "wb") as fh:
+                fh.write(b"".join(chunks))
+            full = [*full[: i + 1], _FD, *full[i + 2 :]]
+            script += f"exec {_FD}< {shlex.quote(path)} && "
+        return ["/bin/sh", "-c", script + 'exec "$@"', "sh", *full]
+
+    def kill(self) -> None:
+        """SIGKILL the running server's sandbox (a hung server: no polite shutdown)."""
+        if self.client is None:
+            return
+        try:
+            with open(os.path.join(self._private, "server.pid"), encoding="ascii") as fh:
+                pid = int(fh.read().strip())
+            os.killpg(pid, signal.SIGKILL)
+        except (OSError, ValueError):
+            pass  # already gone (or never started): stop() reaps what is left
 
     def stop(self) -> None:
         """Stop the server if it runs (the world stays)."""
