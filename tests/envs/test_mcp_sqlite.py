@@ -11,6 +11,7 @@ import pytest
 
 import turngym
 from turngym.agents import OracleAgent, RandomAgent
+from turngym.envs.mcp.env import close_shared_servers
 from turngym.envs.mcp.sqlite_env import MCPSQLiteEnv
 from turngym.envs.mcp.sqlite_tasks import build_database, generate_sqlite_task, sqlite_task_from_id
 from turngym.envs.mcp.sqlite_world import diff_count, progress, read_world
@@ -232,3 +233,26 @@ def test_a_call_that_never_ends_is_the_agents():
         assert "employees" in obs
     finally:
         env.close()
+
+
+def test_a_forked_child_starts_its_own_server(env):
+    env.reset(seed=5)
+    parent_server = env._server
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the inherited env must not drive (or kill) the parent's server
+        try:
+            os.close(r)
+            env.reset(seed=5)
+            obs, *_, info = env.step(call("list_tables"))
+            ok = env._server is not parent_server and "employees" in obs and info["infra_error"] is None
+            os.write(w, b"1" if ok else b"0")
+            close_shared_servers()
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        assert fh.read() == b"1"
+    os.waitpid(pid, 0)
+    obs, *_ = env.step(call("list_tables"))  # the parent's server is untouched
+    assert "employees" in obs and env._server is parent_server

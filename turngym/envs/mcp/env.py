@@ -35,6 +35,7 @@ from __future__ import annotations
 import atexit
 import copy
 import json
+import os
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -87,6 +88,7 @@ class _Server:
 
     def __init__(self, server: SandboxedServer) -> None:
         self.server = server
+        self.pid = os.getpid()  # a forked child must not use (or kill) its parent's server
         self.lock = threading.RLock()
         self.on_disk: bytes | None = None
         self.offered: dict[str, Tool] = {}
@@ -138,7 +140,16 @@ def close_shared_servers() -> None:
         s.close()
 
 
+def _forget_in_child() -> None:
+    """A forked child starts its own servers: the parent's belong to the parent (and its loop
+    threads do not exist in the child)."""
+    global _SHARED_LOCK
+    _SHARED.clear()
+    _SHARED_LOCK = threading.Lock()
+
+
 atexit.register(close_shared_servers)
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 class MCPEnv(TurngymEnv[TaskT, StateT], Generic[TaskT, StateT]):
@@ -211,6 +222,8 @@ class MCPEnv(TurngymEnv[TaskT, StateT], Generic[TaskT, StateT]):
 
     def _acquire_server(self, fresh: bool) -> _Server:
         """This env's server, running (the shared one, or a private one when ``fresh``)."""
+        if self._server is not None and self._server.pid != os.getpid():
+            self._server = None  # inherited through fork: the parent's
         if self.restart_each_episode:
             if self._server is None:
                 self._server = self._new_server()
