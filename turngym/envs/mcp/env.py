@@ -118,6 +118,7 @@ class _Server:
         except FileNotFoundError:
             world = b""
         self.on_disk = world
+        self.server.trim_log()
         return world
 
     def close(self) -> None:

@@ -65,7 +65,8 @@ class SandboxedServer:
         self.start_timeout_s = start_timeout_s
         self.session: LocalSession = self.sandbox.open_session(limits)
         self._private = tempfile.mkdtemp(prefix="turngym-mcp-")
-        self._errlog: IO[str] = open(os.path.join(self._private, "stderr.log"), "w+", encoding="utf-8")  # noqa: SIM115
+        # Append mode: the server's fd writes at the end, so trim_log() can empty the file under it.
+        self._errlog: IO[str] = open(os.path.join(self._private, "stderr.log"), "a+", encoding="utf-8")  # noqa: SIM115
         self.client: MCPClient | None = None
         #: How many times the server was started (the first start counts).
         self.starts = 0
@@ -133,6 +134,12 @@ class SandboxedServer:
         client, self.client = self.client, None
         if client is not None:
             client.close()
+
+    def trim_log(self, max_bytes: int = 1 << 20) -> None:
+        """Empty the server's stderr log past ``max_bytes`` (servers log every failed call;
+        a shared server lives as long as the process)."""
+        if os.fstat(self._errlog.fileno()).st_size > max_bytes:
+            self._errlog.truncate(0)
 
     def _stderr_tail(self, n: int = 800) -> str:
         self._errlog.flush()
