@@ -51,7 +51,7 @@ from turngym.envs.mcp.server import SERVER_LIMITS, SandboxedServer
 from turngym.envs.tools.parsing import Reply, parse_message
 from turngym.envs.tools.schema import Tool, oversized_integer, validate_arguments
 
-__all__ = ["MCPEnv", "MCPState", "CallOutcome"]
+__all__ = ["MCPEnv", "MCPState", "CallOutcome", "close_shared_servers"]
 
 TaskT = TypeVar("TaskT", bound=Task)
 StateT = TypeVar("StateT", bound="MCPState")
@@ -193,6 +193,9 @@ class MCPEnv(TurngymEnv[TaskT, StateT], Generic[TaskT, StateT]):
         """The server's command line inside the sandbox (``world_path``: its world file)."""
         raise NotImplementedError
 
+    def _check_installed(self) -> None:
+        """Raise :class:`~turngym.core.errors.ConfigError` naming the fix if the server is missing."""
+
     def _initial_world(self, task: TaskT) -> bytes:
         """The world file's bytes at the start of ``task``."""
         raise NotImplementedError
@@ -215,6 +218,7 @@ class MCPEnv(TurngymEnv[TaskT, StateT], Generic[TaskT, StateT]):
 
     # -- the server ------------------------------------------------------------------------
     def _new_server(self) -> _Server:
+        self._check_installed()
         cls = type(self)
         return _Server(
             SandboxedServer(lambda workdir: cls.server_argv(f"{workdir}/{_WORLD}"), limits=SERVER_LIMITS,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import json
 import sys
 from collections import OrderedDict
@@ -12,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from turngym.core.env import Transition
+from turngym.core.errors import ConfigError
 from turngym.core.hashing import state_hash
 from turngym.core.spec import RewardSpec, Signal
 from turngym.envs.mcp.client import ToolReply
@@ -191,6 +194,20 @@ class MCPSQLiteEnv(MCPEnv[SQLiteTask, SQLiteState]):
     @classmethod
     def server_argv(cls, world_path: str) -> list[str]:
         return [sys.executable, "-S", "-c", SERVER_MAIN, "--db-path", world_path]
+
+    def _check_installed(self) -> None:
+        fix = 'pip install -e ".[mcp]" (or: pip install "mcp>=1.6,<2" mcp-server-sqlite)'
+        if importlib.util.find_spec("mcp_server_sqlite") is None:
+            raise ConfigError(f"{type(self).__name__} needs the mcp-server-sqlite package: {fix}")
+        try:
+            major = int(importlib.metadata.version("mcp").split(".")[0])
+        except importlib.metadata.PackageNotFoundError:
+            raise ConfigError(f"{type(self).__name__} needs the mcp SDK: {fix}") from None
+        if major >= 2:
+            raise ConfigError(
+                f"mcp-server-sqlite is written against mcp 1.x, but mcp {importlib.metadata.version('mcp')} is "
+                f"installed (the server would die at start); {fix}"
+            )
 
     def _initial_world(self, task: SQLiteTask) -> bytes:
         return self._worlds(task)[0]
