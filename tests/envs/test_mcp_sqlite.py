@@ -1,10 +1,12 @@
 """turngym/MCP-SQLite-v0 against the real mcp-server-sqlite (the mcp extra + bubblewrap)."""
 
+import contextlib
 import json
 import os
 import signal
 import sqlite3
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ from turngym.envs.mcp.sqlite_env import MCPSQLiteEnv
 from turngym.envs.mcp.sqlite_tasks import build_database, generate_sqlite_task, sqlite_task_from_id
 from turngym.envs.mcp.sqlite_world import diff_count, progress, read_world
 from turngym.rollout import run_episodes
+from turngym.sandbox.watchdog import tree_pids
 
 ENV_ID = "turngym/MCP-SQLite-v0"
 
@@ -90,7 +93,7 @@ def test_grader_reads_hostile_databases_bounded():
 
 # -- the env on the real server --------------------------------------------------------------
 def test_oracle_solves_and_random_fails():
-    seeds = list(range(8))
+    seeds = list(range(6))
     oracle = run_episodes(lambda: turngym.make(ENV_ID), OracleAgent(), seeds, env_id=ENV_ID)
     assert [ep.outcome["reward"] for ep in oracle] == [1.0] * len(seeds)
     random = run_episodes(lambda: turngym.make(ENV_ID), RandomAgent(seed=1), seeds, env_id=ENV_ID)
@@ -169,6 +172,29 @@ def test_server_is_sandboxed(env, tmp_path):
     assert info["infra_error"] is None
 
 
+def _kill_sandbox(pid):
+    """SIGKILL a sandbox and everything in it, and wait until none of it runs (no race with a
+    call already on its way: the server is dead before the next step)."""
+    pids = [pid, *tree_pids(pid)]
+    for p in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        alive = []
+        for p in pids:
+            try:
+                with open(f"/proc/{p}/stat") as fh:
+                    if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
+                        alive.append(p)
+            except OSError:
+                pass
+        if not alive:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the sandbox {pid} did not die")
+
+
 class _BreakableEnv(MCPSQLiteEnv):
     """The real server, whose *next* start can be made to fail (an infrastructure fault)."""
 
@@ -197,20 +223,27 @@ def _sandboxes():
     return out
 
 
-def test_dead_server_is_restarted_or_an_infra_error():
-    env = _BreakableEnv(restart_each_episode=True, call_timeout_s=5)
+def test_blame_dead_server_hung_call_unstartable_server():
+    """One private server through the three failures (one test: each restart costs a start)."""
+    env = _BreakableEnv(restart_each_episode=True, call_timeout_s=1.0)
     try:
         others = _sandboxes()
-        env.reset(seed=2)
+        env.reset(seed=4)
         starts = env._server.server.starts
-        (pid,) = _sandboxes() - others
-        os.kill(pid, signal.SIGKILL)
-        obs, reward, term, trunc, info = env.step(call("list_tables"))  # restarted, retried: nobody's fault
+        # 1. the server is killed between calls: restarted, the call retried, nobody's fault
+        _kill_sandbox(*(_sandboxes() - others))
+        obs, reward, term, trunc, info = env.step(call("list_tables"))
         assert info["infra_error"] is None and "employees" in obs and env.recovered_calls == 1
         assert env._server.server.starts == starts + 1
+        # 2. a query that never ends hangs the server twice, on healthy servers: the agent's call
+        endless = "SELECT count(*) FROM (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c)"
+        obs, reward, term, trunc, info = env.step(call("read_query", query=endless))
+        assert info["infra_error"] is None and info["action_valid"] and "did not complete" in obs
+        assert info["signals"]["exec_ok"] == 0.0 and not term
+        assert "employees" in env.step(call("list_tables"))[0]  # the server works again
+        # 3. the server dies and cannot be started again: the infrastructure's failure
         _BreakableEnv.broken = True
-        (pid,) = _sandboxes() - others
-        os.kill(pid, signal.SIGKILL)
+        _kill_sandbox(*(_sandboxes() - others))
         obs, reward, term, trunc, info = env.step(call("list_tables"))
         assert info["infra_error"] and "broken" in info["infra_error"]
         assert term and info["outcome"]["reason"] == "infra_error" and reward == 0.0
@@ -218,20 +251,6 @@ def test_dead_server_is_restarted_or_an_infra_error():
             env.reset(seed=2)  # a private server is restarted per episode: it cannot start now
     finally:
         _BreakableEnv.broken = False
-        env.close()
-
-
-def test_a_call_that_never_ends_is_the_agents():
-    env = MCPSQLiteEnv(restart_each_episode=True, call_timeout_s=1.0)
-    try:
-        env.reset(seed=4)
-        endless = "SELECT count(*) FROM (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c)"
-        obs, reward, term, trunc, info = env.step(call("read_query", query=endless))
-        assert info["infra_error"] is None and info["action_valid"] and "did not complete" in obs
-        assert info["signals"]["exec_ok"] == 0.0
-        obs, *_ = env.step(call("list_tables"))  # the server works again
-        assert "employees" in obs
-    finally:
         env.close()
 
 
