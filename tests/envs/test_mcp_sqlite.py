@@ -230,11 +230,10 @@ def test_blame_dead_server_hung_call_unstartable_server():
         others = _sandboxes()
         env.reset(seed=4)
         starts = env._server.server.starts
-        # 1. the server is killed between calls: restarted, the call retried, nobody's fault
+        # 1. the server is killed between calls: seen dead, restarted before the call, nobody's fault
         _kill_sandbox(*(_sandboxes() - others))
         obs, reward, term, trunc, info = env.step(call("list_tables"))
-        assert info["infra_error"] is None and "employees" in obs and env.recovered_calls == 1
-        assert env._server.server.starts == starts + 1
+        assert info["infra_error"] is None and "employees" in obs and env._server.server.starts == starts + 1
         # 2. a query that never ends hangs the server twice, on healthy servers: the agent's call
         endless = "SELECT count(*) FROM (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c)"
         obs, reward, term, trunc, info = env.step(call("read_query", query=endless))

@@ -96,7 +96,7 @@ class _Server:
     def ensure(self, excluded: Mapping[str, str], restart: bool = False) -> None:
         """Start the server if it is not running (or ``restart``); :class:`ServerLost` on failure."""
         client = self.server.client
-        if restart or client is None or not client.alive:
+        if restart or client is None or not client.alive or not self.server.running():
             self.on_disk = None
             offered = mcp_tools_to_openai(self.server.start())
             self.offered = {n: t for n, t in offered.items() if n not in excluded}

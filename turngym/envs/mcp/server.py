@@ -118,16 +118,34 @@ class SandboxedServer:
             script += f"exec {_FD}< {shlex.quote(path)} && "
         return ["/bin/sh", "-c", script + 'exec "$@"', "sh", *full]
 
-    def kill(self) -> None:
-        """SIGKILL the running server's sandbox (a hung server: no polite shutdown)."""
-        if self.client is None:
-            return
+    def _pid(self) -> int | None:
         try:
             with open(os.path.join(self._private, "server.pid"), encoding="ascii") as fh:
-                pid = int(fh.read().strip())
-            os.killpg(pid, signal.SIGKILL)
+                return int(fh.read().strip())
         except (OSError, ValueError):
-            pass  # already gone (or never started): stop() reaps what is left
+            return None
+
+    def running(self) -> bool:
+        """The server's sandbox process is alive (not exited, not a zombie awaiting the SDK).
+
+        A server that died between calls would otherwise cost the next call its full deadline:
+        the SDK notices a closed pipe only for requests already in flight.
+        """
+        pid = self._pid() if self.client is not None else None
+        if pid is None:
+            return False
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+        except (OSError, IndexError):
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL the running server's sandbox (a hung server: no polite shutdown)."""
+        pid = self._pid() if self.client is not None else None
+        if pid is not None:
+            with contextlib.suppress(OSError):  # already gone: stop() reaps what is left
+                os.killpg(pid, signal.SIGKILL)
 
     def stop(self) -> None:
         """Stop the server if it runs (the world stays)."""
