@@ -226,7 +226,7 @@ class MCPEnv(TurngymEnv[TaskT, StateT], Generic[TaskT, StateT]):
         )
 
     def _acquire_server(self, fresh: bool) -> _Server:
-        """This env's server, running (the shared one, or a private one when ``fresh``)."""
+        """This env's server, running: the shared one, or its private one (restarted when ``fresh``)."""
         if self._server is not None and self._server.pid != os.getpid():
             self._server = None  # inherited through fork: the parent's
         if self.restart_each_episode:
