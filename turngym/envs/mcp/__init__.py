@@ -1,7 +1,8 @@
 """MCP: envs whose tools come from a real Model Context Protocol server over stdio.
 
-``turngym/MCP-SQLite-v0`` drives the reference ``mcp-server-sqlite`` (sandboxed, one per env)
-and checks its database after every call. Needs ``pip install -e ".[mcp]"`` (the ``mcp`` SDK
+``turngym/MCP-SQLite-v0`` drives the reference ``mcp-server-sqlite`` (sandboxed; one server per
+process, shared by its envs, or one per env with ``restart_each_episode=True``) and checks its
+database after every call. :class:`turngym.envs.mcp.env.MCPEnv` is the base for other servers. Needs ``pip install -e ".[mcp]"`` (the ``mcp`` SDK
 and the server) and bubblewrap.
 """
 
