@@ -6,6 +6,7 @@ import os
 import signal
 import sqlite3
 import sys
+import threading
 import time
 
 import numpy as np
@@ -234,6 +235,25 @@ def test_blame_dead_server_hung_call_unstartable_server():
         _kill_sandbox(*(_sandboxes() - others))
         obs, reward, term, trunc, info = env.step(call("list_tables"))
         assert info["infra_error"] is None and "employees" in obs and env._server.server.starts == starts + 1
+        # 1b. the server is killed *during* a (slow) write: restarted on the world as it was
+        # before the call, the call retried; the agent sees one clean result, applied once
+        salaries = call("read_query", query="SELECT id, salary FROM employees ORDER BY id")
+        before = env.step(salaries)[0]
+        slow = ("UPDATE employees SET salary = salary + 1 WHERE (SELECT count(*) FROM (WITH RECURSIVE c(x) AS "
+                "(SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 1000000) SELECT x FROM c)) > 0")
+        env.call_timeout_s = 30.0
+        (pid,) = _sandboxes() - others
+        killer = threading.Timer(0.2, _kill_sandbox, (pid,))
+        killer.start()
+        obs, reward, term, trunc, info = env.step(call("write_query", query=slow))
+        killer.join()
+        env.call_timeout_s = 1.0
+        assert info["infra_error"] is None and info["signals"]["exec_ok"] == 1.0 and env.recovered_calls == 1
+        after = env.step(salaries)[0]
+        assert after != before and after.count("salary") == before.count("salary")
+        bumped = json.loads(json.loads(after.split("\n")[1])["content"].replace("'", '"'))
+        base = json.loads(json.loads(before.split("\n")[1])["content"].replace("'", '"'))
+        assert [r["salary"] for r in bumped] == [r["salary"] + 1 for r in base]
         # 2. a query that never ends hangs the server twice, on healthy servers: the agent's call
         endless = "SELECT count(*) FROM (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c)"
         obs, reward, term, trunc, info = env.step(call("read_query", query=endless))
