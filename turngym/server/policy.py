@@ -108,6 +108,8 @@ ENV_ARGS: dict[str, dict[str, Arg]] = {
         "difficulties": _list_of(_int(1, 3), 3),
         "show_admissible": _BOOL,
     },
+    # restart_each_episode stays the operator's call: a client could make every session start a server
+    "mcp": {"call_timeout_s": _float(0.5, 30.0)},
     "search": {
         "kb_seed": _SEED,
         "kb_entities": _int(50, 5_000),
