@@ -7,7 +7,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -140,6 +140,7 @@ class CodeEnv(TurngymEnv[CodeTask, CodeState]):
         outcome="1 if the submitted solution passes every hidden test, else 0",
     )
     default_max_turns = 8
+    corpus_episodes: ClassVar[int | None] = 32  # the tiny model's tokenizer corpus: each step runs sandboxed tests
     task_type = CodeTask
     immutable_state = True
     system_prompt = SYSTEM_PROMPT

@@ -297,7 +297,8 @@ class MCPEnv(TurngymEnv[TaskT, StateT], Generic[TaskT, StateT]):
                 else:
                     errors.append(f"call {i}: unknown tool {c.name!r}; available: {', '.join(offered)}")
                 continue
-            problem = oversized_integer(c.arguments) or validate_arguments(c.arguments, tool["function"]["parameters"])
+            problem = (oversized_integer(c.arguments) or _not_utf8(c.arguments)
+                       or validate_arguments(c.arguments, tool["function"]["parameters"]))
             if problem is not None:
                 errors.append(f"call {i} ({c.name}): {problem}")
         if errors:
@@ -356,3 +357,15 @@ class MCPEnv(TurngymEnv[TaskT, StateT], Generic[TaskT, StateT]):
 
     def _set_state(self, payload: StateT) -> None:
         self.state = copy.copy(payload)  # the world reaches the server's file before the next call
+
+
+def _not_utf8(arguments: Any) -> str | None:
+    """Why ``arguments`` cannot cross the stdio transport (JSON in UTF-8), or None.
+
+    A lone surrogate (``"\\ud800"``) is a valid Python string but no UTF-8: sent on, it breaks the
+    server's reader, and the call would cost a server restart instead of one invalid turn."""
+    try:
+        json.dumps(arguments, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"arguments are not valid UTF-8 ({exc.reason} at position {exc.start})"
+    return None

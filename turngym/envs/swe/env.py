@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -137,6 +137,7 @@ class SWEEnv(TurngymEnv[SWETask, SWEState | None]):
         outcome="1 if at submit all FAIL_TO_PASS tests pass and no PASS_TO_PASS test fails (SWE-bench), else 0",
     )
     default_max_turns = 30
+    corpus_episodes: ClassVar[int | None] = 12  # the tiny model's tokenizer corpus: each step runs sandboxed tests
     task_type = SWETask
     immutable_state = True
     system_prompt = SYSTEM_PROMPT
