@@ -1,0 +1,260 @@
+"""The capture proxy, driven by the real ``openai`` client and a hand-written agent loop.
+
+The agent below is not turngym's runner: it is the kind of while-loop a user already has — an
+OpenAI client, a message list, a tool (Math-v0's calculator, reached through ``env.step``) — with
+two additions: a header naming the episode, and a call reporting the outcome. The tests check
+that what the proxy captured is token-identical to what the model sampled, that training on the
+capture moves the policy, and that bad input is refused or dropped, counted, never recorded
+wrongly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import threading
+from pathlib import Path
+
+import openai
+import pytest
+import torch
+
+import turngym
+from turngym.agents.render import render_episode
+from turngym.core.errors import ConfigError
+from turngym.proxy import CaptureProxy, ProxyConfig, episode_headers, report_outcome
+from turngym.proxy.serve import ProxyThread, build_proxy
+
+MAX_TOKENS = 10
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory):
+    out = tmp_path_factory.mktemp("captured")
+    proxy = build_proxy("tiny", out=out, max_tokens=64, seed=0)
+    with ProxyThread(proxy) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+        yield server, client, out
+
+
+def agent_episode(client: openai.OpenAI, url: str, episode_id: str, seed: int, max_turns: int = 3) -> list:
+    """A user's own tool-using agent loop against turngym/Math-v0, through the proxy."""
+    env = turngym.make("turngym/Math-v0", min_steps=1, max_steps=2)
+    obs, _ = env.reset(seed=seed)
+    messages = [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": obs}]
+    replies, report, env_return, chars = [], [], 0.0, 0
+    terminated = False
+    for _ in range(max_turns):
+        reply = client.chat.completions.create(
+            model="tiny", messages=messages, max_tokens=MAX_TOKENS, logprobs=True,
+            extra_headers=episode_headers(episode_id), extra_body={"return_token_ids": True},
+        )
+        text = reply.choices[0].message.content
+        replies.append(reply)
+        messages.append({"role": "assistant", "content": text})
+        obs, reward, terminated, truncated, info = env.step(text)  # the calculator tool (or the answer)
+        env_return += reward
+        chars += len(text)
+        report.append({"signals": info["signals"], "state_key": info["state_key"], "action_valid": info["action_valid"]})
+        if terminated or truncated:
+            break
+        messages.append({"role": "user", "content": obs})
+    # the user's reward: the env's return less a small cost per generated character
+    report_outcome(url, episode_id, reward=env_return - 0.01 * chars, success=bool(terminated and env_return > 0),
+                   env_id="turngym/Math-v0", group=f"math/{seed}", seed=seed, truncated=not terminated, turns=report)
+    return replies
+
+
+def _captured(proxy: CaptureProxy, episode_id: str) -> list:
+    return [ep for ep in proxy.finished if ep.meta["session"] == episode_id]
+
+
+def test_agent_loop_is_captured_token_for_token_and_trains(served, tmp_path: Path) -> None:
+    server, client, out = served
+    proxy = server.proxy
+    runs = {f"agent/{seed}/{i}": seed for seed in (0, 1) for i in range(2)}  # two GRPO groups of two
+    replies: dict[str, list] = {}
+
+    def play(eid: str) -> None:
+        replies[eid] = agent_episode(client, server.url, eid, runs[eid])
+
+    threads = [threading.Thread(target=play, args=(eid,)) for eid in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert set(replies) == set(runs)
+
+    drift = 0
+    for eid, rs in replies.items():
+        [ep] = _captured(proxy, eid)  # the loop never edits its history: one episode, no branch
+        assert ep.group == f"math/{runs[eid]}" and ep.env_id == "turngym/Math-v0" and len(ep.turns) == len(rs)
+        for turn, reply in zip(ep.turns, rs, strict=True):
+            choice = reply.choices[0]
+            # what the client got is what was recorded: text, sampled ids, prompt ids, log-probs
+            assert turn.action == choice.message.content
+            assert turn.token_ids == choice.model_extra["token_ids"]
+            assert turn.prompt_ids == reply.model_extra["prompt_token_ids"]
+            assert turn.logprobs == [c.logprob for c in choice.logprobs.content]
+            drift += proxy.renderer.encode(turn.action) != turn.token_ids
+        sample = render_episode(ep, proxy.renderer)
+        for turn in ep.turns:  # every prompt the model saw sits verbatim in the training sequence
+            start, end = sample.turn_spans[turn.index]
+            assert sample.input_ids[:start] == turn.prompt_ids and sample.input_ids[start:end] == turn.token_ids
+        # re-scoring the training sequence reproduces the sampling log-probs (temperature 1)
+        [scored] = proxy.policy.score([sample.input_ids], [sample.loss_mask])
+        recorded = [lp for lp, m in zip(sample.logprobs, sample.loss_mask, strict=True) if m]
+        assert len(scored) == len(recorded) and max(abs(a - b) for a, b in zip(scored, recorded, strict=True)) < 1e-4
+    # re-tokenizing the replies' text would have changed the ids of some turns: splicing mattered
+    assert drift > 0
+    stats = proxy.stats()
+    assert stats["branches"] == {} and stats["episodes_finished"] >= 4 and stats["generate_calls"] < stats["completions"]
+
+    # `turngym train --episodes`: two GRPO steps on the captured episodes move the policy
+    data = tmp_path / "episodes.jsonl"
+    data.write_text("".join(json.dumps(ep.to_dict()) + "\n" for eid in runs for ep in _captured(proxy, eid)))
+    from transformers import AutoModelForCausalLM
+
+    from turngym.agents.hf import resolve_model_path
+    from turngym.cli import main
+
+    run = tmp_path / "run"
+    assert main(["train", "--episodes", str(data), "--steps", "2", "--out", str(run), "--algo", "grpo", "--quiet",
+                 "--set", "tiny_model={}", "--set", "lr=1e-3", "--set", "micro_batch_size=4"]) == 0
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    rl = [r for r in rows if r.get("phase") == "rl"]
+    assert len(rl) == 2 and all(math.isfinite(r["loss"]) for r in rl) and rl[0]["episodes"] == 4
+    assert rl[0]["adv_abs_mean"] > 0
+    trained = torch.load(run / "checkpoints" / "step-000002" / "trainable.pt")
+    base = AutoModelForCausalLM.from_pretrained(resolve_model_path("tiny")).state_dict()
+    assert all(torch.isfinite(v).all() for v in trained.values())
+    assert any(not torch.equal(trained[k], base[k]) for k in base)
+
+
+def test_edited_history_starts_a_new_episode_never_a_wrong_splice(served) -> None:
+    server, client, _ = served
+    h = episode_headers("edit/0")
+    messages = [{"role": "user", "content": "What is 6 * 7?"}]
+    first = client.chat.completions.create(model="tiny", messages=messages, max_tokens=6, extra_headers=h)
+    messages += [{"role": "assistant", "content": first.choices[0].message.content + " (edited)"},
+                 {"role": "user", "content": "<result>42</result>"}]
+    raw = client.chat.completions.with_raw_response.create(model="tiny", messages=messages, max_tokens=6, extra_headers=h)
+    assert raw.headers["X-Turngym-Branched"] == "history_edited" and raw.headers["X-Turngym-Segment"] == "1"
+    messages += [{"role": "assistant", "content": raw.parse().choices[0].message.content}, {"role": "user", "content": "go on"}]
+    raw = client.chat.completions.with_raw_response.create(model="tiny", messages=messages, max_tokens=6, extra_headers=h)
+    assert "X-Turngym-Branched" not in raw.headers and raw.headers["X-Turngym-Segment"] == "1"  # the new branch continues
+    assert report_outcome(server.url, "edit/0", reward=1.0)["episodes"] == ["edit/0", "edit/0#1"]
+    eps = _captured(server.proxy, "edit/0")
+    assert [len(ep.turns) for ep in eps] == [1, 2] and eps[1].meta["segment_reason"] == "history_edited"
+    for ep in eps:  # each segment is one exact sequence, re-scored to its sampling log-probs
+        sample = render_episode(ep, None)
+        [scored] = server.proxy.policy.score([sample.input_ids], [sample.loss_mask])
+        assert max(abs(a - b) for a, b in zip(scored, [lp for lp, m in zip(sample.logprobs, sample.loss_mask) if m])) < 1e-4
+    assert server.proxy.stats()["branches"]["history_edited"] >= 1
+
+
+def test_bad_requests_are_refused_clearly_and_counted(served) -> None:
+    server, client, _ = served
+    msgs = [{"role": "user", "content": "hi"}]
+    h = episode_headers("bad/0")
+    with pytest.raises(openai.NotFoundError, match="not served here"):
+        client.chat.completions.create(model="gpt-4o", messages=msgs, extra_headers=h)
+    with pytest.raises(openai.BadRequestError, match="X-Turngym-Episode"):
+        client.chat.completions.create(model="tiny", messages=msgs)
+    with pytest.raises(openai.BadRequestError, match="exceeds the proxy's cap"):
+        client.chat.completions.create(model="tiny", messages=msgs, max_tokens=10_000, extra_headers=h)
+    with pytest.raises(openai.BadRequestError, match="positions"):  # a prompt beyond the model's context
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "7 + " * 3000}], extra_headers=h)
+    with pytest.raises(openai.BadRequestError, match="temperature"):
+        client.chat.completions.create(model="tiny", messages=msgs, temperature=0.2, extra_headers=h)
+    with pytest.raises(openai.BadRequestError, match="tool"):
+        client.chat.completions.create(model="tiny", messages=msgs, extra_headers=h,
+                                       tools=[{"type": "function", "function": {"name": "calc", "parameters": {}}}])
+    with pytest.raises(openai.BadRequestError, match="n must be 1"):
+        client.chat.completions.create(model="tiny", messages=msgs, n=2, extra_headers=h)
+    errors = server.proxy.stats()["errors"]
+    assert errors["model_not_found"] >= 1 and errors["missing_episode"] >= 1 and errors["context_length_exceeded"] >= 1
+    assert server.proxy.store.get("bad/0") is None  # nothing refused was recorded
+    with pytest.raises(ConfigError, match="404"):
+        report_outcome(server.url, "bad/0", reward=0.0)
+
+    # streaming is served (as one content chunk) and recorded like any other turn
+    chunks = list(client.chat.completions.create(model="tiny", messages=msgs, max_tokens=5, stream=True,
+                                                 stream_options={"include_usage": True}, extra_headers=episode_headers("stream/0")))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert chunks[-1].usage.completion_tokens == len(server.proxy.store.get("stream/0").last.token_ids)
+    with pytest.raises(ConfigError, match="one entry per recorded turn"):  # a malformed report leaves the episode open
+        report_outcome(server.url, "stream/0", reward=1.0, turns=[{}, {}])
+    report_outcome(server.url, "stream/0", reward=1.0)
+    assert _captured(server.proxy, "stream/0")[0].turns[0].action == text
+    with pytest.raises(openai.ConflictError, match="finished"):  # a finished episode takes no more turns
+        client.chat.completions.create(model="tiny", messages=msgs, max_tokens=5, extra_headers=episode_headers("stream/0"))
+    with pytest.raises(ConfigError, match="409"):
+        report_outcome(server.url, "stream/0", reward=1.0)
+
+
+def test_completions_thread_by_text_and_token_ids(served) -> None:
+    server, client, _ = served
+    h = episode_headers("text/0")
+    first = client.completions.create(model="tiny", prompt="Q: 2 + 3 =", max_tokens=5, extra_headers=h,
+                                      extra_body={"return_token_ids": True})
+    ids = first.model_extra["prompt_token_ids"] + first.choices[0].model_extra["token_ids"]
+    second = client.completions.create(model="tiny", prompt=ids + server.proxy.renderer.encode(" ok"), max_tokens=5,
+                                       extra_headers=h, extra_body={"return_token_ids": True})
+    assert second.model_extra["prompt_token_ids"][: len(ids)] == ids  # continued from the sampled ids
+    report_outcome(server.url, "text/0", reward=0.5)
+    [ep] = _captured(server.proxy, "text/0")
+    sample = render_episode(ep, None)
+    assert sample.input_ids == second.model_extra["prompt_token_ids"] + second.choices[0].model_extra["token_ids"]
+
+
+def test_unreported_episode_is_dropped_and_counted(served) -> None:
+    server, _, _ = served
+    proxy = CaptureProxy(server.proxy.policy, ProxyConfig(outcome_timeout_s=0.05))  # the served model, a short timeout
+
+    async def go() -> None:
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+        await proxy.chat(body, "silent/0")
+        await asyncio.sleep(0.1)
+        assert proxy.reap() == 1
+        with pytest.raises(Exception, match="dropped: no outcome reported"):
+            await proxy.outcome("silent/0", {"reward": 1.0})
+
+    asyncio.run(go())
+    assert proxy.stats()["dropped"] == {"no_outcome": 1} and proxy.finished == []
+
+
+class _FailingPolicy:
+    """Test double: the served policy whose ``generate`` fails, as a crashed model would."""
+
+    def __init__(self, policy) -> None:
+        self.tokenizer, self.renderer, self.temperature, self.top_p = policy.tokenizer, policy.renderer, 1.0, 1.0
+        self.max_positions = policy.max_positions
+        self.fail = False
+        self._policy = policy
+
+    def generate(self, *args):
+        if self.fail:
+            raise RuntimeError("CUDA error: device lost")
+        return self._policy.generate(*args)
+
+
+def test_a_model_failure_is_an_infra_error_never_a_score(served) -> None:
+    server, _, _ = served
+    policy = _FailingPolicy(server.proxy.policy)
+    proxy = CaptureProxy(policy, ProxyConfig())
+
+    async def go() -> None:
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+        first, _ = await proxy.chat(body, "crash/0")
+        policy.fail = True
+        body["messages"] += [{"role": "assistant", "content": first["choices"][0]["message"]["content"]}, {"role": "user", "content": "more"}]
+        with pytest.raises(Exception, match="infrastructure error") as err:
+            await proxy.chat(body, "crash/0")
+        assert err.value.status == 500
+        await proxy.outcome("crash/0", {"reward": 0.0})
+
+    asyncio.run(go())
+    [ep] = proxy.finished
+    assert ep.infra_error and "device lost" in ep.infra_error
