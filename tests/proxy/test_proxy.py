@@ -70,10 +70,11 @@ def _captured(proxy: CaptureProxy, episode_id: str) -> list:
     return [ep for ep in proxy.finished if ep.meta["session"] == episode_id]
 
 
-def test_agent_loop_is_captured_token_for_token_and_trains(served, tmp_path: Path) -> None:
-    server, client, out = served
-    proxy = server.proxy
-    runs = {f"agent/{seed}/{i}": seed for seed in (0, 1) for i in range(2)}  # two GRPO groups of two
+@pytest.fixture(scope="module")
+def agents(served) -> dict[str, list]:
+    """Four episodes of the hand-written agent, in two GRPO groups of two, played concurrently."""
+    server, client, _ = served
+    runs = {f"agent/{seed}/{i}": seed for seed in (0, 1) for i in range(2)}
     replies: dict[str, list] = {}
 
     def play(eid: str) -> None:
@@ -85,11 +86,16 @@ def test_agent_loop_is_captured_token_for_token_and_trains(served, tmp_path: Pat
     for t in threads:
         t.join()
     assert set(replies) == set(runs)
+    return replies
 
+
+def test_agent_loop_is_captured_token_for_token(served, agents) -> None:
+    server, _, _ = served
+    proxy = server.proxy
     drift = 0
-    for eid, rs in replies.items():
+    for eid, rs in agents.items():
         [ep] = _captured(proxy, eid)  # the loop never edits its history: one episode, no branch
-        assert ep.group == f"math/{runs[eid]}" and ep.env_id == "turngym/Math-v0" and len(ep.turns) == len(rs)
+        assert ep.group == f"math/{eid.split('/')[1]}" and ep.env_id == "turngym/Math-v0" and len(ep.turns) == len(rs)
         for turn, reply in zip(ep.turns, rs, strict=True):
             choice = reply.choices[0]
             # what the client got is what was recorded: text, sampled ids, prompt ids, log-probs
@@ -111,14 +117,17 @@ def test_agent_loop_is_captured_token_for_token_and_trains(served, tmp_path: Pat
     stats = proxy.stats()
     assert stats["branches"] == {} and stats["episodes_finished"] >= 4 and stats["generate_calls"] < stats["completions"]
 
-    # `turngym train --episodes`: two GRPO steps on the captured episodes move the policy
-    data = tmp_path / "episodes.jsonl"
-    data.write_text("".join(json.dumps(ep.to_dict()) + "\n" for eid in runs for ep in _captured(proxy, eid)))
+
+def test_training_on_captured_episodes_moves_the_policy(served, agents, tmp_path: Path) -> None:
+    """``turngym train --episodes``: two GRPO steps on the captured episodes."""
     from transformers import AutoModelForCausalLM
 
     from turngym.agents.hf import resolve_model_path
     from turngym.cli import main
 
+    server, _, _ = served
+    data = tmp_path / "episodes.jsonl"
+    data.write_text("".join(json.dumps(ep.to_dict()) + "\n" for eid in agents for ep in _captured(server.proxy, eid)))
     run = tmp_path / "run"
     assert main(["train", "--episodes", str(data), "--steps", "2", "--out", str(run), "--algo", "grpo", "--quiet",
                  "--set", "tiny_model={}", "--set", "lr=1e-3", "--set", "micro_batch_size=4"]) == 0
