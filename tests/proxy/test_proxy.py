@@ -267,3 +267,44 @@ def test_a_model_failure_is_an_infra_error_never_a_score(served) -> None:
     asyncio.run(go())
     [ep] = proxy.finished
     assert ep.infra_error and "device lost" in ep.infra_error
+
+
+class _HistoryRewritingPolicy(_FailingPolicy):
+    """Test double: the served model behind a chat template that rewrites history (it blanks every
+    assistant reply but the last, as templates that strip past reasoning do)."""
+
+    def __init__(self, policy) -> None:
+        import copy
+
+        from turngym.agents.render import ChatRenderer
+
+        super().__init__(policy)
+        self.tokenizer = copy.deepcopy(policy.tokenizer)
+        self.tokenizer.chat_template = (
+            "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['role'] == 'assistant' and not loop.last %}...{% else %}"
+            "{{ m['content'] }}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+        )
+        self.renderer = ChatRenderer(self.tokenizer)
+
+
+def test_a_history_rewriting_template_gives_one_exact_episode_per_turn(served) -> None:
+    server, _, _ = served
+    proxy = CaptureProxy(_HistoryRewritingPolicy(server.proxy.policy), ProxyConfig())
+
+    async def go() -> None:
+        msgs = [{"role": "user", "content": "What is 6 * 7?"}]
+        for k in range(3):
+            reply, headers = await proxy.chat({"model": "tiny", "messages": msgs, "max_tokens": 4, "return_token_ids": True}, "rw/0")
+            assert reply["prompt_token_ids"] == proxy.renderer.encode(
+                proxy.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True))  # what the template says
+            assert headers.get("X-Turngym-Branched") == (None if k == 0 else "template_mismatch")
+            msgs += [{"role": "assistant", "content": reply["choices"][0]["message"]["content"]}, {"role": "user", "content": "<result>42</result>"}]
+        await proxy.outcome("rw/0", {"reward": 1.0})
+
+    asyncio.run(go())
+    eps = proxy.finished
+    assert [len(ep.turns) for ep in eps] == [1, 1, 1] and proxy.stats()["branches"] == {"template_mismatch": 2}
+    for ep in eps:
+        sample = render_episode(ep, None)
+        [scored] = server.proxy.policy.score([sample.input_ids], [sample.loss_mask])
+        assert max(abs(a - b) for a, b in zip(scored, ep.turns[0].logprobs)) < 1e-4

@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from turngym.proxy.service import EPISODE_HEADER, CaptureProxy, ProxyError
+from turngym.proxy.service import EPISODE_HEADER, GROUP_HEADER, CaptureProxy, ProxyError
 from turngym.server.guard import TokenGuard
 
 __all__ = ["create_proxy_app"]
@@ -84,11 +84,11 @@ def create_proxy_app(proxy: CaptureProxy, *, token: str | None = None, reap_ever
         chat = request.url.path.endswith("/chat/completions")
         try:
             body = await _body(request)
-            header = request.headers.get(EPISODE_HEADER)
+            header, group = request.headers.get(EPISODE_HEADER), request.headers.get(GROUP_HEADER)
             if chat:
-                response, headers = await proxy.chat(body, header)
+                response, headers = await proxy.chat(body, header, group)
             else:
-                response, headers = await proxy.completion(body, header)
+                response, headers = await proxy.completion(body, header, group)
         except ProxyError as exc:
             return _error(exc)
         if body.get("stream"):

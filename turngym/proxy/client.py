@@ -25,11 +25,12 @@ from turngym.core.errors import ConfigError
 __all__ = ["episode_headers", "report_outcome"]
 
 
-def episode_headers(episode_id: str) -> dict[str, str]:
-    """The header that threads a request into ``episode_id`` (``extra_headers=`` for openai)."""
-    from turngym.proxy.service import EPISODE_HEADER
+def episode_headers(episode_id: str, group: str | None = None) -> dict[str, str]:
+    """The headers that thread a request into ``episode_id`` (``extra_headers=`` for openai), and
+    optionally name its ``group`` (episodes of one task; the outcome report may name it instead)."""
+    from turngym.proxy.service import EPISODE_HEADER, GROUP_HEADER
 
-    return {EPISODE_HEADER: episode_id}
+    return {EPISODE_HEADER: episode_id} | ({GROUP_HEADER: group} if group else {})
 
 
 def report_outcome(

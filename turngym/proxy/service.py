@@ -37,10 +37,12 @@ from turngym.core.errors import TurngymError
 from turngym.proxy.capture import EDITED, TEMPLATE, CapturedTurn, Session, SessionStore, parse_outcome, to_episodes
 from turngym.rollout.types import Episode
 
-__all__ = ["CaptureProxy", "ProxyConfig", "ProxyError", "tokenizer_fingerprint", "EPISODE_HEADER"]
+__all__ = ["CaptureProxy", "ProxyConfig", "ProxyError", "tokenizer_fingerprint", "EPISODE_HEADER", "GROUP_HEADER"]
 
 EPISODE_HEADER = "X-Turngym-Episode"
 """The request header naming the episode a request belongs to (or the body's ``user`` field)."""
+GROUP_HEADER = "X-Turngym-Group"
+"""Optional request header naming the episode's group (episodes of one task: GRPO/GiGPO groups)."""
 
 
 class ProxyError(TurngymError):
@@ -204,6 +206,7 @@ class CaptureProxy:
         self._locks: dict[str, asyncio.Lock] = {}
         self._batcher = _Batcher(policy.generate, self.config.max_batch_size)
         self.request_s = 0.0
+        self._reaped = 0.0
         self.meta = {
             "model": self.config.model_name, "temperature": float(policy.temperature), "top_p": float(policy.top_p),
             "tokenizer": tokenizer_fingerprint(self.tokenizer), "source": "turngym.proxy",
@@ -329,20 +332,35 @@ class CaptureProxy:
                     ids = [*last.action_ids, last.token_ids, *new]
                     r = self._render(messages, ids)
                     seq = last.sequence
-                    if r.ids[: len(seq)] == seq:
+                    if r is not None and r.ids[: len(seq)] == seq:
                         return r.ids, ids, _reusable(r), None
                     reason = TEMPLATE  # the template does not reproduce what the model saw: never splice across
         sampled = session.sampled if session is not None else {}
         ids = [sampled.get(m["content"]) for m in messages if m["role"] == "assistant"]
         r = self._render(messages, ids)
+        if r is None:  # a template that rewrites history: the prompt as it renders, a segment of its own
+            self.store.counts["template_rewrites"] += 1
+            return self._template_ids(messages), [None] * len(ids), 0, TEMPLATE if last is not None else None
         return r.ids, ids, _reusable(r), reason
 
     def _render(self, messages: list[dict[str, str]], ids: list[Any]) -> Any:
+        """The incremental rendering with sampled ids spliced in; None when the chat template is not
+        prefix-stable (it rewrites earlier messages, e.g. strips past reasoning), so no splice exists."""
         try:
             return self.renderer.render(messages, ids, add_generation_prompt=True)
-        except RenderError as exc:
-            raise self._fail(ProxyError(400, f"cannot render these messages with the model's chat template: {exc}",
+        except RenderError:
+            return None
+
+    def _template_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        """The prompt exactly as the chat template renders it (text, then tokenized once)."""
+        from jinja2 import TemplateError
+
+        try:
+            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        except (TemplateError, ValueError) as exc:  # what the template's author raises ("roles must alternate")
+            raise self._fail(ProxyError(400, f"the model's chat template refuses these messages: {exc}",
                                         code="render_error", param="messages")) from None
+        return self.renderer.encode(text)
 
     def _thread_text(self, session: Session | None, prompt: Any) -> tuple[list[int], str | None, int, str | None]:
         """Prompt ids for a completion request, its text (if text), reusable prefix, new-segment reason."""
@@ -374,18 +392,23 @@ class CaptureProxy:
         return ids, text, 0, EDITED
 
     # ------------------------------------------------------------------ endpoints
-    async def chat(self, body: Any, episode_header: str | None = None) -> tuple[dict[str, Any], dict[str, str]]:
-        """Answer a ``/v1/chat/completions`` body; returns the response body and headers."""
-        return await self._complete(body, episode_header, chat=True)
+    async def chat(self, body: Any, episode_header: str | None = None, group: str | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+        """Answer a ``/v1/chat/completions`` body; returns the response body and headers.
 
-    async def completion(self, body: Any, episode_header: str | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+        ``episode_header``: the ``X-Turngym-Episode`` value; ``group``: the ``X-Turngym-Group``
+        value, the episode's group unless its outcome report names one."""
+        return await self._complete(body, episode_header, group, chat=True)
+
+    async def completion(self, body: Any, episode_header: str | None = None, group: str | None = None) -> tuple[dict[str, Any], dict[str, str]]:
         """Answer a ``/v1/completions`` body (a text or token-id prompt, no chat template)."""
-        return await self._complete(body, episode_header, chat=False)
+        return await self._complete(body, episode_header, group, chat=False)
 
-    async def _complete(self, body: Any, header: str | None, *, chat: bool) -> tuple[dict[str, Any], dict[str, str]]:
+    async def _complete(self, body: Any, header: str | None, group: str | None, *, chat: bool) -> tuple[dict[str, Any], dict[str, str]]:
         t0 = time.perf_counter()
         self.store.counts["requests"] += 1
-        self.reap()
+        if t0 - self._reaped > 1.0:  # the app's reaper covers idle servers; this, busy ones
+            self._reaped = t0
+            self.reap()
         self._check(body)
         stops = self._stops(body)
         want_lps = bool(body.get("logprobs")) if chat else body.get("logprobs") is not None
@@ -418,6 +441,8 @@ class CaptureProxy:
                 text = text[: text.index(gen.stop)]  # OpenAI returns the text before the stop string
             session = self.store.session(eid)
             session.last_seen = time.monotonic()
+            if group and not session.group:
+                session.group = group[:256]
             turn = CapturedTurn(
                 index=session.turns, prompt_ids=list(prompt), token_ids=list(gen.token_ids), logprobs=list(gen.logprobs),
                 text=text, sampled_text=gen.text, finish_reason=gen.finish_reason, messages=messages, action_ids=action_ids,
