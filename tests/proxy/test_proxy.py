@@ -23,7 +23,7 @@ import torch
 import turngym
 from turngym.agents.render import render_episode
 from turngym.core.errors import ConfigError
-from turngym.proxy import CaptureProxy, ProxyConfig, episode_headers, report_outcome
+from turngym.proxy import CaptureProxy, ProxyConfig, ProxyError, episode_headers, report_outcome
 from turngym.proxy.serve import ProxyThread, build_proxy
 
 MAX_TOKENS = 10
@@ -184,7 +184,7 @@ def test_bad_requests_are_refused_clearly_and_counted(served) -> None:
         client.chat.completions.create(model="tiny", messages=msgs, n=2, extra_headers=h)
     errors = server.proxy.stats()["errors"]
     assert errors["model_not_found"] >= 1 and errors["missing_episode"] >= 1 and errors["context_length_exceeded"] >= 1
-    assert server.proxy.store.get("bad/0") is None  # nothing refused was recorded
+    assert server.proxy.store.get("bad/0") is None and "bad/0" not in server.proxy._locks  # nothing refused was kept
     with pytest.raises(ConfigError, match="404"):
         report_outcome(server.url, "bad/0", reward=0.0)
 
@@ -212,6 +212,9 @@ def test_completions_thread_by_text_and_token_ids(served) -> None:
     second = client.completions.create(model="tiny", prompt=ids + server.proxy.renderer.encode(" ok"), max_tokens=5,
                                        extra_headers=h, extra_body={"return_token_ids": True})
     assert second.model_extra["prompt_token_ids"][: len(ids)] == ids  # continued from the sampled ids
+    with pytest.raises(openai.BadRequestError, match="stream"):  # refused before sampling: nothing recorded
+        client.completions.create(model="tiny", prompt="Q:", max_tokens=3, stream=True, extra_headers=h)
+    assert server.proxy.store.get("text/0").turns == 2
     report_outcome(server.url, "text/0", reward=0.5)
     [ep] = _captured(server.proxy, "text/0")
     sample = render_episode(ep, None)
@@ -227,11 +230,11 @@ def test_unreported_episode_is_dropped_and_counted(served) -> None:
         await proxy.chat(body, "silent/0")
         await asyncio.sleep(0.1)
         assert proxy.reap() == 1
-        with pytest.raises(Exception, match="dropped: no outcome reported"):
+        with pytest.raises(ProxyError, match="dropped: no outcome reported"):
             await proxy.outcome("silent/0", {"reward": 1.0})
 
     asyncio.run(go())
-    assert proxy.stats()["dropped"] == {"no_outcome": 1} and proxy.finished == []
+    assert proxy.stats()["dropped"] == {"no_outcome": 1} and not proxy.finished
 
 
 class _FailingPolicy:
@@ -259,7 +262,7 @@ def test_a_model_failure_is_an_infra_error_never_a_score(served) -> None:
         first, _ = await proxy.chat(body, "crash/0")
         policy.fail = True
         body["messages"] += [{"role": "assistant", "content": first["choices"][0]["message"]["content"]}, {"role": "user", "content": "more"}]
-        with pytest.raises(Exception, match="infrastructure error") as err:
+        with pytest.raises(ProxyError, match="infrastructure error") as err:
             await proxy.chat(body, "crash/0")
         assert err.value.status == 500
         await proxy.outcome("crash/0", {"reward": 0.0})

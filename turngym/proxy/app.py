@@ -91,9 +91,7 @@ def create_proxy_app(proxy: CaptureProxy, *, token: str | None = None, reap_ever
                 response, headers = await proxy.completion(body, header, group)
         except ProxyError as exc:
             return _error(exc)
-        if body.get("stream"):
-            if not chat:
-                return _error(ProxyError(400, "stream is supported on /v1/chat/completions only", param="stream"))
+        if body.get("stream"):  # chat only: the proxy refused it on /v1/completions before sampling
             opts = body.get("stream_options") or {}
             include = bool(opts.get("include_usage")) if isinstance(opts, dict) else False
             return StreamingResponse(_sse(response, include), media_type="text/event-stream", headers=headers)

@@ -23,11 +23,13 @@ its outcome is recorded, but trainers drop it instead of scoring it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import time
 import uuid
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,6 +77,7 @@ class ProxyConfig:
         ignore_sampling_params: accept (and ignore, counting them) a request's temperature and
             top-p when they differ from the policy's, instead of refusing it. The recorded
             log-probs are always those of the distribution the proxy sampled from.
+        keep_finished: finished episodes kept in memory (``GET /turngym/episodes``: the latest).
         out: directory for ``episodes.jsonl`` (each finished episode, appended as it finishes).
     """
 
@@ -85,6 +88,7 @@ class ProxyConfig:
     max_batch_size: int = 64
     max_messages: int = 1024
     ignore_sampling_params: bool = False
+    keep_finished: int = 10_000
     out: Path | None = None
 
     def __post_init__(self) -> None:
@@ -202,8 +206,9 @@ class CaptureProxy:
         self.tokenizer = policy.tokenizer
         self.renderer = policy.renderer
         self.store = SessionStore(outcome_timeout_s=self.config.outcome_timeout_s, max_open=self.config.max_open_episodes)
-        self.finished: list[Episode] = []
-        self._locks: dict[str, asyncio.Lock] = {}
+        self.finished: deque[Episode] = deque(maxlen=self.config.keep_finished)
+        """The most recent finished episodes (``GET /turngym/episodes``); ``out/episodes.jsonl`` has them all."""
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._batcher = _Batcher(policy.generate, self.config.max_batch_size)
         self.request_s = 0.0
         self._reaped = 0.0
@@ -226,19 +231,26 @@ class CaptureProxy:
     def reap(self) -> int:
         """Drop the episodes whose outcome timed out; returns how many."""
         stale = self.store.expired()
-        for s in stale:
-            self._locks.pop(s.episode_id, None)
         return len(stale)
 
     def _fail(self, exc: ProxyError) -> ProxyError:
         self.store.errors[exc.code] += 1
         return exc
 
-    def _lock(self, episode_id: str) -> asyncio.Lock:
-        lock = self._locks.get(episode_id)
-        if lock is None:
-            lock = self._locks[episode_id] = asyncio.Lock()
-        return lock
+    @contextlib.asynccontextmanager
+    async def _lock(self, episode_id: str) -> AsyncIterator[None]:
+        """Serve one episode's requests one at a time; the lock lives while someone holds or awaits it."""
+        lock, users = self._locks.get(episode_id) or (asyncio.Lock(), 0)
+        self._locks[episode_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[episode_id]
+            if users == 1:
+                del self._locks[episode_id]
+            else:
+                self._locks[episode_id] = (lock, users - 1)
 
     def _episode_id(self, body: Mapping[str, Any], header: str | None) -> str:
         eid = header or body.get("user")
@@ -410,6 +422,9 @@ class CaptureProxy:
             self._reaped = t0
             self.reap()
         self._check(body)
+        if not chat and body.get("stream"):
+            raise self._fail(ProxyError(400, "stream is supported on /v1/chat/completions only", code="unsupported_parameter",
+                                        param="stream"))
         stops = self._stops(body)
         want_lps = bool(body.get("logprobs")) if chat else body.get("logprobs") is not None
         if not chat and body.get("logprobs") not in (None, 0):
@@ -515,7 +530,6 @@ class CaptureProxy:
             except ValueError as exc:
                 raise self._fail(ProxyError(400, str(exc), code="bad_outcome")) from None
             self.store.close(episode_id, "finished")
-            self._locks.pop(episode_id, None)
         meta = dict(self.meta)
         if session.infra_error:
             meta["infra_error"] = session.infra_error
