@@ -311,3 +311,32 @@ def test_a_history_rewriting_template_gives_one_exact_episode_per_turn(served) -
         sample = render_episode(ep, None)
         [scored] = server.proxy.policy.score([sample.input_ids], [sample.loss_mask])
         assert max(abs(a - b) for a, b in zip(scored, ep.turns[0].logprobs)) < 1e-4
+
+
+def test_saved_episodes_that_cannot_be_trained_on_are_refused(served, tmp_path: Path) -> None:
+    from turngym.trainers import TrainConfig
+    from turngym.trainers.saved import load_training_episodes, reward_spec_of
+
+    server, client, _ = served
+    with pytest.raises(ConfigError, match="warmup_steps=0"):
+        TrainConfig(episodes="captured")  # the default warm start imitates an env there is none of
+    client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3,
+                                   extra_headers=episode_headers("saved/0"))
+    report_outcome(server.url, "saved/0", reward=1.0)
+    [ep] = _captured(server.proxy, "saved/0")
+    assert reward_spec_of([ep]).names == ()  # env "proxy" is not registered: rewards pass through as reported
+
+    def refused(edit, match: str) -> None:
+        data = ep.to_dict()
+        edit(data)
+        (tmp_path / "episodes.jsonl").write_text(json.dumps(data) + "\n")
+        with pytest.raises(ConfigError, match=match):
+            load_training_episodes(tmp_path, server.proxy.tokenizer)
+
+    refused(lambda d: d["meta"].update(tokenizer="0123456789abcdef"), "another tokenizer")
+    refused(lambda d: d["turns"][0].update(logprobs=None), "no sampled token ids or log-probs")
+    refused(lambda d: d["meta"].update(infra_error="device lost"), "no episode to train on")
+    with pytest.raises(ConfigError, match="no saved episodes"):
+        load_training_episodes(tmp_path / "missing.jsonl")
+    (tmp_path / "episodes.jsonl").write_text(json.dumps(ep.to_dict()) + "\n")
+    assert load_training_episodes(tmp_path, server.proxy.tokenizer)[0].turns[0].token_ids == ep.turns[0].token_ids
