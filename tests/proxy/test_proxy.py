@@ -340,3 +340,20 @@ def test_saved_episodes_that_cannot_be_trained_on_are_refused(served, tmp_path: 
         load_training_episodes(tmp_path / "missing.jsonl")
     (tmp_path / "episodes.jsonl").write_text(json.dumps(ep.to_dict()) + "\n")
     assert load_training_episodes(tmp_path, server.proxy.tokenizer)[0].turns[0].token_ids == ep.turns[0].token_ids
+
+
+def test_recorded_episodes_render_from_their_ids_and_refuse_a_broken_chain() -> None:
+    from turngym.agents.render import RenderError, render_turns
+    from turngym.rollout.types import Episode, Turn
+
+    def episode(second_prompt: list[int]) -> Episode:
+        turns = [Turn(0, "a", "", 0.0, False, False, {}, "s1", "s0", token_ids=[5, 6], logprobs=[-1.0, -2.0], prompt_ids=[1, 2]),
+                 Turn(1, "b", "", 1.0, True, False, {}, "s2", "s1", token_ids=[8], logprobs=[-0.5], prompt_ids=second_prompt)]
+        return Episode("e", "proxy", "", None, "text never re-tokenized", turns=turns, meta={"rendering": "recorded"})
+
+    sample = render_episode(episode([1, 2, 5, 6, 7]), None)
+    assert (sample.input_ids, sample.loss_mask) == ([1, 2, 5, 6, 7, 8], [0, 0, 1, 1, 0, 1])
+    assert sample.logprobs == [0.0, 0.0, -1.0, -2.0, 0.0, -0.5] and sample.turn_spans == {0: (2, 4), 1: (5, 6)}
+    assert [s.input_ids for s in render_turns(episode([1, 2, 5, 6, 7]), None)] == [[1, 2, 5, 6], [1, 2, 5, 6, 7, 8]]
+    with pytest.raises(RenderError, match="does not extend"):  # turn 1's prompt lost a sampled id of turn 0
+        render_episode(episode([1, 2, 5, 9, 7]), None)
