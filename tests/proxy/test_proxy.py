@@ -184,6 +184,7 @@ def test_bad_requests_are_refused_clearly_and_counted(served) -> None:
         client.chat.completions.create(model="tiny", messages=msgs, n=2, extra_headers=h)
     errors = server.proxy.stats()["errors"]
     assert errors["model_not_found"] >= 1 and errors["missing_episode"] >= 1 and errors["context_length_exceeded"] >= 1
+    assert errors["max_tokens_exceeded"] >= 1 and errors["unsupported_sampling"] >= 1 and errors["unsupported_parameter"] >= 2
     assert server.proxy.store.get("bad/0") is None and "bad/0" not in server.proxy._locks  # nothing refused was kept
     with pytest.raises(ConfigError, match="404"):
         report_outcome(server.url, "bad/0", reward=0.0)

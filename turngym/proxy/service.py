@@ -285,8 +285,8 @@ class CaptureProxy:
         if body.get("n") not in (None, 1):
             raise self._fail(ProxyError(400, "n must be 1: send one request per sample (each its own episode)",
                                         code="unsupported_parameter", param="n"))
-        for key in ("presence_penalty", "frequency_penalty", "repetition_penalty"):
-            if body.get(key) not in (None, 0, 0.0, 1.0 if key == "repetition_penalty" else 0):
+        for key, neutral in (("presence_penalty", 0.0), ("frequency_penalty", 0.0), ("repetition_penalty", 1.0)):
+            if body.get(key) is not None and body.get(key) != neutral:
                 raise self._fail(ProxyError(400, f"{key} changes the sampling distribution, so the recorded log-probs "
                                                  "would not be the policy's", code="unsupported_parameter", param=key))
         fmt = body.get("response_format")
@@ -320,7 +320,7 @@ class CaptureProxy:
             raise self._fail(ProxyError(400, f"max_tokens must be a positive integer, got {asked!r}", param="max_tokens"))
         elif asked > self.config.max_tokens:
             raise self._fail(ProxyError(400, f"max_tokens={asked} exceeds the proxy's cap of {self.config.max_tokens} "
-                                             "(start it with a larger --max-tokens)", param="max_tokens"))
+                                             "(start it with a larger --max-tokens)", code="max_tokens_exceeded", param="max_tokens"))
         else:
             limit = asked
         if room is not None and limit > room or limit < 1:
@@ -434,6 +434,8 @@ class CaptureProxy:
         eid = self._episode_id(body, header)
         async with self._lock(eid):
             session = self._open(eid)
+            if session is not None:
+                session.last_seen = time.monotonic()  # in flight: not idle, not to be reaped meanwhile
             if chat:
                 assert messages is not None
                 prompt, action_ids, reusable, reason = self._thread_chat(session, messages)
@@ -454,6 +456,10 @@ class CaptureProxy:
             text = gen.text
             if gen.finish_reason == "stop" and gen.stop and gen.stop in text:
                 text = text[: text.index(gen.stop)]  # OpenAI returns the text before the stop string
+            why = self.store.closed_reason(eid)
+            if why is not None:  # reaped while sampling (a generation longer than the outcome timeout)
+                raise self._fail(ProxyError(409, f"episode {eid!r} was {why} while this request was sampled; start a new "
+                                                 "episode (or raise --outcome-timeout)", code="episode_closed"))
             session = self.store.session(eid)
             session.last_seen = time.monotonic()
             if group and not session.group:
