@@ -14,11 +14,16 @@ random), so per-request times are also given per generated token.
 
     python benchmarks/bench_proxy.py                     # tiny model, 8 episodes x 4 turns, 3 rounds
     python benchmarks/bench_proxy.py --json --rounds 5 --max-tokens 16
+    turngym proxy --model tiny --port 8123 --threads 1 --out /tmp/cap & python benchmarks/bench_proxy.py --url http://127.0.0.1:8123
+
+On a thread of the benchmark's own process the proxy's server, the client and ``generate`` share
+one GIL; ``--url`` measures a proxy in its own process, as it is deployed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -27,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+import httpx  # noqa: E402
 import openai  # noqa: E402
 import torch  # noqa: E402
 
@@ -53,22 +59,24 @@ def direct(policy, episodes: int, turns: int, max_tokens: int) -> tuple[float, i
     return time.perf_counter() - t0, n, tokens
 
 
-def proxied(server, client, episodes: int, turns: int, max_tokens: int, tag: str) -> tuple[float, int, int, float, float]:
-    proxy = server.proxy
-    gen0, req0 = proxy.stats()["generate_s"], proxy.request_s
+def proxied(url: str, client, model: str, episodes: int, turns: int, max_tokens: int, tag: str) -> tuple[float, int, int, float, float, float]:
+    before = httpx.get(f"{url}/turngym/stats").json()
     n = tokens = 0
+    outcome_s = 0.0
     t0 = time.perf_counter()
     for e in range(episodes):
         eid, msgs = f"{tag}/{e}", conversation(e)
         for k in range(turns):
-            r = client.chat.completions.create(model=proxy.config.model_name, messages=msgs, max_tokens=max_tokens,
-                                               extra_headers=episode_headers(eid))
+            r = client.chat.completions.create(model=model, messages=msgs, max_tokens=max_tokens, extra_headers=episode_headers(eid))
             n, tokens = n + 1, tokens + r.usage.completion_tokens
             msgs = [*msgs, {"role": "assistant", "content": r.choices[0].message.content},
                     {"role": "user", "content": f"<result>{k}</result>"}]
-        report_outcome(server.url, eid, reward=0.0)
-    wall = time.perf_counter() - t0
-    return wall, n, tokens, proxy.stats()["generate_s"] - gen0, proxy.request_s - req0
+        t1 = time.perf_counter()
+        report_outcome(url, eid, reward=0.0)  # once per episode, not per request: timed apart
+        outcome_s += time.perf_counter() - t1
+    wall = time.perf_counter() - t0 - outcome_s
+    after = httpx.get(f"{url}/turngym/stats").json()
+    return wall, n, tokens, after["generate_s"] - before["generate_s"], after["request_s"] - before["request_s"], outcome_s
 
 
 def main() -> None:
@@ -79,15 +87,22 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument("--url", help="bench a proxy already running in its own process (e.g. http://127.0.0.1:8000) "
+                                   "instead of one on a thread of this process")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     proxy = build_proxy(args.model, max_tokens=max(64, args.max_tokens))
     policy = proxy.policy
     rows = []
-    with ProxyThread(proxy) as server:
-        client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
-        proxied(server, client, 1, 2, args.max_tokens, "warmup")
+    with contextlib.ExitStack() as stack:
+        if args.url:  # a proxy in its own process (`turngym proxy --model ...`); direct uses this process's copy
+            url = args.url.rstrip("/").removesuffix("/v1")
+        else:  # the same policy object behind a proxy on a thread of this process (shares the GIL with the client)
+            url = stack.enter_context(ProxyThread(proxy)).url
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        model = client.models.list().data[0].id
+        proxied(url, client, model, 1, 2, args.max_tokens, f"warmup-{time.time_ns()}")
         direct(policy, 1, 2, args.max_tokens)
         for r in range(args.rounds):
             order = ("direct", "proxy") if r % 2 == 0 else ("proxy", "direct")
@@ -97,24 +112,28 @@ def main() -> None:
                     wall, n, tok = direct(policy, args.episodes, args.turns, args.max_tokens)
                     row |= {"direct_ms": 1000 * wall / n, "direct_ms_per_token": 1000 * wall / max(tok, 1)}
                 else:
-                    wall, n, tok, gen_s, req_s = proxied(server, client, args.episodes, args.turns, args.max_tokens, f"r{r}")
+                    wall, n, tok, gen_s, req_s, out_s = proxied(url, client, model, args.episodes, args.turns, args.max_tokens,
+                                                                f"r{r}-{time.time_ns()}")
                     row |= {"proxy_ms": 1000 * wall / n, "proxy_ms_per_token": 1000 * wall / max(tok, 1),
-                            "overhead_ms": 1000 * (wall - gen_s) / n, "handler_ms": 1000 * req_s / n}
+                            "overhead_ms": 1000 * (wall - gen_s) / n, "handler_ms": 1000 * req_s / n,
+                            "outcome_ms_per_episode": 1000 * out_s / args.episodes}
             row["ratio"] = row["proxy_ms"] / row["direct_ms"]
             row["ratio_per_token"] = row["proxy_ms_per_token"] / row["direct_ms_per_token"]
             rows.append(row)
     summary = {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]}
     summary |= {"model": args.model, "episodes": args.episodes, "turns": args.turns, "max_tokens": args.max_tokens,
-                "rounds": args.rounds, "stats": proxy.stats()}
+                "rounds": args.rounds, "proxy": "process " + args.url if args.url else "thread"}
     if args.json:
         print(json.dumps(summary, indent=2))
         return
-    print(f"{args.model}: {args.episodes} episodes x {args.turns} turns, max_tokens={args.max_tokens}, median of {args.rounds} rounds")
+    print(f"{args.model}: {args.episodes} episodes x {args.turns} turns, max_tokens={args.max_tokens}, median of {args.rounds} rounds, "
+          f"proxy on a {summary['proxy']}")
     print(f"  direct HFPolicy.act : {summary['direct_ms']:8.1f} ms/request  ({summary['direct_ms_per_token']:.2f} ms/token)")
     print(f"  through the proxy   : {summary['proxy_ms']:8.1f} ms/request  ({summary['proxy_ms_per_token']:.2f} ms/token)")
     print(f"  ratio proxy/direct  : {summary['ratio']:.3f} per request, {summary['ratio_per_token']:.3f} per token")
     print(f"  proxy overhead      : {summary['overhead_ms']:8.1f} ms/request beyond generate "
           f"(handler: {summary['handler_ms']:.2f} ms; the rest is HTTP, JSON and the client)")
+    print(f"  outcome report      : {summary['outcome_ms_per_episode']:8.1f} ms/episode")
 
 
 if __name__ == "__main__":
