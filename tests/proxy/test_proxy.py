@@ -294,6 +294,7 @@ class _HistoryRewritingPolicy(_FailingPolicy):
 def test_a_history_rewriting_template_gives_one_exact_episode_per_turn(served) -> None:
     server, _, _ = served
     proxy = CaptureProxy(_HistoryRewritingPolicy(server.proxy.policy), ProxyConfig())
+    assert not proxy.template_splices and server.proxy.template_splices  # the start-up probe tells them apart
 
     async def go() -> None:
         msgs = [{"role": "user", "content": "What is 6 * 7?"}]
@@ -358,3 +359,48 @@ def test_recorded_episodes_render_from_their_ids_and_refuse_a_broken_chain() -> 
     assert [s.input_ids for s in render_turns(episode([1, 2, 5, 6, 7]), None)] == [[1, 2, 5, 6], [1, 2, 5, 6, 7, 8]]
     with pytest.raises(RenderError, match="does not extend"):  # turn 1's prompt lost a sampled id of turn 0
         render_episode(episode([1, 2, 5, 9, 7]), None)
+
+
+class _ScriptedPolicy:
+    """Test double: a 'model' that always replies with the same ids, spelled character by character
+    (as a sampler may spell text, and as re-tokenizing the text never would)."""
+
+    def __init__(self, tokenizer) -> None:
+        from turngym.agents.render import ChatRenderer
+
+        self.tokenizer, self.renderer = tokenizer, ChatRenderer(tokenizer)
+        self.temperature, self.top_p, self.max_positions = 1.0, 1.0, 8192
+        self.reply = [i for ch in "<calc>6*7</calc>" for i in tokenizer.encode(ch, add_special_tokens=False)] + [tokenizer.eos_token_id]
+
+    def generate(self, prompts, stops, reusable, limits):
+        from turngym.agents.hf import Generation
+
+        text = self.tokenizer.decode(self.reply, skip_special_tokens=True)
+        return [Generation(list(self.reply), [-1.0] * len(self.reply), text, "eos", prompt_ids=list(p)) for p in prompts]
+
+
+def test_smollm2_chat_template_round_trip_splices_the_sampled_ids() -> None:
+    """SmolLM2's own template (it adds a system prompt when there is none): every turn's prompt
+    extends the previous prompt + sampled ids, which are spliced verbatim though their text
+    re-tokenizes differently."""
+    from turngym.agents.hf import smollm2_tokenizer
+
+    policy = _ScriptedPolicy(smollm2_tokenizer())
+    proxy = CaptureProxy(policy, ProxyConfig(model_name="smollm2"))
+    assert policy.renderer.encode("<calc>6*7</calc>") != policy.reply[:-1]  # a re-tokenizing proxy would drift
+
+    async def go() -> None:
+        msgs = [{"role": "user", "content": "What is 6 * 7?"}]
+        seq: list[int] = []
+        for k in range(3):
+            reply, headers = await proxy.chat({"model": "smollm2", "messages": msgs, "return_token_ids": True}, "smol/0")
+            prompt = reply["prompt_token_ids"]
+            assert "X-Turngym-Branched" not in headers and prompt[: len(seq)] == seq and len(prompt) > len(seq)
+            seq = prompt + reply["choices"][0]["token_ids"]
+            msgs += [{"role": "assistant", "content": reply["choices"][0]["message"]["content"]},
+                     {"role": "tool" if k % 2 else "user", "content": "<result>42</result>"}]
+        await proxy.outcome("smol/0", {"reward": 1.0})
+        [ep] = proxy.finished
+        assert render_episode(ep, None).input_ids == seq
+
+    asyncio.run(go())

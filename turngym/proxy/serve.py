@@ -112,6 +112,10 @@ def run_command(args: argparse.Namespace) -> int:
                         seed=args.seed, device=args.device, max_tokens=args.max_tokens, outcome_timeout_s=args.outcome_timeout,
                         max_open_episodes=args.max_open_episodes, max_batch_size=args.max_batch_size,
                         ignore_sampling_params=args.ignore_sampling_params)
+    if not proxy.template_splices:
+        print("turngym: warning: this model's chat template rewrites earlier turns (e.g. strips past reasoning), so no "
+              "multi-turn prompt extends the one before it: every chat turn is recorded as an episode of its own "
+              "(X-Turngym-Branched: template_mismatch)", flush=True)
     print(f"turngym: proxy for {proxy.config.model_name!r} on http://{args.host}:{args.port}/v1 "
           f"(episodes -> {args.out}/episodes.jsonl; header {'X-Turngym-Episode'}; token {'required' if token else 'off'})", flush=True)
     uvicorn.run(create_proxy_app(proxy, token=token), host=args.host, port=args.port, log_level=args.log_level)

@@ -218,11 +218,20 @@ class CaptureProxy:
         }
         if self.config.out is not None:
             self.config.out.mkdir(parents=True, exist_ok=True)
+        self.template_splices = self._probe_template()
+        """Whether the chat template renders a conversation incrementally (only appends), so
+        multi-turn episodes can reuse sampled ids; when not, every chat turn is an episode of its own."""
+
+    def _probe_template(self) -> bool:
+        probe = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                 {"role": "assistant", "content": "a"}, {"role": "user", "content": "v"}]
+        return self._render(probe, [None]) is not None
 
     # ------------------------------------------------------------------ bookkeeping
     def stats(self) -> dict[str, Any]:
         """Counters: requests, tokens, episodes open/finished, branches, drops and errors by kind."""
         s = self.store.stats()
+        s["template_splices"] = self.template_splices
         s["generate_calls"] = self._batcher.calls
         s["generate_s"] = round(self._batcher.generate_s, 4)
         s["request_s"] = round(self.request_s, 4)
