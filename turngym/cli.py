@@ -328,7 +328,8 @@ def _setup_train(p: argparse.ArgumentParser) -> None:
                         "(pip install 'turngym[track]'; WANDB_MODE=offline works without an account)")
     p.add_argument("--episodes", metavar="PATH",
                    help="train on saved episodes instead of env rollouts: turngym proxy's OUT/episodes.jsonl (your own "
-                        "agent's episodes) or any JSONL of episodes sampled by a token policy; no warm start, no evaluation")
+                        "agent's episodes) or any JSONL of episodes sampled by a token policy; no warm start, no evaluation; "
+                        "--model tiny means the embedded model turngym proxy serves")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -342,6 +343,7 @@ def _run_train(args: argparse.Namespace) -> int:
     if args.episodes is not None:  # nothing to imitate or evaluate on: the episodes are the data
         fields.setdefault("warmup_steps", 0)
         fields.setdefault("eval_episodes", 0)
+        fields.setdefault("tiny_model", {})  # `turngym proxy --model tiny` serves the embedded default, not the run's small variant
     if args.env_arg:
         fields["env_kwargs"] = parse_kv(args.env_arg)
     elif args.env_id is not None and args.env_id != TrainConfig.env_id:

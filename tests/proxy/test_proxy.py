@@ -122,13 +122,16 @@ def test_training_on_captured_episodes_moves_the_policy(served, agents, tmp_path
 
     from turngym.agents.hf import resolve_model_path
     from turngym.cli import main
+    from turngym.trainers import TrainConfig, Trainer
 
     server, _, _ = served
     data = tmp_path / "episodes.jsonl"
     data.write_text("".join(json.dumps(ep.to_dict()) + "\n" for eid in agents for ep in _captured(server.proxy, eid)))
     run = tmp_path / "run"
+    with pytest.raises(ConfigError, match="another architecture"):  # the trainer's small tiny variant did not sample them
+        Trainer(TrainConfig(episodes=str(data), warmup_steps=0, eval_episodes=0), tmp_path / "wrong", progress=False, log=None).run()
     assert main(["train", "--episodes", str(data), "--steps", "2", "--out", str(run), "--algo", "grpo", "--quiet",
-                 "--set", "tiny_model={}", "--set", "lr=1e-3", "--set", "micro_batch_size=4"]) == 0
+                 "--set", "lr=1e-3", "--set", "micro_batch_size=4"]) == 0
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     rl = [r for r in rows if r.get("phase") == "rl"]
     assert len(rl) == 2 and all(math.isfinite(r["loss"]) for r in rl) and rl[0]["episodes"] == 4

@@ -39,7 +39,7 @@ from turngym.core.errors import TurngymError
 from turngym.proxy.capture import EDITED, TEMPLATE, CapturedTurn, Session, SessionStore, parse_outcome, to_episodes
 from turngym.rollout.types import Episode
 
-__all__ = ["CaptureProxy", "ProxyConfig", "ProxyError", "tokenizer_fingerprint", "EPISODE_HEADER", "GROUP_HEADER"]
+__all__ = ["CaptureProxy", "ProxyConfig", "ProxyError", "model_fingerprint", "tokenizer_fingerprint", "EPISODE_HEADER", "GROUP_HEADER"]
 
 EPISODE_HEADER = "X-Turngym-Episode"
 """The request header naming the episode a request belongs to (or the body's ``user`` field)."""
@@ -96,6 +96,17 @@ class ProxyConfig:
 
         if self.max_tokens < 1 or self.outcome_timeout_s <= 0 or self.max_open_episodes < 1 or self.max_batch_size < 1:
             raise ConfigError("need max_tokens >= 1, outcome_timeout_s > 0, max_open_episodes >= 1 and max_batch_size >= 1")
+
+
+def model_fingerprint(model: Any) -> str | None:
+    """A short hash of a model's architecture (type and sizes; not its weights): a trainer refuses
+    captured episodes sampled by another architecture (e.g. another tiny-model variant)."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    keys = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+            "intermediate_size", "max_position_embeddings")
+    return hashlib.sha256(repr([getattr(config, k, None) for k in keys]).encode()).hexdigest()[:16]
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:
@@ -216,6 +227,9 @@ class CaptureProxy:
             "model": self.config.model_name, "temperature": float(policy.temperature), "top_p": float(policy.top_p),
             "tokenizer": tokenizer_fingerprint(self.tokenizer), "source": "turngym.proxy",
         }
+        arch = model_fingerprint(getattr(policy, "model", None))
+        if arch is not None:
+            self.meta["architecture"] = arch
         if self.config.out is not None:
             self.config.out.mkdir(parents=True, exist_ok=True)
         self.template_splices = self._probe_template()

@@ -146,7 +146,7 @@ class Trainer:
         if cfg.episodes is not None:
             from turngym.trainers.saved import load_training_episodes, reward_spec_of
 
-            self.saved_episodes = load_training_episodes(cfg.episodes, self.tokenizer)
+            self.saved_episodes = load_training_episodes(cfg.episodes, self.tokenizer, self.model)
             spec = reward_spec_of(self.saved_episodes)
         else:
             probe = self._make_env()

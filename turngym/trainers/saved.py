@@ -21,11 +21,12 @@ from turngym.rollout.types import Episode, load_episodes
 __all__ = ["load_training_episodes", "reward_spec_of"]
 
 
-def load_training_episodes(path: str | Path, tokenizer: Any | None = None) -> list[Episode]:
+def load_training_episodes(path: str | Path, tokenizer: Any | None = None, model: Any | None = None) -> list[Episode]:
     """The trainable episodes in ``path`` (a JSONL file, or a directory with ``episodes.jsonl``).
 
-    ``tokenizer``: the trainer's; episodes stamped with another tokenizer's fingerprint
-    (``meta["tokenizer"]``) are refused, since their ids mean other tokens to this model.
+    ``tokenizer``, ``model``: the trainer's; episodes stamped with another tokenizer's fingerprint
+    (``meta["tokenizer"]``: their ids mean other tokens) or another architecture's
+    (``meta["architecture"]``: their log-probs are another model's) are refused.
     """
     file = Path(path)
     if file.is_dir():
@@ -41,16 +42,19 @@ def load_training_episodes(path: str | Path, tokenizer: Any | None = None) -> li
     if not kept:
         raise ConfigError(f"{file} holds no episode to train on ({len(episodes)} episodes, none with turns and without an "
                           "infrastructure error): report outcomes to the proxy so its episodes are written")
-    fingerprint = None
-    if tokenizer is not None:
-        from turngym.proxy.service import tokenizer_fingerprint
+    from turngym.proxy.service import model_fingerprint, tokenizer_fingerprint
 
-        fingerprint = tokenizer_fingerprint(tokenizer)
+    fingerprint = tokenizer_fingerprint(tokenizer) if tokenizer is not None else None
+    arch = model_fingerprint(model) if model is not None else None
     for ep in kept:
-        stamp = ep.meta.get("tokenizer")
+        stamp, stamp_arch = ep.meta.get("tokenizer"), ep.meta.get("architecture")
         if fingerprint is not None and stamp is not None and stamp != fingerprint:
             raise ConfigError(f"episode {ep.episode_id!r} was sampled with another tokenizer (model {ep.meta.get('model')!r}); "
                               "train the model that served it (--model)")
+        if arch is not None and stamp_arch is not None and stamp_arch != arch:
+            raise ConfigError(f"episode {ep.episode_id!r} was sampled by a model of another architecture (served as "
+                              f"{ep.meta.get('model')!r}): train the model that served it (--model; the proxy's 'tiny' is "
+                              "TrainConfig's model='tiny' with tiny_model={})")
         for t in ep.turns:
             if t.token_ids is None or t.logprobs is None:
                 raise ConfigError(f"turn {t.index} of episode {ep.episode_id!r} has no sampled token ids or log-probs: RL needs "
