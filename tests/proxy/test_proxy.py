@@ -197,8 +197,9 @@ def test_bad_requests_are_refused_clearly_and_counted(served) -> None:
     assert chunks[-1].usage.completion_tokens == len(server.proxy.store.get("stream/0").last.token_ids)
     with pytest.raises(ConfigError, match="one entry per recorded turn"):  # a malformed report leaves the episode open
         report_outcome(server.url, "stream/0", reward=1.0, turns=[{}, {}])
-    report_outcome(server.url, "stream/0", reward=1.0)
-    assert _captured(server.proxy, "stream/0")[0].turns[0].action == text
+    report_outcome(server.url, "stream/0", reward=1.0, turns=[{"reward": 0.25, "signals": {"format_ok": 1.0}, "action_valid": False}])
+    [turn] = _captured(server.proxy, "stream/0")[0].turns
+    assert turn.action == text and turn.reward == 1.25 and turn.signals == {"format_ok": 1.0} and not turn.action_valid
     with pytest.raises(openai.ConflictError, match="finished"):  # a finished episode takes no more turns
         client.chat.completions.create(model="tiny", messages=msgs, max_tokens=5, extra_headers=episode_headers("stream/0"))
     with pytest.raises(ConfigError, match="409"):
