@@ -147,6 +147,9 @@ class Trainer:
             from turngym.trainers.saved import load_training_episodes, reward_spec_of
 
             self.saved_episodes = load_training_episodes(cfg.episodes, self.tokenizer, self.model)
+            if cfg.minibatches > len(self.saved_episodes):
+                raise ConfigError(f"minibatches={cfg.minibatches} but {cfg.episodes} holds {len(self.saved_episodes)} trainable "
+                                  "episodes: use fewer minibatches")
             spec = reward_spec_of(self.saved_episodes)
         else:
             probe = self._make_env()
