@@ -32,7 +32,7 @@ MAX_TOKENS = 10
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("captured")
-    proxy = build_proxy("tiny", out=out, max_tokens=64, seed=0)
+    proxy = build_proxy("tiny", out=out, max_tokens=64, seed=0, device="cpu")  # float32: re-scoring matches to 1e-4
     with ProxyThread(proxy) as server:
         client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
         yield server, client, out
