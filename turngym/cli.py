@@ -338,6 +338,10 @@ def _setup_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report-to", metavar="BACKENDS",
                    help="mirror metrics.jsonl and sample episodes to tensorboard and/or wandb, comma-separated "
                         "(pip install 'turngym[track]'; WANDB_MODE=offline works without an account)")
+    p.add_argument("--episodes", metavar="PATH",
+                   help="train on saved episodes instead of env rollouts: turngym proxy's OUT/episodes.jsonl (your own "
+                        "agent's episodes) or any JSONL of episodes sampled by a token policy; no warm start, no evaluation; "
+                        "--model tiny means the embedded model turngym proxy serves")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -345,9 +349,13 @@ def _run_train(args: argparse.Namespace) -> int:
     from turngym.trainers import TrainConfig, Trainer
 
     fields = parse_kv(args.set, flag="--set")
-    for name in ("env_id", "algo", "steps", "model", "seed", "report_to", "engine", "constrain_choices"):
+    for name in ("env_id", "algo", "steps", "model", "seed", "report_to", "engine", "constrain_choices", "episodes"):
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)
+    if args.episodes is not None:  # nothing to imitate or evaluate on: the episodes are the data
+        fields.setdefault("warmup_steps", 0)
+        fields.setdefault("eval_episodes", 0)
+        fields.setdefault("tiny_model", {})  # `turngym proxy --model tiny` serves the embedded default, not the run's small variant
     if args.env_arg:
         fields["env_kwargs"] = parse_kv(args.env_arg)
     elif args.env_id is not None and args.env_id != TrainConfig.env_id:
@@ -358,6 +366,10 @@ def _run_train(args: argparse.Namespace) -> int:
         raise SystemExit("error: --resume continues the run in --out and --overwrite discards it: pass one of them")
     config = TrainConfig.from_dict(fields)
     result = Trainer(config, args.out, resume=args.resume, overwrite=args.overwrite, progress=not args.quiet).run()
+    if config.episodes is not None:
+        print(f"trained {result.steps} steps on the episodes in {config.episodes}; metrics: {args.out}/metrics.jsonl, "
+              f"model: {args.out}/checkpoints (turngym view {args.out})")
+        return 0
     print(f"success rate before (warm start): {result.success_before:.1%}")
     print(f"success rate after RL:            {result.success_after:.1%}  ({result.improvement * 100:+.1f} points)")
     if config.model == "tiny":
@@ -375,6 +387,19 @@ episodes: turngym view {out}. Next, train a real pretrained model:
   turngym train --model smollm2 --env turngym/Math-v0 --steps 50 --out runs/smollm2-math   # LoRA by default
   (--model DIR for any local Hugging Face model; --engine vllm for vLLM rollouts with weight sync; on a GPU
    raise the batch: --set groups_per_step=64)"""
+
+
+# ---------------------------------------------------------------------------------- proxy
+def _setup_proxy(p: argparse.ArgumentParser) -> None:
+    from turngym.proxy.serve import setup_parser
+
+    setup_parser(p)
+
+
+def _run_proxy(args: argparse.Namespace) -> int:
+    from turngym.proxy.serve import run_command
+
+    return run_command(args)
 
 
 def _setup_study(p: argparse.ArgumentParser) -> None:
@@ -397,6 +422,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "sandbox": ("list sandbox backends, or run Python in one", _setup_sandbox, _run_sandbox),
     "train": ("train a policy with turn-level credit assignment (no arguments: the embedded default run)", _setup_train, _run_train),
     "view": ("browse episodes, per-turn signals and credit, and learning curves in the browser", _setup_view, _run_view),
+    "proxy": ("serve an OpenAI-compatible API from turngym's policy and record your own agent's episodes for training",
+              _setup_proxy, _run_proxy),
     "study": ("reproducible studies: `turngym study credit` tests the credit-assignment claims", _setup_study, _run_study),
 }
 

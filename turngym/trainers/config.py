@@ -121,6 +121,13 @@ class TrainConfig:
     same allowed tokens each rollout recorded, so the constrained rollouts stay on-policy. For a
     small model that cannot yet write a whole valid command, this is the difference between
     learning which action to take and learning nothing (every action invalid)."""
+    episodes: str | None = None
+    """Train on saved episodes instead of rolling out the env: a JSONL file (``turngym proxy``'s
+    ``OUT/episodes.jsonl`` — your own agent's episodes — or any episodes sampled by a token policy)
+    or a directory holding ``episodes.jsonl``. Every RL step is one round of updates over all of
+    them; their recorded log-probs are π_old, so PPO's clip bounds how far the later steps move.
+    Needs ``warmup_steps=0`` and ``eval_episodes=0`` (no env to imitate or evaluate on); rewards
+    are shaped with the spec of the episodes' env when that env is registered."""
     save_every: int = 1
     """Checkpoint every N RL steps (and always at the end)."""
     keep_checkpoints: int = 2
@@ -224,6 +231,9 @@ class TrainConfig:
         if self.constrain_choices and self.engine != "hf":
             raise ConfigError("constrain_choices trains on the hf engine only (the vLLM engine does not return the "
                               "allowed-token sets the update renormalizes over): drop --engine vllm or constrain_choices")
+        if self.episodes is not None and (self.warmup_steps or self.eval_episodes or self.engine != "hf"):
+            raise ConfigError("training on saved episodes (episodes=...) has no env to imitate, evaluate or roll out: set "
+                              "warmup_steps=0 and eval_episodes=0 and keep engine='hf' (turngym train --episodes does this)")
         if self.tis_cap <= 0:
             raise ConfigError(f"tis_cap must be > 0 (2 is common), got {self.tis_cap}")
         if self.groups_per_step * self.group_size % self.minibatches:

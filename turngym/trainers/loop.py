@@ -146,13 +146,23 @@ class Trainer:
         self.model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(self.device)
         self.renderer = ChatRenderer(self.tokenizer)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
-        probe = self._make_env()
-        self.shaper = RewardShaper(probe.reward_spec, gamma=1.0, weights=cfg.reward_weights, cap=cfg.shaping_cap)
+        if cfg.episodes is not None:
+            from turngym.trainers.saved import load_training_episodes, reward_spec_of
+
+            self.saved_episodes = load_training_episodes(cfg.episodes, self.tokenizer, self.model)
+            if cfg.minibatches > len(self.saved_episodes):
+                raise ConfigError(f"minibatches={cfg.minibatches} but {cfg.episodes} holds {len(self.saved_episodes)} trainable "
+                                  "episodes: use fewer minibatches")
+            spec = reward_spec_of(self.saved_episodes)
+        else:
+            probe = self._make_env()
+            spec = probe.reward_spec
+            probe.close()
+        self.shaper = RewardShaper(spec, gamma=1.0, weights=cfg.reward_weights, cap=cfg.shaping_cap)
         # PAPO's process score has weights of its own, so an outcome-only reward can be paired
         # with a dense process signal (the paper's decoupling); by default the env spec's.
-        self.process_shaper = RewardShaper(probe.reward_spec, gamma=1.0, weights=cfg.process_weights or {}, cap=cfg.shaping_cap)
-        self.success_threshold = probe.reward_spec.success_threshold
-        probe.close()
+        self.process_shaper = RewardShaper(spec, gamma=1.0, weights=cfg.process_weights or {}, cap=cfg.shaping_cap)
+        self.success_threshold = spec.success_threshold
 
     def _model_path(self) -> Path:
         from turngym.agents.hf import resolve_model_path
@@ -353,11 +363,14 @@ class Trainer:
         cfg = self.config
         t0 = time.perf_counter()
         rng = _rng(cfg.seed, 2, step)
-        if cfg.task_pool:
-            seeds = [int(s) for s in rng.choice(cfg.task_pool, size=cfg.groups_per_step, replace=cfg.groups_per_step > cfg.task_pool)]
+        if cfg.episodes is not None:  # saved episodes (e.g. captured by turngym proxy): the same batch every step
+            episodes = list(self.saved_episodes)
         else:
-            seeds = [int(s) for s in rng.integers(_TRAIN_SEED, 2**31 - 1, size=cfg.groups_per_step)]
-        episodes = self._rollout(seeds, group_size=cfg.group_size, policy_seed=int(rng.integers(2**31)))
+            if cfg.task_pool:
+                seeds = [int(s) for s in rng.choice(cfg.task_pool, size=cfg.groups_per_step, replace=cfg.groups_per_step > cfg.task_pool)]
+            else:
+                seeds = [int(s) for s in rng.integers(_TRAIN_SEED, 2**31 - 1, size=cfg.groups_per_step)]
+            episodes = self._rollout(seeds, group_size=cfg.group_size, policy_seed=int(rng.integers(2**31)))
         infra_errors, infra_rate = self._count_infra_errors(episodes)
         episodes = [ep for ep in episodes if not ep.infra_error and ep.turns]  # never score infra failures
         t_rollout = time.perf_counter() - t0
