@@ -116,6 +116,23 @@ def _timed_subprocess(code: str, timeout: float, env: dict[str, str] | None = No
         return time.perf_counter() - t0, None, tail
 
 
+def _train_part(config_src: str, timeout: float, run_dir: Path) -> dict[str, Any]:
+    """``train(<config_src>)`` into ``run_dir`` in a subprocess capped at ``timeout``; its figures."""
+    code = ("from turngym.trainers import TrainConfig, train\n"
+            f"r = train({config_src}, {str(run_dir)!r}, overwrite=True, progress=False)\n"
+            "print('RESULT', r.success_before, r.success_after)")
+    wall, rc, tail = _timed_subprocess(code, timeout)
+    part: dict[str, Any] = {"wall_s": round(wall, 1), "finished": rc == 0, "timed_out": rc is None,
+                            "metrics_lines": len(_metric_rows(run_dir)), **_rl_figures(_metric_rows(run_dir))}
+    result = [ln for ln in tail.splitlines() if ln.startswith("RESULT")]
+    if result:
+        _, before, after = result[-1].split()
+        part.update(success_before=float(before), success_after=float(after))
+    elif rc not in (0, None):
+        part["error_tail"] = tail[-1500:]
+    return part
+
+
 def hf_check(args: argparse.Namespace) -> int:
     """The HF-engine check (``--engine hf``): what a GPU machine without vLLM can run.
 
@@ -168,20 +185,8 @@ def hf_check(args: argparse.Namespace) -> int:
 
     if "default" in parts:
         run_dir = out / "default"
-        code = ("from turngym.trainers import TrainConfig, train\n"
-                f"r = train(TrainConfig(), {str(run_dir)!r}, overwrite=True, progress=False)\n"
-                "print('RESULT', r.success_before, r.success_after)")
-        wall, rc, tail = _timed_subprocess(code, args.default_timeout)
-        rows = _metric_rows(run_dir)
-        result = [ln for ln in tail.splitlines() if ln.startswith("RESULT")]
-        report["default"] = {"wall_s": round(wall, 1), "finished": rc == 0, "timed_out": rc is None,
-                             "metrics_lines": len(rows), **_rl_figures(rows)}
-        if result:
-            _, before, after = result[-1].split()
-            report["default"].update(success_before=float(before), success_after=float(after))
-        elif rc not in (0, None):
-            report["default"]["error_tail"] = tail[-1500:]
-        checks["default train finished"] = rc == 0
+        report["default"] = _train_part("TrainConfig()", args.default_timeout, run_dir)
+        checks["default train finished"] = report["default"]["finished"]
         save()
 
     if "rl" in parts:
@@ -193,19 +198,8 @@ def hf_check(args: argparse.Namespace) -> int:
             warmup_steps=16, warmup_lr=2e-3, warmup_batch_size=16, demo_episodes=256, demo_noise=0.0,
             micro_batch_size=32, eval_episodes=64, threads=0, algo="gigpo", minibatches=4,
         )
-        code = ("from turngym.trainers import TrainConfig, train\n"
-                f"r = train(TrainConfig(**{cfg!r}), {str(run_dir)!r}, overwrite=True, progress=False)\n"
-                "print('RESULT', r.success_before, r.success_after)")
-        wall, rc, tail = _timed_subprocess(code, args.rl_timeout)
-        result = [ln for ln in tail.splitlines() if ln.startswith("RESULT")]
-        report["rl"] = {"config": cfg, "wall_s": round(wall, 1), "finished": rc == 0, "timed_out": rc is None,
-                        **_rl_figures(_metric_rows(run_dir))}
-        if result:
-            _, before, after = result[-1].split()
-            report["rl"].update(success_warm=float(before), success_after=float(after))
-        elif rc not in (0, None):
-            report["rl"]["error_tail"] = tail[-1500:]
-        checks["rl run finished"] = rc == 0
+        report["rl"] = {"config": cfg, **_train_part(f"TrainConfig(**{cfg!r})", args.rl_timeout, run_dir)}
+        checks["rl run finished"] = report["rl"]["finished"]
         save()
 
     report["checks"] = checks

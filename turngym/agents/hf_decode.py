@@ -319,23 +319,15 @@ class StaticDecoder:
                                      torch.tensor(torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device))[:, None, None, :])
 
     # ------------------------------------------------------------------ the loop
-    def generate(
-        self,
-        policy: HFPolicy,
-        prompts: Sequence[Sequence[int]],
-        stops: Sequence[Sequence[str]],
-        reusable: Sequence[int],
-        limits: Sequence[int],
-        forced: Sequence[Sequence[int]],
-        tries: Sequence[ChoiceTrie | None],
-    ) -> list[Generation]:
+    def generate(self, *args: Any) -> list[Generation]:
+        """:meth:`_decode` under this decoder's lock and in inference mode (buffers kept between
+        calls are inference tensors: a later call must be able to reset them)."""
         import torch
 
-        # inference mode around everything: buffers kept between calls are inference tensors
         with self.lock, torch.inference_mode():
-            return self._generate(policy, prompts, stops, reusable, limits, forced, tries)
+            return self._decode(*args)
 
-    def _generate(
+    def _decode(
         self,
         policy: HFPolicy,
         prompts: Sequence[Sequence[int]],
@@ -345,6 +337,8 @@ class StaticDecoder:
         forced: Sequence[Sequence[int]],
         tries: Sequence[ChoiceTrie | None],
     ) -> list[Generation]:
+        """One batch: ``policy``'s prompts, stop strings, reusable prefix lengths, budgets, forced
+        prefixes and choice tries, as :meth:`HFPolicy.generate` documents them."""
         import torch
 
         self._check_signature()
