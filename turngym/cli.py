@@ -401,12 +401,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from turngym.core.errors import TurngymError
+    from turngym.core.extras import missing_extra
 
     args = build_parser().parse_args(argv)
     try:
         return args._run(args)
     except TurngymError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # an optional extra the command needs (imported at use)
+        err = missing_extra(exc, f"turngym {args.command}")
+        if err is None:
+            raise
+        print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

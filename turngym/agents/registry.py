@@ -15,6 +15,7 @@ from typing import Any
 from turngym.agents.base import Policy
 from turngym.agents.scripted import OracleAgent, RandomAgent
 from turngym.core.errors import ConfigError
+from turngym.core.extras import require_extra
 
 __all__ = ["AGENT_KINDS", "CONSTRAINABLE_KINDS", "make_agent", "register_agent"]
 
@@ -29,9 +30,10 @@ def _pick(options: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
 
 def _hf(arg: str | None, **options: Any) -> Policy:
     """``hf`` / ``hf:tiny`` (embedded model), ``hf:smollm2``, ``hf:/path/to/model_dir``."""
-    from turngym.agents.hf import HFPolicy  # torch is imported only when an HF agent is built
+    with require_extra("the hf agent", "train"):
+        from turngym.agents.hf import HFPolicy  # torch is imported only when an HF agent is built
 
-    return HFPolicy.from_pretrained(arg, device=options.get("device"), **_pick(options, (*_SAMPLING, "max_batch_size", "force_action_prefix", "constrain_choices")))
+        return HFPolicy.from_pretrained(arg, device=options.get("device"), **_pick(options, (*_SAMPLING, "max_batch_size", "force_action_prefix", "constrain_choices")))
 
 
 def _openai(arg: str | None, **options: Any) -> Policy:
@@ -46,9 +48,10 @@ def _openai(arg: str | None, **options: Any) -> Policy:
 
 def _vllm(arg: str | None, **options: Any) -> Policy:
     """``vllm:tiny|smollm2|/path`` (optional extra: ``pip install vllm``)."""
-    from turngym.agents.vllm_backend import VLLMPolicy
+    with require_extra("the vllm agent", "vllm"):
+        from turngym.agents.vllm_backend import VLLMPolicy
 
-    return VLLMPolicy.from_pretrained(arg, **_pick(options, (*_SAMPLING, "constrain_choices")))
+        return VLLMPolicy.from_pretrained(arg, **_pick(options, (*_SAMPLING, "constrain_choices")))
 
 
 #: Kinds that can decode exactly one of the env's listed actions (``constrain_choices``).

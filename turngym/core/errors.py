@@ -21,6 +21,7 @@ __all__ = [
     "SnapshotError",
     "EnvCheckError",
     "InfraError",
+    "MissingExtraError",
 ]
 
 
@@ -70,4 +71,13 @@ class InfraError(TurngymError, RuntimeError):
 
     Envs catch these and report ``info["infra_error"]`` instead of scoring the episode 0;
     trainers drop or retry such episodes.
+    """
+
+
+class MissingExtraError(TurngymError, ImportError):
+    """A feature needs a package that only one of turngym's optional extras installs.
+
+    Raised when the feature is used, never when ``turngym`` is imported; the message names the
+    extra (``pip install 'turngym[server]'``). An ``ImportError`` too, so code that probes for an
+    optional dependency with ``except ImportError`` keeps working.
     """
