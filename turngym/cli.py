@@ -131,8 +131,10 @@ def _setup_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, help="requests in flight (openai agents)")
     p.add_argument("--device", help="torch device for hf agents (default: cuda if available, else cpu)")
     p.add_argument("--threads", type=int, help="torch CPU threads for hf agents (1 is often faster on a busy machine)")
-    p.add_argument("--force-action-prefix", action="store_true",
-                   help="hf agents: start every action with the env's action_prefix (e.g. '<' for tag grammars)")
+    p.add_argument("--force-action-prefix", action=argparse.BooleanOptionalAction, default=None,
+                   help="hf agents: start every action with the env's action_prefix ('<' for the tag grammars of "
+                   "Math and Search). On by default for hf agents: a small chat model otherwise answers in prose and "
+                   "nearly every action is invalid; --no-force-action-prefix measures the model's free output")
     p.add_argument("--constrain-choices", action="store_true",
                    help="hf, vllm and openai agents: where the env lists its valid actions (Household), decode exactly "
                    "one of them (openai: vLLM's structured_outputs choice; log-probs are of the constrained distribution; "
@@ -165,7 +167,7 @@ def _run_eval(args: argparse.Namespace) -> int:
     turngym.env_info(args.env_id)  # fail fast, with "did you mean", before building agents
     options = {
         "seed": args.seed, "model": args.model, "temperature": args.temperature, "top_p": args.top_p,
-        "max_new_tokens": args.max_new_tokens, "concurrency": args.concurrency, "device": args.device, "force_action_prefix": args.force_action_prefix or None,
+        "max_new_tokens": args.max_new_tokens, "concurrency": args.concurrency, "device": args.device, "force_action_prefix": args.force_action_prefix,
         "constrain_choices": args.constrain_choices or None,
     }
     if args.threads:
@@ -210,6 +212,11 @@ def _run_eval(args: argparse.Namespace) -> int:
         summary.extra["generated_tokens"] = stats.tokens
         summary.extra["generate_s"] = round(stats.seconds, 2)
         summary.extra["tokens_per_s"] = round(stats.tokens_per_s, 1)
+    warning = _invalid_action_warning(summary, args, judge)
+    if warning:
+        summary.extra["warning"] = warning
+        if args.json:  # stdout stays JSON; the terminal still gets it
+            print(f"turngym eval: warning: {warning}", file=sys.stderr)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         save_episodes(episodes, args.out / "episodes.jsonl")
@@ -229,6 +236,42 @@ def _run_eval(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 3
     return 0
+
+
+#: An eval of a model agent whose invalid-action rate reaches this says so loudly (with what helps).
+INVALID_WARN_RATE = 0.2
+
+_MODEL_KINDS = ("hf", "vllm", "openai")
+
+
+def _invalid_action_warning(summary: Any, args: argparse.Namespace, judge: Any) -> str | None:
+    """Why a model agent's numbers say little when most of its actions do not parse, and the flags that help.
+
+    A small chat model that answers in prose fails every task by format, not by reasoning; the
+    eval then measures nothing a user came for. Only the flags that apply to this run are named.
+    """
+    kind = args.agent.partition(":")[0]
+    if kind not in _MODEL_KINDS or summary.invalid_action_rate < INVALID_WARN_RATE:
+        return None
+    from turngym.core.env import env_action_choices
+
+    env = getattr(judge, "unwrapped", judge)
+    fixes = []
+    if kind == "hf" and args.force_action_prefix is False and getattr(env, "action_prefix", ""):
+        fixes.append(f"drop --no-force-action-prefix (every action then starts with {env.action_prefix!r})")
+    if args.temperature is None or args.temperature > 0:
+        fixes.append("--temperature 0 (greedy decoding)")
+    if not args.constrain_choices:
+        try:
+            judge.reset(seed=args.seed)
+            lists_choices = env_action_choices(judge) is not None
+        except Exception:  # noqa: BLE001 - advice only: an env that cannot tell lists none
+            lists_choices = False
+        if lists_choices:
+            fixes.append("--constrain-choices (this env lists its valid actions; decode exactly one)")
+    fixes.append("read a few episodes: --out DIR, then turngym view DIR")
+    return (f"{summary.invalid_action_rate:.0%} of this agent's actions were invalid (they do not parse in the env's "
+            f"action grammar), so its success rate measures output format more than the task. Try: " + "; ".join(fixes))
 
 
 def _count_turn(bar: Any) -> None:
@@ -270,7 +313,9 @@ def _markdown(s: Any) -> str:
     if s.mean_generated_tokens is not None:
         lines.append(f"| mean generated tokens per action | {s.mean_generated_tokens:.1f} |")
     lines += [f"| signal `{k}` (mean per turn) | {v:.3f} |" for k, v in s.signal_means.items()]
-    lines += [f"| {k} | {v} |" for k, v in s.extra.items()]
+    lines += [f"| {k} | {v} |" for k, v in s.extra.items() if k != "warning"]
+    if s.extra.get("warning"):
+        lines += ["", f"> **warning:** {s.extra['warning']}"]
     return "\n".join(lines) + "\n"
 
 
@@ -440,12 +485,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from turngym.core.errors import TurngymError
+    from turngym.core.extras import missing_extra
 
     args = build_parser().parse_args(argv)
     try:
         return args._run(args)
     except TurngymError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # an optional extra the command needs (imported at use)
+        err = missing_extra(exc, f"turngym {args.command}")
+        if err is None:
+            raise
+        print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -22,6 +22,7 @@ __all__ = [
     "EnvCheckError",
     "InfraError",
     "TooManyInfraErrors",
+    "MissingExtraError",
 ]
 
 
@@ -80,4 +81,13 @@ class TooManyInfraErrors(TurngymError, RuntimeError):
     Infra-error episodes are dropped, never scored; past the bound the survivors are no longer
     a fair sample (an env bug that fires on some tasks only would silently bias training and
     evaluation toward the others), so the run stops and says so.
+    """
+
+
+class MissingExtraError(TurngymError, ImportError):
+    """A feature needs a package that only one of turngym's optional extras installs.
+
+    Raised when the feature is used, never when ``turngym`` is imported; the message names the
+    extra (``pip install 'turngym[server]'``). An ``ImportError`` too, so code that probes for an
+    optional dependency with ``except ImportError`` keeps working.
     """

@@ -40,7 +40,9 @@ try:
     from websockets.asyncio.client import ClientConnection, connect
     from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 except ImportError:  # pragma: no cover - depends on the installed extras
-    raise ImportError("remote envs need websockets>=13: pip install 'turngym[server]'") from None
+    from turngym.core.errors import MissingExtraError
+
+    raise MissingExtraError("remote envs need websockets>=13: pip install 'turngym[server]'") from None
 
 from turngym.core.errors import ConfigError, EnvCheckError, InfraError, ResetNeeded, SnapshotError
 from turngym.core.infra import infra_step

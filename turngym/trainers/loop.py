@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from turngym.core.errors import ConfigError
+from turngym.core.extras import require_extra
 from turngym.trainers.atomic import ArtifactError, write_json, write_text
 from turngym.trainers.config import TrainConfig
 from turngym.trainers.rundir import ResumePoint, RunDir
@@ -669,6 +670,9 @@ class Trainer:
 
     def run(self) -> TrainResult:
         require_backends(self.config.report_to)  # a missing tracker package fails before anything is written
+        with require_extra("training", "train"):  # and so does a missing torch: no half-started run dir
+            import torch  # noqa: F401
+            import transformers  # noqa: F401
         try:
             return self._run()
         finally:
