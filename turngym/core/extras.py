@@ -28,6 +28,7 @@ EXTRA_OF_MODULE: Mapping[str, str] = {
     "tensorboard": "track", "wandb": "track",
     "vllm": "vllm",
     "trl": "trl",
+    "mcp": "mcp", "mcp_server_sqlite": "mcp",
     "verl": "verl", "cachetools": "verl", "fastapi": "verl",
 }
 
