@@ -43,6 +43,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from turngym.agents.hf import HFPolicy
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if getattr(args, "threads", 0):
+        torch.set_num_threads(args.threads)
     base = HFPolicy.from_pretrained(args.model, device=device)
     arms = {"original": {"static_decoding": False}, "static": {"cuda_graphs": False}}
     if device.startswith("cuda"):
@@ -91,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt-tokens", type=int, default=200)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--original-max-rows", type=int, default=64, help="skip the original loop above this many rows (slow)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default; 1 is steadiest on a shared box)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
     results = run(args)
