@@ -112,6 +112,13 @@ def _cleanup_root(root: str) -> None:
     _rmtree(root)
 
 
+def _cleanup_own_root(root: str, owner_pid: int) -> None:
+    """:func:`_cleanup_root`, in the process that made ``root`` only: a forked child that drops
+    its copy of the sandbox (or exits) must not delete the parent's live sessions."""
+    if os.getpid() == owner_pid:
+        _cleanup_root(root)
+
+
 def _reap_stale_roots(parent: str) -> None:
     """Remove sandbox roots (and their tmpfs mounts) left by processes that died."""
     try:
@@ -524,7 +531,7 @@ class _LocalSandbox(Sandbox):
         self._root = tempfile.mkdtemp(prefix=f"turngym-{self.name}-{os.getpid()}-", dir=parent)
         os.chmod(self._root, 0o711)  # sessions can reach their own dir, not list others'
         # A sandbox that is never closed still removes its directory when collected.
-        self._finalizer = weakref.finalize(self, _cleanup_root, self._root)
+        self._finalizer = weakref.finalize(self, _cleanup_own_root, self._root, os.getpid())
         #: Where session cgroups are created (None: memory/process caps fall back to a watchdog).
         self.cgroup_host = cgroups.detect(cgroup_parent) if enforcement == "auto" and self.joins_cgroup else None
         if enforcement == "auto" and self.joins_cgroup and (self.cgroup_host is None or not self.cgroup_host.cpu):
