@@ -14,6 +14,14 @@ literals). Per env it reports actions fuzzed, exceptions out of ``step()``, infr
 (an agent's action must never cause one), signal-range violations and the max / p99 step time.
 An action is also "slow" when its step passes ``--step-bound`` seconds.
 
+**Hostile attacks** (``--hostile``, on by default). Every attack kind of
+:mod:`turngym.core.hostile` (nesting of every bracket kind, 10^5-long binary and unary operator
+chains, huge literals, NULs and lone surrogates, 1 MB actions, malformed tool JSON) at several
+sizes, in every delivery the env's grammar offers (its tags, tools, commands, its oracle's action
+around the payload; SWE-v0's task file rewritten and edited again), in a shuffled order until the
+env's time budget runs out. Per env: attacks sent, steps, escapes (exceptions out of ``step()``),
+infra errors, contract violations, slow steps, and which attack kinds escaped.
+
 **Parser scaling.** Each parser on 10 KB / 100 KB / 1 MB of adversarial text (repeated open
 tags, unclosed fences, nested brackets, escaped quotes, ...). A linear parser takes about 10x
 per 10x of input (growth 1); a quadratic one 100x (growth 2). A size that the growth seen so
@@ -179,8 +187,9 @@ def fuzz_env(env_id: str, seconds: float, *, seed: int = 0, max_bytes: int = 1_0
     exceptions, infra, violations, slow = 0, 0, 0, 0
     failures: list[dict[str, Any]] = []
     episode = seed * 100_000
-    t_end = time.perf_counter() + seconds
     try:
+        warm_up(env, turngym.env_info(env_id).family)
+        t_end = time.perf_counter() + seconds
         env.reset(seed=episode)
         while time.perf_counter() < t_end:
             action = hostile_action(env, rng, max_bytes)
@@ -220,6 +229,93 @@ def fuzz_env(env_id: str, seconds: float, *, seed: int = 0, max_bytes: int = 1_0
         "slow_steps": slow,
         "step_bound_s": step_bound,
         "max_step_s": max(ts) if ts else 0.0,
+        "p99_step_s": ts[min(len(ts) - 1, int(0.99 * len(ts)))] if ts else 0.0,
+        "failures": failures,
+    }
+
+
+# ----------------------------------------------------------------------------- hostile attacks
+def warm_up(env: Any, family: str) -> None:
+    """One untimed step per delivery of a harmless payload: the first answer check starts the math
+    env's math-verify worker (seconds of imports), which is no step's cost."""
+    from turngym.core.hostile import deliveries
+
+    env.reset(seed=0)
+    for way in deliveries(env, family):
+        env.reset(seed=0)
+        for action in way("\\frac{1}{2}"):
+            if any(env.step(action)[2:4]):
+                break
+
+
+
+HOSTILE_SIZES = (1_000, 20_000, 100_000)
+
+
+def hostile_env(env_id: str, seconds: float, *, seed: int = 0, step_bound: float = 2.0, sizes: tuple[int, ...] = HOSTILE_SIZES) -> dict[str, Any]:
+    """Send ``env_id`` every (attack, size, delivery) of :mod:`turngym.core.hostile`, shuffled, for
+    ``seconds``; count what escapes ``step()`` and what breaks the step contract."""
+    from turngym.core.hostile import ATTACKS, deliveries, payload
+
+    rng = random.Random(seed)
+    family = turngym.env_info(env_id).family
+    env = turngym.make(env_id)
+    env.reset(seed=0)
+    n_ways = len(deliveries(env, family))
+    warm_up(env, family)
+    combos = [(a, n, h) for a in sorted(ATTACKS) for n in sizes for h in range(n_ways)]
+    rng.shuffle(combos)
+    counts = {"attacks": 0, "steps": 0, "exceptions": 0, "infra_errors": 0, "signal_violations": 0, "contract": 0, "slow_steps": 0}
+    escaped: dict[str, int] = {}
+    failures: list[dict[str, Any]] = []
+    times: list[float] = []
+    t_end = time.perf_counter() + seconds
+    try:
+        for k, (attack, n, how) in enumerate(combos):
+            if time.perf_counter() > t_end:
+                break
+            env.reset(seed=k % 8)
+            ways = deliveries(env, family)
+            counts["attacks"] += 1
+            for action in ways[how % len(ways)](payload(attack, n)):
+                counts["steps"] += 1
+                t0 = time.perf_counter()
+                try:
+                    result = env.step(action)
+                except Exception as exc:  # noqa: BLE001 - counting them is the point
+                    times.append(time.perf_counter() - t0)
+                    counts["exceptions"] += 1
+                    escaped[attack] = escaped.get(attack, 0) + 1
+                    if len(failures) < 5:
+                        failures.append({"kind": "exception", "action": f"{attack} n={n} delivery {how}",
+                                         "error": traceback.format_exception_only(exc)[-1].strip()})
+                    break
+                dt = time.perf_counter() - t0
+                times.append(dt)
+                problems = check_step(env, result) if isinstance(result, tuple) and len(result) == 5 else ["not a 5-tuple"]
+                counts["infra_errors"] += any(p.startswith("an agent's action caused") for p in problems)
+                counts["signal_violations"] += any(p.startswith("signal") for p in problems)
+                counts["contract"] += bool(problems)
+                if problems and len(failures) < 5:
+                    failures.append({"kind": "contract", "action": f"{attack} n={n} delivery {how}", "error": "; ".join(problems)})
+                if dt > step_bound:
+                    counts["slow_steps"] += 1
+                    if len(failures) < 5:
+                        failures.append({"kind": "slow", "action": f"{attack} n={n} delivery {how}", "error": f"{dt:.2f} s"})
+                if not problems and (result[2] or result[3]):
+                    break
+    finally:
+        env.close()
+    ts = sorted(times)
+    return {
+        "env_id": env_id,
+        **counts,
+        "combinations": len(combos),
+        "attack_kinds": len(ATTACKS),
+        "deliveries": n_ways,
+        "escaped_by_attack": escaped,
+        "step_bound_s": step_bound,
+        "max_step_s": ts[-1] if ts else 0.0,
         "p99_step_s": ts[min(len(ts) - 1, int(0.99 * len(ts)))] if ts else 0.0,
         "failures": failures,
     }
@@ -318,9 +414,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-bytes", type=int, default=1_000_000, help="largest huge input")
     ap.add_argument("--step-bound", type=float, default=2.0, help="a step slower than this counts as slow")
-    ap.add_argument("--slow-step-bound", type=float, default=30.0, help="the bound for Code-v0 / SWE-v0")
+    ap.add_argument("--slow-step-bound", type=float, default=40.0,
+                    help="the bound for Code-v0 / SWE-v0 (SWE-v0 runs the tests under a 30 s deadline, plus setup: 'x = 9**9**9**9' in a module is a 31 s step by design)")
     ap.add_argument("--skip-scaling", action="store_true")
     ap.add_argument("--skip-fuzz", action="store_true")
+    ap.add_argument("--skip-hostile", action="store_true", help="skip the turngym.core.hostile attacks")
+    ap.add_argument("--hostile-seconds", type=float, default=60.0, help="hostile-attack time per env")
+    ap.add_argument("--hostile-slow-seconds", type=float, default=240.0, help="hostile-attack time for Code-v0 / SWE-v0")
     ap.add_argument("--scaling-cap", type=float, default=5.0, help="skip a size predicted to take longer")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -349,6 +449,26 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 for f in r["failures"]:
                     print(f"    {f['kind']}: {f['error'][:160]}  <- {f['action'][:80]!r}")
+    if not args.skip_hostile:
+        out["hostile"] = []
+        for env_id in args.envs or sorted(turngym.list_envs()):
+            slow_env = env_id in SLOW_ENVS
+            r = hostile_env(
+                env_id,
+                args.hostile_slow_seconds if slow_env else args.hostile_seconds,
+                seed=args.seed,
+                step_bound=args.slow_step_bound if slow_env else args.step_bound,
+            )
+            out["hostile"].append(r)
+            if not args.json:
+                print(
+                    f"hostile {env_id:34s} attacks {r['attacks']:5d}/{r['combinations']:<5d} steps {r['steps']:5d}  "
+                    f"escapes {r['exceptions']:3d}  infra {r['infra_errors']:3d}  contract {r['contract']:3d}  "
+                    f"slow {r['slow_steps']:3d}  max {r['max_step_s']:.3f} s  p99 {r['p99_step_s']:.3f} s",
+                    flush=True,
+                )
+                for f in r["failures"]:
+                    print(f"    {f['kind']}: {f['error'][:160]}  <- {f['action']}")
     if args.json:
         print(json.dumps(out, indent=1))
     elif "parser_scaling" in out:
@@ -356,7 +476,8 @@ def main(argv: list[str] | None = None) -> int:
         for p, r in _worst_by_parser(out["parser_scaling"]).items():
             secs = "  ".join(f"{int(k) // 1000:>5d} KB {v:8.4f}" for k, v in r["seconds"].items())
             print(f"  {p:24s} {r['input']:28s} {secs}  growth {r['growth']:.2f}  {r.get('skipped_larger', '')}")
-    bad = any(r["exceptions"] or r["infra_errors"] or r["signal_violations"] or r["slow_steps"] for r in out.get("fuzz", []))
+    bad = any(r["exceptions"] or r["infra_errors"] or r["signal_violations"] or r["slow_steps"]
+              for r in out.get("fuzz", []) + out.get("hostile", []))
     return 1 if bad else 0
 
 

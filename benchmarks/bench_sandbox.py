@@ -3,6 +3,7 @@
     python benchmarks/bench_sandbox.py            # table
     python benchmarks/bench_sandbox.py --json     # machine-readable
     python benchmarks/bench_sandbox.py -n 300 --workers 2
+    python benchmarks/bench_sandbox.py --cpu-burn  # bystanders of sandboxes burning CPU (Limits.cpu_cores)
 
 Rows:
   bare-subprocess      subprocess.run of the same interpreter command, no sandbox at all
@@ -17,6 +18,14 @@ Rows:
 Latency is measured sequentially, round-robin over the rows (p50/p99 over n runs each);
 throughput with ``--workers`` threads issuing runs concurrently (2 = this machine's cores).
 ``hardening_cost`` is each hardened row's p50 over its unhardened twin's.
+
+``--cpu-burn``: ``--burners`` sandboxes each burn CPU in ``--procs`` processes (every one in a
+session of its own, so the kernel's autogroups count each apart) for ``--burn-s`` seconds,
+while a bystander sandbox starts and runs ``print(1)`` over and over. Three phases: idle
+(no burn), the burn with no CPU cgroup (``enforcement="watchdog"``: what each sandbox got
+before ``Limits.cpu_cores``), and the burn held to ``cpu_cores`` each. Reported: the
+bystander's start+run latency (p50/max) and the cores each burner got (its own ``getrusage``
+over its own wall time).
 """
 
 from __future__ import annotations
@@ -32,7 +41,15 @@ import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from turngym.sandbox import BubblewrapSandbox, NotIsolatedWarning, PythonRuntime, RlimitSandbox, WarmPython
+from turngym.sandbox import (
+    BubblewrapSandbox,
+    Limits,
+    NotIsolatedWarning,
+    PythonRuntime,
+    RlimitSandbox,
+    RunResult,
+    WarmPython,
+)
 
 SOURCE = "print(1)"
 
@@ -63,12 +80,103 @@ def throughput(fn: Callable[[], object], n: int, workers: int) -> float:
     return n / (time.perf_counter() - t)
 
 
+def _burn_source(procs: int, seconds: float) -> str:
+    """Spin in ``procs`` processes (each its own session); print CPU seconds used and wall span."""
+    return (
+        "import os, resource, time\n"
+        f"t0, kids, pid = time.monotonic(), [], 1\n"
+        f"for _ in range({procs - 1}):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        os.setsid()\n"
+        "        break\n"
+        "    kids.append(pid)\n"
+        f"while time.monotonic() < t0 + {seconds}:\n"
+        "    pass\n"
+        "if pid == 0:\n"
+        "    os._exit(0)\n"
+        "for k in kids:\n"
+        "    os.waitpid(k, 0)\n"
+        "me, ch = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+        "print(me.ru_utime + me.ru_stime + ch.ru_utime + ch.ru_stime, time.monotonic() - t0)\n"
+    )
+
+
+def _bystand(bystander: BubblewrapSandbox, until: Callable[[], bool]) -> list[float]:
+    """Start-and-run latencies of the bystander until ``until()`` (at least three)."""
+    lat: list[float] = []
+    while not until() or len(lat) < 3:
+        t = time.perf_counter()
+        res = bystander.run_python(SOURCE)
+        lat.append(time.perf_counter() - t)
+        assert res.ok and res.stdout == "1\n", res
+    return lat
+
+
+def _burn_phase(sb: BubblewrapSandbox, bystander: BubblewrapSandbox, burners: int, source: str,
+                settle_s: float) -> dict[str, float]:
+    import threading
+
+    results: list[RunResult] = []
+    lock = threading.Lock()
+
+    def burn() -> None:
+        res = sb.run_python(source)
+        with lock:
+            results.append(res)
+
+    threads = [threading.Thread(target=burn) for _ in range(burners)]
+    for th in threads:
+        th.start()
+    time.sleep(settle_s)  # the burners are up
+    lat = _bystand(bystander, lambda: not any(th.is_alive() for th in threads))
+    for th in threads:
+        th.join()
+    used = [float(r.stdout.split()[0]) / float(r.stdout.split()[1]) for r in results if r.ok]
+    return {"bystander_p50_ms": 1000 * statistics.median(lat), "bystander_max_ms": 1000 * max(lat),
+            "burner_cores_mean": statistics.fmean(used) if used else float("nan"),
+            "burner_cores_max": max(used) if used else float("nan"), "burners_ok": float(len(used))}
+
+
+def cpu_burn(burners: int, procs: int, burn_s: float, cores: float) -> dict[str, dict[str, float]]:
+    """The three phases of ``--cpu-burn`` (see the module docstring)."""
+    bystander = BubblewrapSandbox()
+    limits = Limits(wall_s=burn_s * 10 + 30, cpu_s=burn_s * 10 + 30, cpu_cores=cores)
+    idle = _bystand(bystander, lambda: True)
+    out = {"idle": {"bystander_p50_ms": 1000 * statistics.median(idle), "bystander_max_ms": 1000 * max(idle)}}
+    for phase, enforcement in (("burn, no cpu cgroup", "watchdog"), (f"burn, cpu_cores={cores:g}", "auto")):
+        sb = BubblewrapSandbox(limits, enforcement=enforcement)  # type: ignore[arg-type]
+        out[phase] = _burn_phase(sb, bystander, burners, _burn_source(procs, burn_s), min(1.0, burn_s / 4))
+        sb.close()
+    bystander.close()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=200, help="runs per measurement")
     ap.add_argument("--workers", type=int, default=2, help="concurrent runs for the throughput figure")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ap.add_argument("--cpu-burn", action="store_true", help="measure bystanders of CPU-burning sandboxes instead")
+    ap.add_argument("--burners", type=int, default=4, help="--cpu-burn: sandboxes burning CPU")
+    ap.add_argument("--procs", type=int, default=32, help="--cpu-burn: processes per burning sandbox")
+    ap.add_argument("--burn-s", type=float, default=4.0, help="--cpu-burn: seconds each burner spins")
+    ap.add_argument("--cores", type=float, default=0.5, help="--cpu-burn: Limits.cpu_cores of each burner")
     args = ap.parse_args()
+    if args.cpu_burn:
+        rows = cpu_burn(args.burners, args.procs, args.burn_s, args.cores)
+        load, cores = os.getloadavg()[0], len(os.sched_getaffinity(0))
+        if args.json:
+            print(json.dumps({"burners": args.burners, "procs": args.procs, "burn_s": args.burn_s, "cpu_cores": args.cores,
+                              "cores": cores, "loadavg_1m": load, "phases": rows}, indent=2))
+            return
+        print(f"{args.burners} sandboxes x {args.procs} processes burning {args.burn_s:g} s; {cores} cores, "
+              f"load average {load:.1f}")
+        print(f"{'phase':<28} {'bystander p50 ms':>17} {'max ms':>8} {'cores/burner':>13} {'max':>6}")
+        for name, r in rows.items():
+            print(f"{name:<28} {r['bystander_p50_ms']:17.1f} {r['bystander_max_ms']:8.1f} "
+                  f"{r.get('burner_cores_mean', float('nan')):13.2f} {r.get('burner_cores_max', float('nan')):6.2f}")
+        return
 
     py = PythonRuntime()
     argv = [*py.argv(), "-c", SOURCE]

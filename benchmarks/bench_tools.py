@@ -3,6 +3,7 @@
     python benchmarks/bench_tools.py            # table
     python benchmarks/bench_tools.py --json     # machine-readable
     python benchmarks/bench_tools.py --agreement  # also: agreement with BFCL's checker (~30 s)
+    python benchmarks/bench_tools.py --isolation  # only: what isolating BFCL calls costs (issue 31)
 
 Goals (issue 9): p50 under 1 ms per tool call, reset under 5 ms. Episodes are played by the
 oracle (all gold calls of a turn in one message, then a reply), so "per call" is the time of a
@@ -76,23 +77,65 @@ def bench(env_id: str, tasks: list[Any] | None, episodes: int, seed: int = 0) ->
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--episodes", type=int, default=200)
-    parser.add_argument(
-        "--agreement", action="store_true", help="also measure agreement with BFCL's checker on all 800 tasks"
-    )
-    args = parser.parse_args(argv)
+def bench_isolation(categories: tuple[str, ...] = ("base", "long_context")) -> dict[str, dict[str, float]]:
+    """What BFCL's process-state isolation costs (issue 31), against the bare call it wraps.
 
-    results: dict[str, Any] = {"store": bench("turngym/Tools-Store-v0", None, args.episodes)}
+    Every gold call of every task, once through :meth:`BfclBackend.call` (fresh defaults, the
+    lock, the decimal context, mpmath's precision, written globals) and once the way calls ran
+    before: ``method(**deepcopy(arguments))`` and the result's text. Also ``create`` with and
+    without the pickle copy that detaches a scenario from the module's globals.
+    """
+    import copy
+
+    from turngym.envs.tools.backend import format_result
+    from turngym.envs.tools.bfcl import BfclBackend, _backend_class, load_bfcl_tasks
+
+    guarded: list[float] = []
+    bare: list[float] = []
+    create: list[float] = []
+    create_bare: list[float] = []
+    for task in load_bfcl_tasks(categories):
+        t0 = time.perf_counter()
+        backend = BfclBackend.create(task)
+        create.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        instances = {}
+        for name in task.classes:
+            inst = _backend_class(name)()
+            if hasattr(inst, "_load_scenario") and name != "MathAPI":
+                inst._load_scenario(copy.deepcopy(task.initial.get(name, {})), long_context="long_context" in task.category)
+            instances[name] = inst
+        create_bare.append(time.perf_counter() - t0)
+        other = BfclBackend(instances, backend._owners)
+        for turn in task.gold:
+            for call in turn:
+                t0 = time.perf_counter()
+                backend.call(call["name"], call["arguments"])
+                guarded.append(time.perf_counter() - t0)
+                method = getattr(other.instances[other._owners[call["name"]]], call["name"])
+                t0 = time.perf_counter()
+                try:
+                    format_result(method(**copy.deepcopy(dict(call["arguments"]))))
+                except Exception:  # noqa: BLE001 - timing only, as the backend's call does
+                    pass
+                bare.append(time.perf_counter() - t0)
+    return {
+        "call, isolated": _summary(guarded),
+        "call, bare": _summary(bare),
+        "create, detached": _summary(create),
+        "create, bare": _summary(create_bare),
+    }
+
+
+def _bench_envs(episodes: int, with_agreement: bool) -> dict[str, Any]:
+    results: dict[str, Any] = {"store": bench("turngym/Tools-Store-v0", None, episodes)}
     try:
         from turngym.envs.tools.bfcl import load_bfcl_tasks
 
         for cat in ("base", "long_context"):
             tasks = list(load_bfcl_tasks((cat,)))
-            results[f"bfcl/{cat}"] = bench("turngym/Tools-BFCL-v0", tasks, min(args.episodes, len(tasks)))
-        if args.agreement:
+            results[f"bfcl/{cat}"] = bench("turngym/Tools-BFCL-v0", tasks, min(episodes, len(tasks)))
+        if with_agreement:
             from turngym.envs.tools.agreement import agreement
 
             t0 = time.perf_counter()
@@ -102,6 +145,23 @@ def main(argv: list[str] | None = None) -> int:
             results["agreement"] = rep
     except ImportError as exc:
         results["bfcl"] = f"skipped: {exc}"
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--episodes", type=int, default=200)
+    parser.add_argument(
+        "--agreement", action="store_true", help="also measure agreement with BFCL's checker on all 800 tasks"
+    )
+    parser.add_argument("--isolation", action="store_true", help="only measure what isolating BFCL calls costs")
+    args = parser.parse_args(argv)
+
+    if args.isolation:
+        results: dict[str, Any] = {"bfcl isolation": bench_isolation()}
+    else:
+        results = _bench_envs(args.episodes, args.agreement)
 
     if args.json:
         print(json.dumps(results, indent=2))

@@ -3,11 +3,13 @@
 #
 # verl 0.9.1 pins transformers>=5.5.3,<5.11 (and with it huggingface-hub<2, tokenizers<=0.23) while
 # the main environment has transformers 5.19. Instead of a second full environment (torch, ray,
-# pandas... reinstalled), the venv is made with --system-site-packages over the interpreter that
-# runs the main suite: it reuses everything there and installs, without dependency resolution,
-# only verl and the packages whose versions must differ or that the main environment lacks (the
-# list below). The venv's site-packages come first on sys.path, so its transformers shadows the
-# main one; nothing is installed into the main environment (the setup checks both).
+# pandas... reinstalled), the venv is layered over the environment of the interpreter that runs
+# the main suite (scripts/layered_venv.py: a .pth names that environment's site directories, so
+# it works when that interpreter is itself a venv, where --system-site-packages would see only
+# the base interpreter's packages): it reuses everything there and installs, without dependency
+# resolution, only verl and the packages whose versions must differ or that the main environment
+# lacks (the list below). The venv's site-packages come first on sys.path, so its transformers
+# shadows the main one; nothing is installed into the main environment (the setup checks both).
 #
 # The venv is reused while its stamp (the pinned list, this interpreter and its torch) matches;
 # edits to pyproject.toml do not rebuild it (turngym itself is imported from this checkout).
@@ -49,7 +51,7 @@ else
   echo "building the verl venv at $VENV over $MAIN_INFO"
   main_before="$("$PY" -m pip freeze 2>/dev/null | sha256sum)"
   rm -rf "$VENV"
-  "$PY" -m venv --system-site-packages --without-pip "$VENV"
+  "$PY" scripts/layered_venv.py "$VENV" >/dev/null
   # the main environment's pip, pointed at the venv's interpreter: installs land in the venv
   "$PY" -m pip --python "$VENV/bin/python" install -q --no-deps "${PINS[@]}"
   "$VENV/bin/python" - <<'EOF'

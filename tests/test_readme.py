@@ -15,3 +15,13 @@ def test_readme_starts_with_two_setup_commands():
     assert "pip install" in lines[0] and "turngym" in lines[0]
     assert "pip install" in lines[1] and "pytest" in lines[1]
     assert "README.md" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_ci_runs_line_one_in_a_fresh_venv():
+    """.ci/run proves line 1 too, read from the README the way it reads line 2 (not a copy that can drift)."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "scripts/ci_readme_line1.sh --run-only" in ci and "engine_setup readme_line1" in ci
+    script = (ROOT / "scripts" / "ci_readme_line1.sh").read_text()
+    extract = "awk '/^```bash/{b++; next} /^```/{if(b==1) exit} b==1' README.md"
+    assert f'"$({extract} | sed -n 1p)"' in script and f'"$({extract} | sed -n 2p)"' in ci
+    assert '-m venv "$DIR/venv"' in script and 'bash -c "$LINE1"' in script

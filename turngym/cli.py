@@ -131,13 +131,19 @@ def _setup_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, help="requests in flight (openai agents)")
     p.add_argument("--device", help="torch device for hf agents (default: cuda if available, else cpu)")
     p.add_argument("--threads", type=int, help="torch CPU threads for hf agents (1 is often faster on a busy machine)")
-    p.add_argument("--force-action-prefix", action="store_true",
-                   help="hf agents: start every action with the env's action_prefix (e.g. '<' for tag grammars)")
+    p.add_argument("--force-action-prefix", action=argparse.BooleanOptionalAction, default=None,
+                   help="hf agents: start every action with the env's action_prefix ('<' for the tag grammars of "
+                   "Math and Search). On by default for hf agents: a small chat model otherwise answers in prose and "
+                   "nearly every action is invalid; --no-force-action-prefix measures the model's free output")
     p.add_argument("--constrain-choices", action="store_true",
                    help="hf, vllm and openai agents: where the env lists its valid actions (Household), decode exactly "
                    "one of them (openai: vLLM's structured_outputs choice; log-probs are of the constrained distribution; "
                    "to train that way: turngym train --constrain-choices)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
+    p.add_argument("--max-infra-error-rate", type=float, default=0.1, metavar="R",
+                   help="fail (exit 3, after writing --out) when more than this share of episodes ended in an "
+                   "infrastructure error (dead sandbox or server, an env bug): the scored rest would be a biased sample "
+                   "(default: 0.1; 1 = never)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--out", type=Path, help="write episodes.jsonl, summary.json, report.md and report.html here")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr (it is shown by default, also with --json)")
@@ -150,15 +156,18 @@ def _run_eval(args: argparse.Namespace) -> int:
 
     import turngym
     from turngym.agents import make_agent
-    from turngym.rollout import run_episodes, save_episodes, summarize
+    from turngym.core.errors import TooManyInfraErrors
+    from turngym.rollout import check_infra_error_rate, run_episodes, save_episodes, summarize
 
     if args.episodes < 1 or args.group < 1:
         raise SystemExit("error: --episodes and --group must be >= 1")
+    if not 0.0 <= args.max_infra_error_rate <= 1.0:
+        raise SystemExit(f"error: --max-infra-error-rate must be in [0, 1], got {args.max_infra_error_rate}")
     env_kwargs = parse_kv(args.env_arg)
     turngym.env_info(args.env_id)  # fail fast, with "did you mean", before building agents
     options = {
         "seed": args.seed, "model": args.model, "temperature": args.temperature, "top_p": args.top_p,
-        "max_new_tokens": args.max_new_tokens, "concurrency": args.concurrency, "device": args.device, "force_action_prefix": args.force_action_prefix or None,
+        "max_new_tokens": args.max_new_tokens, "concurrency": args.concurrency, "device": args.device, "force_action_prefix": args.force_action_prefix,
         "constrain_choices": args.constrain_choices or None,
     }
     if args.threads:
@@ -203,6 +212,11 @@ def _run_eval(args: argparse.Namespace) -> int:
         summary.extra["generated_tokens"] = stats.tokens
         summary.extra["generate_s"] = round(stats.seconds, 2)
         summary.extra["tokens_per_s"] = round(stats.tokens_per_s, 1)
+    warning = _invalid_action_warning(summary, args, judge)
+    if warning:
+        summary.extra["warning"] = warning
+        if args.json:  # stdout stays JSON; the terminal still gets it
+            print(f"turngym eval: warning: {warning}", file=sys.stderr)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         save_episodes(episodes, args.out / "episodes.jsonl")
@@ -216,7 +230,48 @@ def _run_eval(args: argparse.Namespace) -> int:
         print(json.dumps(summary.to_dict(), indent=2))
     else:
         print(_markdown(summary))
+    try:
+        check_infra_error_rate(episodes, args.max_infra_error_rate, what="this evaluation", option="--max-infra-error-rate")
+    except TooManyInfraErrors as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
     return 0
+
+
+#: An eval of a model agent whose invalid-action rate reaches this says so loudly (with what helps).
+INVALID_WARN_RATE = 0.2
+
+_MODEL_KINDS = ("hf", "vllm", "openai")
+
+
+def _invalid_action_warning(summary: Any, args: argparse.Namespace, judge: Any) -> str | None:
+    """Why a model agent's numbers say little when most of its actions do not parse, and the flags that help.
+
+    A small chat model that answers in prose fails every task by format, not by reasoning; the
+    eval then measures nothing a user came for. Only the flags that apply to this run are named.
+    """
+    kind = args.agent.partition(":")[0]
+    if kind not in _MODEL_KINDS or summary.invalid_action_rate < INVALID_WARN_RATE:
+        return None
+    from turngym.core.env import env_action_choices
+
+    env = getattr(judge, "unwrapped", judge)
+    fixes = []
+    if kind == "hf" and args.force_action_prefix is False and getattr(env, "action_prefix", ""):
+        fixes.append(f"drop --no-force-action-prefix (every action then starts with {env.action_prefix!r})")
+    if args.temperature is None or args.temperature > 0:
+        fixes.append("--temperature 0 (greedy decoding)")
+    if not args.constrain_choices:
+        try:
+            judge.reset(seed=args.seed)
+            lists_choices = env_action_choices(judge) is not None
+        except Exception:  # noqa: BLE001 - advice only: an env that cannot tell lists none
+            lists_choices = False
+        if lists_choices:
+            fixes.append("--constrain-choices (this env lists its valid actions; decode exactly one)")
+    fixes.append("read a few episodes: --out DIR, then turngym view DIR")
+    return (f"{summary.invalid_action_rate:.0%} of this agent's actions were invalid (they do not parse in the env's "
+            f"action grammar), so its success rate measures output format more than the task. Try: " + "; ".join(fixes))
 
 
 def _count_turn(bar: Any) -> None:
@@ -247,7 +302,7 @@ def _markdown(s: Any) -> str:
         "",
         "| metric | value |",
         "|---|---|",
-        f"| episodes | {s.episodes} ({s.infra_errors} infra errors, excluded) |",
+        f"| episodes | {s.episodes} ({s.infra_errors} infra errors, excluded: {s.infra_error_rate:.1%}) |",
         f"| success rate | {s.success_rate:.3f} (95% CI {lo:.3f}–{hi:.3f}) |",
         f"| mean return | {s.mean_return:.3f} |",
         f"| mean turns | {s.mean_turns:.2f} |",
@@ -258,7 +313,9 @@ def _markdown(s: Any) -> str:
     if s.mean_generated_tokens is not None:
         lines.append(f"| mean generated tokens per action | {s.mean_generated_tokens:.1f} |")
     lines += [f"| signal `{k}` (mean per turn) | {v:.3f} |" for k, v in s.signal_means.items()]
-    lines += [f"| {k} | {v} |" for k, v in s.extra.items()]
+    lines += [f"| {k} | {v} |" for k, v in s.extra.items() if k != "warning"]
+    if s.extra.get("warning"):
+        lines += ["", f"> **warning:** {s.extra['warning']}"]
     return "\n".join(lines) + "\n"
 
 
@@ -329,6 +386,10 @@ def _setup_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report-to", metavar="BACKENDS",
                    help="mirror metrics.jsonl and sample episodes to tensorboard and/or wandb, comma-separated "
                         "(pip install 'turngym[track]'; WANDB_MODE=offline works without an account)")
+    p.add_argument("--episodes", metavar="PATH",
+                   help="train on saved episodes instead of env rollouts: turngym proxy's OUT/episodes.jsonl (your own "
+                        "agent's episodes) or any JSONL of episodes sampled by a token policy; no warm start, no evaluation; "
+                        "--model tiny means the embedded model turngym proxy serves")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -336,9 +397,13 @@ def _run_train(args: argparse.Namespace) -> int:
     from turngym.trainers import TrainConfig, Trainer
 
     fields = parse_kv(args.set, flag="--set")
-    for name in ("env_id", "algo", "steps", "model", "seed", "report_to", "engine", "constrain_choices", "async_rollouts"):
+    for name in ("env_id", "algo", "steps", "model", "seed", "report_to", "engine", "constrain_choices", "async_rollouts", "episodes"):
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)
+    if args.episodes is not None:  # nothing to imitate or evaluate on: the episodes are the data
+        fields.setdefault("warmup_steps", 0)
+        fields.setdefault("eval_episodes", 0)
+        fields.setdefault("tiny_model", {})  # `turngym proxy --model tiny` serves the embedded default, not the run's small variant
     if args.env_arg:
         fields["env_kwargs"] = parse_kv(args.env_arg)
     elif args.env_id is not None and args.env_id != TrainConfig.env_id:
@@ -349,6 +414,10 @@ def _run_train(args: argparse.Namespace) -> int:
         raise SystemExit("error: --resume continues the run in --out and --overwrite discards it: pass one of them")
     config = TrainConfig.from_dict(fields)
     result = Trainer(config, args.out, resume=args.resume, overwrite=args.overwrite, progress=not args.quiet).run()
+    if config.episodes is not None:
+        print(f"trained {result.steps} steps on the episodes in {config.episodes}; metrics: {args.out}/metrics.jsonl, "
+              f"model: {args.out}/checkpoints (turngym view {args.out})")
+        return 0
     print(f"success rate before (warm start): {result.success_before:.1%}")
     print(f"success rate after RL:            {result.success_after:.1%}  ({result.improvement * 100:+.1f} points)")
     if config.model == "tiny":
@@ -366,6 +435,19 @@ episodes: turngym view {out}. Next, train a real pretrained model:
   turngym train --model smollm2 --env turngym/Math-v0 --steps 50 --out runs/smollm2-math   # LoRA by default
   (--model DIR for any local Hugging Face model; --engine vllm for vLLM rollouts with weight sync; on a GPU
    raise the batch: --set groups_per_step=64)"""
+
+
+# ---------------------------------------------------------------------------------- proxy
+def _setup_proxy(p: argparse.ArgumentParser) -> None:
+    from turngym.proxy.serve import setup_parser
+
+    setup_parser(p)
+
+
+def _run_proxy(args: argparse.Namespace) -> int:
+    from turngym.proxy.serve import run_command
+
+    return run_command(args)
 
 
 def _setup_study(p: argparse.ArgumentParser) -> None:
@@ -388,6 +470,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "sandbox": ("list sandbox backends, or run Python in one", _setup_sandbox, _run_sandbox),
     "train": ("train a policy with turn-level credit assignment (no arguments: the embedded default run)", _setup_train, _run_train),
     "view": ("browse episodes, per-turn signals and credit, and learning curves in the browser", _setup_view, _run_view),
+    "proxy": ("serve an OpenAI-compatible API from turngym's policy and record your own agent's episodes for training",
+              _setup_proxy, _run_proxy),
     "study": ("reproducible studies: `turngym study credit` tests the credit-assignment claims", _setup_study, _run_study),
 }
 
@@ -404,12 +488,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from turngym.core.errors import TurngymError
+    from turngym.core.extras import missing_extra
 
     args = build_parser().parse_args(argv)
     try:
         return args._run(args)
     except TurngymError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # an optional extra the command needs (imported at use)
+        err = missing_extra(exc, f"turngym {args.command}")
+        if err is None:
+            raise
+        print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -152,3 +152,22 @@ def test_too_many_calls_are_refused_before_they_are_built():
     assert "too many tool calls" in got.error
     got = parse_tool_calls('<tool_call>{"name": "a"}</tool_call>' * 100, max_calls=16)
     assert "too many tool calls" in got.error
+
+
+@pytest.mark.parametrize("source", [
+    "x = " + "1+" * 20_000 + "1",  # RecursionError inside compile() (Code-v0's <run>, issue 28)
+    "x = " + "-" * 40_000 + "1",  # MemoryError from the parser
+    "x = " + "(" * 100_000 + "1" + ")" * 100_000,
+    "x = '\ud800'",  # a lone surrogate: UnicodeEncodeError
+    "x = 1\x00",
+    "x = a" + ".a" * 50_000,
+], ids=["binary-chain", "unary-chain", "deep-parens", "lone-surrogate", "nul", "attribute-chain"])
+def test_python_source_the_compiler_cannot_take_is_a_complaint_not_an_exception(source):
+    from turngym.core.parsing import parse_python, python_syntax_error
+    from turngym.envs.code.verifier import syntax_error
+    from turngym.envs.swe.verifier import function_span
+
+    assert python_syntax_error(source).startswith(("SyntaxError", "ValueError"))
+    assert parse_python(source).error and parse_python(source).value is None
+    assert syntax_error(source) == python_syntax_error(source, filename="solution.py")
+    assert function_span(source, "f") is None

@@ -67,3 +67,33 @@ def test_agent_code_that_kills_its_grader_fails_its_tests_not_the_infra(docker_s
         assert term and info["outcome"]["success"] and not info.get("infra_error")
     finally:
         env.close()
+
+
+_one_uid = load_path("turngym_one_uid_cases", ROOT / "tests/security/test_one_uid_grader.py")
+
+
+def test_a_solution_that_stops_its_grader_is_held_to_the_runs_wall_budget(docker_sb):
+    """Docker runs grader and solution as one uid (65534) with no PID namespace of the grader's
+    own: a solution's SIGSTOP of its grader stalls the step -- to the run's wall budget, the
+    documented bound (docs/sandbox.md), after which the run is killed and the unreached tests
+    fail as the agent's failure, never an infra_error; the next submission is judged normally."""
+    import time
+
+    from turngym.envs.code.tasks import CodeTask
+
+    task = CodeTask(id="stop", prompt="", gold="def f(x):\n    return x\n", entry_point="f",
+                    tests=tuple((f"t{i}", f"candidate({i})", str(i)) for i in range(10)))
+    env = turngym.make("turngym/Code-v0", sandbox=docker_sb, tasks=[task], per_test_s=0.5, warm=False)
+    budget = max(docker_sb.limits.wall_s, 2 + 0.5 * (len(task.tests) + 2))
+    try:
+        env.reset(options={"task": "stop"})
+        t = time.monotonic()
+        obs, _, _, _, info = env.step(f"```python\n{_one_uid.STOP_EVERYTHING}```")
+        took = time.monotonic() - t
+        print(f"docker: a SIGSTOP of the grader held the step {took:.1f} s (wall budget {budget:g} s + 3 s grace)")
+        assert info["infra_error"] is None and info["signals"]["pass_rate"] == 0.0, obs
+        assert took < budget + 3.0 + 5.0, took
+        obs, reward, _, _, info = env.step(f"<submit>\n```python\n{task.gold}```")
+        assert reward == 1.0 and info["infra_error"] is None, obs
+    finally:
+        env.close()

@@ -162,3 +162,32 @@ def test_one_shot_run_that_kills_its_own_wipe_does_not_leak_into_the_next(docker
         assert not idle.is_pristine()  # the host sees the file; the next borrower gets a wipe
     finally:
         sb.close()
+
+
+_cpu = load_path("turngym_cpu_cases", ROOT / "tests/security/test_sandbox_cpu.py")
+
+
+def test_a_cpu_burn_is_held_to_the_containers_quota(docker_client, sandbox_image, no_leaks):
+    """``Limits.cpu_cores`` is the container's ``nano_cpus`` (its weight follows): 16 processes,
+    each in a session of its own, get no more than the quota between them."""
+    sb = DockerSandbox(Limits(wall_s=30, cpu_s=30, cpu_cores=_cpu.QUOTA), image=sandbox_image, client=docker_client)
+    try:
+        with sb.open_session() as s:
+            host = s.container.attrs["HostConfig"]
+            assert host["NanoCpus"] == int(_cpu.QUOTA * 1e9) and host["CpuShares"] == int(1024 * _cpu.QUOTA), host
+            res = s.run_python(_cpu.BURN)
+        assert res.ok, res
+        cpu, wall = (float(x) for x in res.stdout.split())
+        assert cpu <= _cpu.QUOTA * wall * _cpu.SLACK + 0.1, (cpu, wall)
+    finally:
+        sb.close()
+
+
+def test_more_cores_than_the_engine_has_is_capped_not_refused(docker_client, sandbox_image, no_leaks):
+    sb = DockerSandbox(Limits(wall_s=10, cpu_cores=1000.0), image=sandbox_image, client=docker_client)
+    try:
+        with sb.open_session() as s:
+            assert s.container.attrs["HostConfig"]["NanoCpus"] == int(sb.engine_cpus * 1e9)
+            assert s.run("echo ok").stdout == "ok\n"
+    finally:
+        sb.close()

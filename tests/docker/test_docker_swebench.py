@@ -172,3 +172,67 @@ def test_swebench_docker_backend_clear_errors(instance, docker_client, tmp_path)
     bad.write_text(json.dumps({**row, "base_commit": "0" * 40}) + "\n")
     with pytest.raises(Exception, match="git archive"):
         SWEEnv(swebench=bad, backend="docker", image=IMAGE_TEMPLATE)
+
+
+def _forge(env: SWEEnv, payload: str) -> dict:
+    """One turn: the buggy module with ``payload`` appended, then submit."""
+    env.reset(seed=0)
+    source = env.start_tree(env.tasks[0])[PATH]
+    calls = [{"name": "create_file", "arguments": {"path": PATH, "content": source + payload, "overwrite": True}},
+             {"name": "submit", "arguments": {}}]
+    _, reward, term, _, info = env.step(json.dumps(calls))
+    assert term, info
+    return {"reward": reward, **info}
+
+
+def test_swebench_docker_backend_grades_split_so_the_heap_forgeries_fail(instance, no_leaks, no_default_executor):
+    """In the instance's image, the forgeries that resolve an in-process-graded instance (heap walk
+    to the recorder, ctypes writes to its result pipe, disabled checks, values equal to anything)
+    score 0 under the default split grader, as the agent's failure; one of them resolves the same
+    instance loaded with ``grader="inprocess"`` in the same image (the attack is real there)."""
+    from tests.security.test_swebench_grader import FORGED_IN_PROCESS
+
+    data, _, _ = instance
+    env = SWEEnv(swebench=data, backend="docker", image=IMAGE_TEMPLATE)
+    try:
+        for name, payload in sorted(FORGED_IN_PROCESS.items()):
+            info = _forge(env, payload)
+            assert info["infra_error"] is None and info["reward"] == 0.0, (name, info["outcome"])
+    finally:
+        env.close()
+    with pytest.warns(UserWarning, match="forge"):
+        env = SWEEnv(swebench=data, backend="docker", image=IMAGE_TEMPLATE, grader="inprocess")
+    testing._CACHE.clear()  # the split verdicts above would answer the in-process question about the same tree
+    try:
+        info = _forge(env, FORGED_IN_PROCESS["gc_walk_to_the_recorder"])
+        assert info["reward"] == 1.0, info["outcome"]
+    finally:
+        env.close()
+
+
+def test_split_grading_in_a_container_keeps_the_tests_files_out_of_the_packages_reach(docker_client, sandbox_image, no_leaks):
+    """One uid in a container: without the package's Landlock, rewriting the data a test reads, or
+    swapping the tests' directory for a forged copy, passed the test. Both fail now; the gold passes."""
+    import tempfile
+
+    from tests.envs.swebench_fixture import make_instance
+    from tests.security.test_swebench_grader import DATA_ATTACKS
+    from turngym.envs.swe.grading import grading_tree
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data, repo = make_instance(Path(tmp), layout="data")
+        env = SWEEnv(swebench=data, backend="local", repo_dirs={REPO: repo})
+    task = env.tasks[0]
+    start, gold = env.start_tree(task), env.gold_tree(task)
+    tests = sorted({*task.fail_to_pass, *task.pass_to_pass})
+    executor = swebench.docker_executor(sandbox_image)
+    try:
+        with testing.use_executor(executor, scope=f"docker:{sandbox_image}:data"):
+            honest = testing.run_pytest(grading_tree(task, gold, start), tests, canary=True, split=True)
+            assert set(tests) <= honest.passed, honest.problem
+            for name, payload in sorted(DATA_ATTACKS.items()):
+                tree = grading_tree(task, start.with_file(PATH, start[PATH] + payload), start)
+                run = testing.run_pytest(tree, tests, canary=True, split=True)
+                assert not set(task.fail_to_pass) & run.passed, (name, run.output[-600:])
+    finally:
+        executor.close()

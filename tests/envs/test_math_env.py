@@ -12,7 +12,7 @@ from turngym.agents import OracleAgent, RandomAgent
 from turngym.core.errors import ConfigError, TaskError
 from turngym.envs.math.calculator import CalcError, calculate, evaluate, format_number
 from turngym.envs.math.env import MathEnv
-from turngym.envs.math.latex_check import VerifyWorker, screen
+from turngym.envs.math.latex_check import VerifyWorker, check_latex, screen
 from turngym.envs.math.tasks import MathTask, generate_task, generate_tasks, load_gsm8k
 from turngym.envs.math.verifier import answers_match, check_answer, to_number
 from turngym.rollout import run_episodes, summarize
@@ -232,6 +232,9 @@ HOSTILE_ANSWERS = [
 def test_hostile_answers_score_zero_quickly(answer):
     env = MathEnv()
     env.reset(seed=0)
+    # The checker's worker starts on first use (seconds on a busy machine), in whichever test
+    # comes first: start it here, so the bound times the answer, whatever ran before.
+    check_latex("1", "1")
     t0 = time.perf_counter()
     obs, reward, terminated, _, info = env.step(f"<answer>{answer}</answer>")
     assert time.perf_counter() - t0 < 2.0

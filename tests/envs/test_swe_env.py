@@ -2,12 +2,12 @@
 
 import json
 import random
-import subprocess
 
 import numpy as np
 import pytest
 
 import turngym
+from tests.envs.swebench_fixture import make_instance
 from turngym.agents import OracleAgent
 from turngym.core.errors import ConfigError, InfraError, TaskError
 from turngym.envs.swe import swebench
@@ -209,47 +209,10 @@ def test_config_errors(tasks, tmp_path):
 
 
 # ------------------------------------------------------------------ SWE-bench loader
-def _git(cwd, *args):
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
-
-
 @pytest.fixture()
 def swebench_instance(tmp_path):
     """A hand-made SWE-bench instance against a local git repo built from `intervals`."""
-    repo = tmp_path / "clone"
-    good = load_repo("intervals")
-    path = "intervals/__init__.py"
-    buggy_src = good[path].replace("return self.end - self.start", "return self.start - self.end")
-    assert buggy_src != good[path]
-    base = {p: t for p, t in good.items() if p != "tests/test_intervals.py"}
-    base[path] = buggy_src
-    base["tests/test_smoke.py"] = "from intervals import Interval\n\ndef test_contains():\n    assert Interval(0, 2).contains(1)\n"
-    Tree(base).write_to(repo)
-    _git(repo, "init", "-q")
-    _git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A")
-    _git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "base")
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
-
-    def diff(a, b, name):
-        import difflib
-
-        return "".join(difflib.unified_diff(a.splitlines(True), b.splitlines(True), f"a/{name}", f"b/{name}"))
-
-    test_src = "from intervals import Interval\n\ndef test_length():\n    assert Interval(2, 5).length == 3\n"
-    inst = {
-        "instance_id": "local__intervals-1",
-        "repo": "local/intervals",
-        "base_commit": commit,
-        "patch": diff(buggy_src, good[path], path),
-        "test_patch": "--- /dev/null\n+++ b/tests/test_length.py\n@@ -0,0 +1,4 @@\n" + "".join("+" + ln for ln in test_src.splitlines(True)),
-        "FAIL_TO_PASS": json.dumps(["tests/test_length.py::test_length"]),
-        "PASS_TO_PASS": ["tests/test_smoke.py::test_contains"],
-        "problem_statement": "Interval.length is negative for Interval(2, 5).",
-        "version": "0.1",
-    }
-    data = tmp_path / "instances.jsonl"
-    data.write_text(json.dumps(inst) + "\n")
-    return data, repo
+    return make_instance(tmp_path)
 
 
 def test_swebench_local_backend_end_to_end(swebench_instance):

@@ -4,6 +4,7 @@ Needs ``pip install --no-deps "bfcl-eval==2026.3.23" mpmath``; skipped without i
 tests use every 40th task (20 of 800, all four categories); ``-m slow`` runs all 800.
 """
 
+import copy
 import json
 
 import numpy as np
@@ -243,3 +244,68 @@ def test_integers_past_64_bits_are_refused_before_any_call(env):
     obs, reward, term, trunc, info = env.step(action)  # a 4000-digit literal: BFCL's multiply would build 8000
     assert info["action_valid"] is False and "fit in 64 bits" in info["invalid_reason"]
     assert env._state_key() == key and info["infra_error"] is None
+
+
+def _process_state() -> dict:
+    """Everything process-wide a BFCL call could change: the data globals of every backend
+    module, every public method's defaults, mpmath's precision and the decimal context."""
+    import decimal
+    import inspect
+    import sys
+
+    import mpmath
+
+    from turngym.envs.tools.bfcl import _backend_class, _public_methods
+
+    state: dict = {"mpmath.mp.prec": mpmath.mp.prec, "decimal": repr(decimal.getcontext())}
+    for name in sorted({c for t in ALL for c in t.classes}):
+        cls = _backend_class(name)
+        for method in _public_methods(name):
+            params = inspect.signature(getattr(cls, method)).parameters.values()
+            state[f"{name}.{method} defaults"] = copy.deepcopy([p.default for p in params])
+    package = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code"
+    for modname, module in sorted(sys.modules.items()):
+        if modname.startswith(package):
+            for key, value in vars(module).items():
+                if not key.startswith("__") and isinstance(value, (dict, list, set, tuple, str, int, float)):
+                    state[f"{modname}.{key}"] = copy.deepcopy(value)
+    return state
+
+
+def test_bfcl_calls_leave_no_process_state():
+    """Calls that wrote process-wide state (issue 31) and a random fuzz of every backend, base
+    and long-context, with optional arguments omitted: nothing outside the episode changes."""
+    before = _process_state()
+    long_context = [t for t in ALL if t.category == "long_context"]
+    task = bfcl_task("multi_turn_base_5")  # its gold posts a tweet without mentions
+    login = next(c for turn in task.gold for c in turn if c["name"] == "authenticate_twitter")
+    twitter = BfclBackend.create(task)
+    twitter.call("authenticate_twitter", login["arguments"])
+    tweet = json.loads(twitter.call("post_tweet", {"content": "no mentions given"}).content)
+    twitter.call("mention", {"tweet_id": tweet["id"], "mentioned_usernames": ["@alice"]})
+    assert twitter.instances["TwitterAPI"].tweets[tweet["id"]]["mentions"] == ["@alice"]
+    math = BfclBackend.create(next(t for t in ALL if "MathAPI" in t.classes))
+    assert not math.call("logarithm", {"value": 10.0, "base": 2.0, "precision": 50}).error
+    assert not math.call("square_root", {"number": 2.0, "precision": 60}).error
+    vehicle = BfclBackend.create(next(t for t in long_context if "VehicleControlAPI" in t.classes))
+    assert "outsideTemperature" in vehicle.call("get_outside_temperature_from_google", {}).content
+    travel = BfclBackend.create(next(t for t in long_context if "TravelAPI" in t.classes))
+    token = travel.instances["TravelAPI"].access_token
+    cancelled = travel.call("cancel_booking", {"access_token": token, "booking_id": "booking_901"})
+    assert json.loads(cancelled.content) == {"cancel_status": True}  # refunds a long-context card
+    # BFCL's own checker (the agreement measure) runs the same calls through its harness
+    steps = [[login, {"name": "post_tweet", "arguments": {"content": "x"}},
+              {"name": "mention", "arguments": {"tweet_id": tweet["id"], "mentioned_usernames": ["@bob"]}}]]
+    play_bfcl(task, [steps] + [[] for _ in task.gold[1:]])
+    env = turngym.make("turngym/Tools-BFCL-v0")
+    rng = np.random.default_rng(0)
+    for cls in sorted({c for t in ALL for c in t.classes}):
+        for pool in (ALL, long_context):
+            env.reset(options={"task": next(t for t in pool if cls in t.classes)})
+            for _ in range(40):
+                *_, term, trunc, _ = env.step(env.sample_action(rng))
+                if term or trunc:
+                    break
+    after = _process_state()
+    changed = [k.rsplit(".", 2)[-2:] for k in before if before[k] != after[k]]
+    assert changed == [], f"process-wide state changed by BFCL calls: {changed}"

@@ -28,6 +28,7 @@ from turngym.rollout.ray_stepper import RayStepper  # noqa: E402
 from turngym.server.testing import ServerThread  # noqa: E402
 
 FLAKY = "turngym/FlakyMath-v0"
+BUGGY = "turngym/BuggyMath-v0"
 MAX_TURNS = 10
 
 
@@ -54,14 +55,44 @@ class FlakyMath(MathEnv):
         return super()._step(action)
 
 
+def _deep_bug(what: str) -> None:
+    raise RecursionError(f"maximum recursion depth exceeded ({what}; test double)")
+
+
+class BuggyMath(MathEnv):
+    """Test double: the math env with bugs, exceptions that are not turngym's (unlike FlakyMath).
+
+    Seed 4 cannot reset (a ``KeyError`` from a corrupted task table); seed 2's first step raises
+    ``RecursionError`` (what a 40 KB expression did to Code-v0's ``compile()``).
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**{"max_turns": MAX_TURNS, **kwargs})
+        self.buggy = False
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        if seed == 4:
+            raise KeyError("task table corrupted")
+        self.buggy = seed == 2
+        return super().reset(seed=seed, options=options)
+
+    def _step(self, action: str) -> Any:
+        if self.buggy:
+            _deep_bug("in _step")
+        return super()._step(action)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _flaky_registered():
     """The test double is registered only while this module runs: suites that iterate over every
     registered env (check_env, fuzzing, the server's equality tests) must not meet it."""
     turngym.register(FLAKY, f"{__name__}:FlakyMath", description="math with failing infrastructure (test double)",
                      max_turns=MAX_TURNS, family="math")
+    turngym.register(BUGGY, f"{__name__}:BuggyMath", description="math with env bugs (test double)",
+                     max_turns=MAX_TURNS, family="math")
     yield
     unregister(FLAKY)
+    unregister(BUGGY)
 
 
 class ModelServerDown:
@@ -92,7 +123,7 @@ def local_ray():
 
 @pytest.fixture(scope="module")
 def server():
-    with ServerThread([FLAKY, "turngym/Math-v0"], factories={FLAKY: FlakyMath}, max_sessions=64) as srv:
+    with ServerThread([FLAKY, BUGGY, "turngym/Math-v0"], factories={FLAKY: FlakyMath, BUGGY: BuggyMath}, max_sessions=64) as srv:
         yield srv
 
 
@@ -101,7 +132,7 @@ def _dicts(episodes):
 
 
 def _steppers(server, env_id):
-    factory = FlakyMath if env_id == FLAKY else functools.partial(turngym.make, env_id)
+    factory = {FLAKY: FlakyMath, BUGGY: BuggyMath}.get(env_id) or functools.partial(turngym.make, env_id)
     return {
         "local": lambda: turngym.make(env_id),
         "remote": RemoteStepper(server.url, env_id, retries=0),
@@ -235,3 +266,74 @@ def test_ray_actors_report_each_envs_choices(local_ray):
     assert seen["ray"] == seen["local"]
     assert _dicts(out["ray"]) == _dicts(out["local"])
     assert all(t.action_valid for ep in out["ray"] for t in ep.turns)
+
+
+@pytest.mark.parametrize("where", ["local", "remote", "ray"])
+def test_an_env_bug_ends_only_its_episode_as_an_infra_error_with_its_traceback(local_ray, server, where):
+    """An exception out of one env's step or reset (an env bug) ends that episode unscored, keeps
+    the traceback, and the batch goes on, on every stepper; the run's rate is reported and bounded."""
+    from turngym.core.errors import TooManyInfraErrors
+    from turngym.rollout import check_infra_error_rate, summarize
+
+    seeds = list(range(8))
+    eps = run_episodes(_steppers(server, BUGGY)[where], OracleAgent(), seeds, batch_size=4, env_id=BUGGY)
+    assert [ep.seed for ep in eps] == seeds
+    by_seed = {ep.seed: ep for ep in eps}
+    stepped = by_seed[2]
+    assert len(stepped.turns) == 1 and stepped.outcome["reason"] == "infra_error"
+    assert stepped.turns[0].infra_error.startswith("env bug: step() raised")
+    assert "RecursionError" in stepped.turns[0].infra_error
+    assert "_deep_bug" in stepped.meta["infra_traceback"]  # the env's own frames, from wherever it ran
+    reset = by_seed[4]
+    assert not reset.turns and "KeyError" in reset.infra_error and reset.meta["infra_traceback"]
+    others = [ep for s, ep in by_seed.items() if s not in (2, 4)]
+    assert all(ep.success and ep.infra_error is None for ep in others)  # the batch went on, scored as usual
+    summary = summarize(eps)
+    assert (summary.infra_errors, summary.infra_error_rate, summary.scored_episodes) == (2, 0.25, 6)
+    assert check_infra_error_rate(eps, 0.25) == 0.25
+    with pytest.raises(TooManyInfraErrors, match=r"2 of 8 episodes .*above max_infra_error_rate=0.1; the first .*/2/0.*infra_traceback"):
+        check_infra_error_rate(eps, 0.1)
+
+
+def test_a_bad_task_at_reset_is_still_the_callers_error():
+    """Only env bugs become infra errors: a turngym error at reset (a bad task) is the caller's, raised."""
+    with pytest.raises(ConfigError):
+        run_episodes(lambda: turngym.make("turngym/Math-v0"), OracleAgent(), [0], tasks=[{"nonsense": 1}], env_id="m")
+
+
+def test_eval_reports_and_bounds_the_infra_error_rate(tmp_path, capsys):
+    from turngym.cli import main
+
+    out = tmp_path / "eval"
+    assert main(["eval", BUGGY, "--episodes", "8", "--quiet", "--out", str(out)]) == 3  # 2 of 8 > 0.1
+    assert "2 of 8 episodes of this evaluation (25.0%)" in capsys.readouterr().err
+    assert json.loads((out / "summary.json").read_text())["infra_error_rate"] == 0.25  # written before failing
+    assert main(["eval", BUGGY, "--episodes", "8", "--quiet", "--max-infra-error-rate", "0.25"]) == 0
+    assert "2 infra errors, excluded: 25.0%" in capsys.readouterr().out
+
+
+def test_training_logs_and_bounds_the_runs_infra_error_rate(tmp_path):
+    from turngym.core.errors import TooManyInfraErrors
+    from turngym.trainers import TrainConfig, Trainer
+
+    eps = run_episodes(lambda: turngym.make(BUGGY), OracleAgent(), list(range(8)), env_id=BUGGY)
+    trainer = Trainer(TrainConfig(max_infra_error_rate=0.3), tmp_path / "run", log=None)
+    assert trainer._count_infra_errors(eps) == (2, 0.25)
+    fine = [ep for ep in eps if not ep.infra_error]
+    assert trainer._count_infra_errors(fine) == (0, 2 / 14)  # the run's share so far, not the batch's
+    with pytest.raises(TooManyInfraErrors, match="this run's RL rollouts"):
+        trainer._count_infra_errors([ep for ep in eps if ep.infra_error] * 2)  # 6 of 18
+    with pytest.raises(TooManyInfraErrors, match="nothing is left to train on"):
+        Trainer(TrainConfig(max_infra_error_rate=1.0), tmp_path / "run2", log=None)._count_infra_errors([eps[2]])
+    with pytest.raises(ConfigError, match="max_infra_error_rate"):
+        TrainConfig(max_infra_error_rate=1.5)
+
+
+def test_an_env_bug_in_a_tree_ends_only_its_paths():
+    tree = run_tree(lambda: turngym.make(BUGGY), RandomAgent(seed=0), [2, 0, 4], branching=(2,), env_id=BUGGY)
+    by_seed: dict[int, list] = {}
+    for ep in tree.episodes:
+        by_seed.setdefault(ep.seed, []).append(ep)
+    assert len(by_seed[2]) == 2 and all("RecursionError" in ep.infra_error and "_deep_bug" in ep.meta["infra_traceback"] for ep in by_seed[2])
+    assert by_seed[0] and all(ep.infra_error is None for ep in by_seed[0])  # the other tree grew as usual
+    assert len(by_seed[4]) == 1 and "KeyError" in by_seed[4][0].infra_error  # its reset failed: one unscored episode

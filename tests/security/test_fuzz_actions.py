@@ -162,6 +162,7 @@ def _step_problems(env, result, dt: float, bound: float) -> list[str]:  # noqa: 
 def test_step_survives_fuzzed_actions(env_id):
     speed = "slow" if env_id in SLOW_ENVS else "fast"
     env = turngym.make(env_id)
+    env.reset(seed=0)  # the budget is for stepping: an env's first reset may start a server (MCP)
     deadline = time.monotonic() + BUDGET_S[speed]
     stepped = []
 

@@ -106,6 +106,8 @@ def test_async_config_errors_say_the_fix() -> None:
         TrainConfig(async_lag=0)
     with pytest.raises(ConfigError, match="drop --engine vllm or --async"):
         TrainConfig(async_rollouts=True, engine="vllm")
+    with pytest.raises(ConfigError, match="drop --async or --episodes"):
+        TrainConfig(async_rollouts=True, episodes="captured", warmup_steps=0, eval_episodes=0)
 
 
 def _async(**kw: object) -> TrainConfig:
@@ -142,6 +144,64 @@ def test_an_async_run_learns_from_mixed_versions_and_logs_them(straight: Path) -
     assert all("is_ratio_mean" in r and "tis_weight" in r for r in rl)
     raw = [json.loads(x) for x in (straight / "metrics.jsonl").read_text().splitlines()]
     assert all("queue_wait_s" in r and "swap_wait_s" in r for r in raw if r["phase"] == "rl")
+    assert all(r["infra_errors"] == 0 and r["infra_error_rate"] == 0.0 for r in rl)  # the run's bound is kept, async too
+
+
+class _RecordingLearner:
+    """Test double of the learner: a model to copy for the worker, and the episodes it was given."""
+
+    def __init__(self) -> None:
+        self.model = torch.nn.Linear(2, 2)
+        self.given: list = []
+
+    def learn(self, step: int, episodes: list, opt: object, **kw: object) -> dict:
+        self.given.append(episodes)
+        return {"phase": "rl", "step": step + 1}
+
+
+class _SavedProducer:
+    """Test double of the producer: plays nothing, returns the same episodes (2 of 8 infra errors) every step."""
+
+    def __init__(self, episodes: list) -> None:
+        self.episodes = episodes
+
+    def policy(self, *, seed: int) -> OracleAgent:
+        return OracleAgent()
+
+    def step_tasks(self, step: int) -> tuple[list[int], int]:
+        return [0], 0
+
+    def step_episodes(self, step: int, policy: object = None) -> list:
+        return list(self.episodes)
+
+
+def test_async_steps_count_and_bound_the_runs_infra_errors(tmp_path: Path) -> None:
+    """The worker hands over infra failures too; the learner's side drops them, logs them and stops
+    the run past max_infra_error_rate, exactly as a synchronous step does."""
+    from turngym.core.errors import TooManyInfraErrors
+    from turngym.trainers.asynchronous import AsyncRollouts
+
+    episodes = run_episodes(lambda: turngym.make("turngym/Math-v0"), OracleAgent(), list(range(8)), env_id="turngym/Math-v0")
+    for ep in episodes[:2]:
+        ep.meta["infra_error"] = "sandbox died (test)"
+    config = TrainConfig(async_rollouts=True, steps=2, max_infra_error_rate=0.3)
+    learner = _RecordingLearner()
+    rollouts = AsyncRollouts(config, learner, lambda model: _SavedProducer(episodes), first=0,
+                             screen=Trainer(config, tmp_path / "a", log=None)._screen)
+    try:
+        row = rollouts.step(0, None)
+    finally:
+        rollouts.close()
+    assert (row["infra_errors"], row["infra_error_rate"]) == (2, 0.25)
+    assert [ep.episode_id for ep in learner.given[0]] == [ep.episode_id for ep in episodes[2:]]  # never scored
+    strict = TrainConfig(async_rollouts=True, steps=2, max_infra_error_rate=0.1)
+    rollouts = AsyncRollouts(strict, _RecordingLearner(), lambda model: _SavedProducer(episodes), first=0,
+                             screen=Trainer(strict, tmp_path / "b", log=None)._screen)
+    try:
+        with pytest.raises(TooManyInfraErrors, match="this run's RL rollouts"):
+            rollouts.step(0, None)
+    finally:
+        rollouts.close()
 
 
 class _Killed(Exception):

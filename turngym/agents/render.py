@@ -44,7 +44,20 @@ from turngym.core.errors import TurngymError
 if TYPE_CHECKING:
     from turngym.rollout.types import Episode
 
-__all__ = ["ChatRenderer", "RenderError", "RenderedChat", "TokenSample", "render_episode", "render_turns"]
+__all__ = [
+    "RECORDED",
+    "ChatRenderer",
+    "RenderError",
+    "RenderedChat",
+    "TokenSample",
+    "render_episode",
+    "render_recorded",
+    "render_turns",
+]
+
+RECORDED = "recorded"
+"""``Episode.meta["rendering"]`` of an episode whose turns' ``prompt_ids`` are the truth (captured
+by :mod:`turngym.proxy`): it renders from those ids, never from its messages' text."""
 
 
 class RenderError(TurngymError, ValueError):
@@ -249,6 +262,8 @@ def render_episode(episode: Episode, tokenizer: Any, *, train_text_actions: bool
     ``tokenizer`` may be a tokenizer or a :class:`ChatRenderer` (reuse one across calls).
     The final observation (after the last action) is not part of the sequence.
     """
+    if episode.meta.get("rendering") == RECORDED:
+        return render_recorded(episode)
     r = _renderer(tokenizer)
     if not episode.turns:
         raise RenderError(f"episode {episode.episode_id!r} has no turns to render")
@@ -269,6 +284,48 @@ def render_episode(episode: Episode, tokenizer: Any, *, train_text_actions: bool
     return TokenSample(out.ids, out.mask, logprobs, spans, episode.episode_id, -1, allowed)
 
 
+def render_recorded(episode: Episode) -> TokenSample:
+    """The episode as one sequence built from its recorded ids alone: ``prompt_ids + token_ids`` of
+    its last turn, every turn's generated ids under the mask.
+
+    For episodes whose conversation is not :meth:`Episode.context`'s shape (tool messages, several
+    messages between two actions, raw completions) — what :mod:`turngym.proxy` captures, marked
+    ``meta["rendering"] = "recorded"``. Each turn's prompt must extend the previous turn's
+    ``prompt_ids + token_ids`` (the proxy starts a new episode where it does not), so the sequence
+    holds, verbatim, every prompt the model was conditioned on and every id it sampled.
+
+    Raises:
+        RenderError: a turn lacks its ids, or its prompt does not extend the turn before it.
+    """
+    if not episode.turns:
+        raise RenderError(f"episode {episode.episode_id!r} has no turns to render")
+    ids: list[int] = []
+    spans: dict[int, tuple[int, int]] = {}
+    for turn in episode.turns:
+        if turn.prompt_ids is None or turn.token_ids is None:
+            raise RenderError(f"turn {turn.index} of recorded episode {episode.episode_id!r} lacks its prompt or generated ids")
+        if turn.prompt_ids[: len(ids)] != ids or len(turn.prompt_ids) < len(ids):
+            raise RenderError(
+                f"turn {turn.index} of recorded episode {episode.episode_id!r}: its prompt does not extend the sequence "
+                "before it (prompt + generated ids of the previous turn); such a turn starts a new episode"
+            )
+        ids = list(turn.prompt_ids)
+        spans[turn.index] = (len(ids), len(ids) + len(turn.token_ids))
+        ids += turn.token_ids
+    mask = [0] * len(ids)
+    logprobs = [0.0] * len(ids)
+    allowed: dict[int, list[int]] = {}
+    for turn in episode.turns:
+        start, end = spans[turn.index]
+        mask[start:end] = [1] * (end - start)
+        if turn.logprobs is not None:
+            if len(turn.logprobs) != end - start:
+                raise RenderError(f"turn {turn.index}: {len(turn.logprobs)} log-probs for {end - start} generated ids")
+            logprobs[start:end] = turn.logprobs
+        allowed.update(_allowed_at(start, turn))
+    return TokenSample(ids, mask, logprobs, spans, episode.episode_id, -1, allowed)
+
+
 def _allowed_at(start: int, turn: Any) -> dict[int, list[int]]:
     """``position -> allowed ids`` of a constrained turn whose generated ids begin at ``start``."""
     sets = getattr(turn, "allowed_token_ids", None)
@@ -287,14 +344,22 @@ def render_turns(
     With the same ``history`` the rollout used, each sample's prompt ids equal the turn's
     recorded ``prompt_ids`` (what the model saw), and its action ids are the generated ids.
     """
-    r = _renderer(tokenizer)
+    recorded = episode.meta.get("rendering") == RECORDED
+    r = None if recorded else _renderer(tokenizer)
     samples: list[TokenSample] = []
     for turn in episode.turns:
-        messages, action_ids = episode.context(upto=turn.index, history=history)
-        prompt = r.prompt_ids(messages, action_ids)
+        if recorded:  # the prompt the model saw, whatever the conversation looked like
+            if turn.prompt_ids is None or turn.token_ids is None:
+                raise RenderError(f"turn {turn.index} of recorded episode {episode.episode_id!r} lacks its prompt or generated ids")
+            prompt = list(turn.prompt_ids)
+        else:
+            assert r is not None
+            messages, action_ids = episode.context(upto=turn.index, history=history)
+            prompt = r.prompt_ids(messages, action_ids)
         if turn.token_ids is not None:
             body, on = list(turn.token_ids), 1
         else:
+            assert r is not None
             body, on = r.encode(turn.action), int(train_text_actions)
         known = turn.logprobs is not None and turn.token_ids is not None
         logprobs = [0.0] * len(prompt) + (list(turn.logprobs) if known else [0.0] * len(body))

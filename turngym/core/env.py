@@ -141,6 +141,10 @@ class TurngymEnv(gym.Env[str, str], Generic[TaskT, StateT]):
     #: Generating policies stop as soon as one appears and keep it in the action, so one
     #: model call produces exactly one action instead of rambling past it.
     stop_strings: ClassVar[tuple[str, ...]] = ()
+    #: At most this many episodes of this env train the embedded tiny model's tokenizer (None:
+    #: the builder's default). Envs whose steps run sandboxed code set it: the corpus is played
+    #: on every cold machine before the first ``turngym train``.
+    corpus_episodes: ClassVar[int | None] = None
 
     def __init__(
         self,

@@ -21,6 +21,8 @@ __all__ = [
     "SnapshotError",
     "EnvCheckError",
     "InfraError",
+    "TooManyInfraErrors",
+    "MissingExtraError",
 ]
 
 
@@ -70,4 +72,22 @@ class InfraError(TurngymError, RuntimeError):
 
     Envs catch these and report ``info["infra_error"]`` instead of scoring the episode 0;
     trainers drop or retry such episodes.
+    """
+
+
+class TooManyInfraErrors(TurngymError, RuntimeError):
+    """More of a run's episodes ended in infrastructure errors than its ``max_infra_error_rate`` allows.
+
+    Infra-error episodes are dropped, never scored; past the bound the survivors are no longer
+    a fair sample (an env bug that fires on some tasks only would silently bias training and
+    evaluation toward the others), so the run stops and says so.
+    """
+
+
+class MissingExtraError(TurngymError, ImportError):
+    """A feature needs a package that only one of turngym's optional extras installs.
+
+    Raised when the feature is used, never when ``turngym`` is imported; the message names the
+    extra (``pip install 'turngym[server]'``). An ``ImportError`` too, so code that probes for an
+    optional dependency with ``except ImportError`` keeps working.
     """

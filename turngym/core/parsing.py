@@ -16,6 +16,7 @@ with a reason, never a ``RecursionError`` in the decoder or in the code that wal
 
 from __future__ import annotations
 
+import ast
 import json
 import operator
 import re
@@ -34,6 +35,9 @@ __all__ = [
     "parse_tool_calls",
     "parse_code_block",
     "MAX_JSON_DEPTH",
+    "PYTHON_PARSE_ERRORS",
+    "parse_python",
+    "python_syntax_error",
 ]
 
 T = TypeVar("T")
@@ -388,3 +392,59 @@ def parse_code_block(
     if not body.strip():
         return Parsed(error="the code block is empty")
     return Parsed(body)
+
+
+#: What ``compile()`` / ``ast.parse`` raise on hostile source, besides a plain ``SyntaxError``:
+#: ``ValueError`` (NUL bytes; ``UnicodeEncodeError`` for a lone surrogate such as ``"\ud800"``),
+#: ``RecursionError`` (a 40 KB chain ``1+1+…+1``: the compiler recurses once per operator),
+#: ``MemoryError`` (a long unary chain ``------…1``: CPython's parser reports its stack
+#: overflow so) and ``OverflowError``. Every one is the agent's doing: catch all of them.
+PYTHON_PARSE_ERRORS: tuple[type[BaseException], ...] = (
+    SyntaxError, ValueError, RecursionError, MemoryError, OverflowError,
+)
+
+
+def _python_error(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError | MemoryError):
+        return f"SyntaxError: the code is nested or chained too deeply to compile ({type(exc).__name__})"
+    if isinstance(exc, UnicodeError):
+        return "SyntaxError: the code is not valid Unicode text (a lone surrogate?)"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def parse_python(source: str, *, filename: str = "<unknown>", mode: Literal["exec", "eval"] = "exec") -> Parsed[ast.AST]:
+    """``ast.parse(source)`` for text an agent wrote: a tree, or why it does not parse. Never raises.
+
+    >>> parse_python("x = 1").ok
+    True
+    >>> parse_python("x = " + "-" * 100_000 + "1").error
+    'SyntaxError: the code is nested or chained too deeply to compile (MemoryError)'
+    """
+    if not isinstance(source, str):
+        return Parsed(error=f"source must be a string, got {type(source).__name__}")
+    try:
+        return Parsed(ast.parse(source, filename, mode))
+    except PYTHON_PARSE_ERRORS as exc:
+        return Parsed(error=_python_error(exc))
+
+
+def python_syntax_error(source: str, *, filename: str = "<unknown>", mode: Literal["exec", "eval"] = "exec") -> str | None:
+    """The compiler's complaint about ``source`` (as ``"SyntaxError: ..."``), or None if it compiles.
+
+    ``compile()``, not just ``ast.parse``: some errors (``return`` outside a function, a
+    constant too large for the compiler's folding) are only found while compiling.
+
+    >>> python_syntax_error("def f(:\\n    pass", filename="solution.py")
+    'SyntaxError: invalid syntax (solution.py, line 1)'
+    >>> python_syntax_error("x = " + "1+" * 20_000 + "1")
+    'SyntaxError: the code is nested or chained too deeply to compile (RecursionError)'
+    >>> python_syntax_error("x = '\\ud800'")
+    'SyntaxError: the code is not valid Unicode text (a lone surrogate?)'
+    """
+    if not isinstance(source, str):
+        return f"TypeError: source must be a string, got {type(source).__name__}"
+    try:
+        compile(source, filename, mode, dont_inherit=True)
+    except PYTHON_PARSE_ERRORS as exc:
+        return _python_error(exc)
+    return None

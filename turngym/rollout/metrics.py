@@ -1,7 +1,11 @@
 """Summaries of a set of episodes: what ``turngym eval`` reports.
 
 Episodes that ended in an infrastructure error are counted but excluded from every score:
-they say nothing about the agent, and scoring them 0 would blame it for a dead sandbox or server.
+they say nothing about the agent, and scoring them 0 would blame it for a dead sandbox or server
+(or for a bug in the env: see :mod:`turngym.core.infra`). Their share is reported
+(``EvalSummary.infra_error_rate``) and bounded (:func:`check_infra_error_rate`): past the bound
+the scored episodes are no longer a fair sample, and a run stops rather than report or train on
+the survivors.
 """
 
 from __future__ import annotations
@@ -11,9 +15,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from turngym.core.errors import ConfigError, TooManyInfraErrors
 from turngym.rollout.types import Episode
 
-__all__ = ["EvalSummary", "summarize", "wilson_interval"]
+__all__ = ["DEFAULT_MAX_INFRA_ERROR_RATE", "EvalSummary", "check_infra_error_rate", "summarize", "wilson_interval"]
+
+#: The share of infra-error episodes a run accepts by default (``max_infra_error_rate``).
+DEFAULT_MAX_INFRA_ERROR_RATE = 0.1
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -48,6 +56,8 @@ class EvalSummary:
     mean_turns: float
     invalid_action_rate: float
     signal_means: dict[str, float] = field(default_factory=dict)
+    infra_error_rate: float = 0.0
+    """``infra_errors / episodes``: the share dropped from every score above."""
     faithfulness: float | None = None
     faithfulness_n: int = 0
     mean_generated_tokens: float | None = None
@@ -103,8 +113,48 @@ def summarize(
         mean_turns=len(turns) / n if n else 0.0,
         invalid_action_rate=sum(not t.action_valid for t in turns) / len(turns) if turns else 0.0,
         signal_means={k: v / len(turns) for k, v in sig_sum.items()},
+        infra_error_rate=(len(episodes) - n) / len(episodes) if episodes else 0.0,
         faithfulness=sum(faith) / len(faith) if faith else None,
         faithfulness_n=len(faith),
         mean_generated_tokens=sum(gen) / len(gen) if gen else None,
         extra=extra,
     )
+
+
+def check_infra_error_rate(
+    episodes: Sequence[Episode], max_rate: float, *, what: str = "the run", option: str = "max_infra_error_rate",
+    infra: int | None = None, total: int | None = None,
+) -> float:
+    """The share of ``episodes`` that ended in an infra error; raises past ``max_rate``.
+
+    Args:
+        episodes: the episodes to judge (their first infra error is quoted in the message).
+        max_rate: the largest accepted share, in [0, 1] (1 accepts anything).
+        what: names the episodes in the message (``"evaluation"``, ``"the run"``).
+        option: the setting that raises the bound, named in the message.
+        infra, total: counts to judge instead of ``episodes``' own (a run's running totals);
+            ``episodes`` then only supplies the example.
+
+    Raises:
+        TooManyInfraErrors: the share is above ``max_rate`` (the message quotes the first error
+            and says where its traceback is).
+
+    >>> check_infra_error_rate([], 0.1)
+    0.0
+    """
+    if not 0.0 <= max_rate <= 1.0:
+        raise ConfigError(f"{option} must be in [0, 1], got {max_rate}")
+    bad = [ep for ep in episodes if ep.infra_error is not None]
+    infra = len(bad) if infra is None else infra
+    total = len(episodes) if total is None else total
+    rate = infra / total if total else 0.0
+    if rate > max_rate:
+        example = bad[0] if bad else None
+        first = f"; the first ({example.episode_id}): {example.infra_error}" if example is not None else ""
+        where = " (its traceback is in the episode's meta['infra_traceback'])" if example is not None and example.meta.get("infra_traceback") else ""
+        raise TooManyInfraErrors(
+            f"{infra} of {total} episodes of {what} ({rate:.1%}) ended in infrastructure errors, above "
+            f"{option}={max_rate:g}{first}{where}. Infra-error episodes are dropped, so the rest are no longer a fair "
+            f"sample: fix the env or its infrastructure, or raise {option} to accept more"
+        )
+    return rate

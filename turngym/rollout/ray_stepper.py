@@ -10,7 +10,9 @@ agent's generator included.
 
 A dead actor (a node lost) is an infrastructure error, not a crash: its in-flight episodes
 end with ``info["infra_error"]``, its later episodes are recorded unscored with
-``meta["infra_error"]``, and the other actors carry on.
+``meta["infra_error"]``, and the other actors carry on. An env that raises in ``step`` (an
+env bug) is caught inside the actor (:func:`~turngym.core.infra.guarded_step`): that episode
+ends as an infra error with its traceback, the actor's other slots step on.
 
 >>> import ray  # doctest: +SKIP
 >>> from turngym.agents import OracleAgent  # doctest: +SKIP
@@ -26,7 +28,7 @@ import numpy as np
 
 from turngym.core.env import env_action_choices
 from turngym.core.errors import ConfigError, InfraError
-from turngym.core.infra import infra_step
+from turngym.core.infra import guarded_step, infra_step
 from turngym.rollout.steppers import Stepper, StepResult, task_gold
 
 __all__ = ["ActorEnv", "EnvWorker", "RayStepper"]
@@ -77,7 +79,8 @@ class EnvWorker:
         return obs, info, task_gold(self.envs[slot]), self._choices(slot)
 
     def step_many(self, items: Sequence[tuple[int, str]]) -> list[tuple[StepResult, Choices]]:
-        return [(self.envs[slot].step(action), self._choices(slot)) for slot, action in items]
+        # guarded: one env's bug is that episode's infra error, not the loss of every slot of this actor
+        return [(guarded_step(self.envs[slot], action), self._choices(slot)) for slot, action in items]
 
     def snapshot(self, slot: int) -> Any:
         return self.envs[slot].snapshot()

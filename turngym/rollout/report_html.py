@@ -73,7 +73,7 @@ def breakdowns(episodes: Sequence[Episode]) -> dict[str, dict[str, list[Episode]
     """
     scored = [ep for ep in episodes if ep.infra_error is None]
     fields: dict[str, dict[str, list[Episode]]] = {}
-    keys = sorted({k for ep in scored for k, v in ep.meta.items() if k not in ("infra_error", "gold") and isinstance(v, str | int | float | bool)})
+    keys = sorted({k for ep in scored for k, v in ep.meta.items() if k not in ("infra_error", "infra_traceback", "gold") and isinstance(v, str | int | float | bool)})
     for key in keys:
         split: dict[str, list[Episode]] = {}
         for ep in scored:

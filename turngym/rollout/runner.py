@@ -24,13 +24,14 @@ from typing import Any
 
 from turngym.agents.base import Action, AgentInput, Policy
 from turngym.core.env import env_action_choices
-from turngym.core.errors import ConfigError, InfraError
-from turngym.core.infra import INFRA_OUTCOME, infra_step
+from turngym.core.errors import ConfigError, InfraError, TurngymError
+from turngym.core.infra import INFRA_OUTCOME, env_bug, guarded_step, infra_step
 from turngym.rollout.steppers import Stepper, StepResult, as_stepper, task_gold
 from turngym.rollout.types import Episode, Turn, group_id
 
 __all__ = [
     "run_episodes", "record_turn", "append_turn", "policy_failure", "failed_step", "new_episode", "unscored_episode", "agent_input",
+    "reset_failure",
 ]
 
 
@@ -58,15 +59,37 @@ def new_episode(
     )
 
 
-def unscored_episode(group: str, index: int, env_id: str, seed: int | None, why: str) -> Episode:
+def unscored_episode(group: str, index: int, env_id: str, seed: int | None, why: str, traceback: str | None = None) -> Episode:
     """An episode that never started because the env's infrastructure failed at ``reset``.
 
-    It carries ``meta["infra_error"]`` so summaries and trainers drop it instead of scoring it 0.
+    It carries ``meta["infra_error"]`` so summaries and trainers drop it instead of scoring it 0
+    (and ``meta["infra_traceback"]`` when the env itself raised: an env bug).
     """
     ep = Episode(f"{group}/{index}", env_id, "", seed, "", group=group)
     ep.outcome = dict(INFRA_OUTCOME)
     ep.meta["infra_error"] = why
+    if traceback:
+        ep.meta["infra_traceback"] = traceback
     return ep
+
+
+def reset_failure(exc: Exception, *, where: str = "reset") -> tuple[str, str | None]:
+    """``(why, traceback)`` for a ``reset`` (or ``where``: ``snapshot``, ``restore``) that raised
+    ``exc``, or re-raise it when it is the caller's.
+
+    An :class:`~turngym.core.errors.InfraError` (the env's host is gone) and an exception
+    that is not turngym's (an env bug: ``KeyError`` deep inside a task loader; from a server env,
+    :class:`~turngym.server.errors.RemoteEnvError`) end the episode
+    unscored; any other turngym error (a ``ConfigError`` or ``TaskError`` for a bad
+    ``options={"task": ...}``) is the caller's mistake and is raised, to be fixed.
+    """
+    from turngym.server.errors import RemoteEnvError  # light: the server's web stack stays unimported
+
+    if isinstance(exc, InfraError):
+        return str(exc), None
+    if isinstance(exc, TurngymError) and not isinstance(exc, RemoteEnvError):  # RemoteEnvError: an env bug on a server
+        raise exc
+    return env_bug(exc, where=where)
 
 
 def agent_input(ep: Episode, env: Any, history: int | None) -> AgentInput:
@@ -107,9 +130,12 @@ def append_turn(ep: Episode, action: Action, result: StepResult, prev_key: str, 
     """Record the turn that ``action`` produced (``result`` is what the env's ``step`` returned).
 
     Returns the turn and whether the episode ended. An infrastructure failure changed no state
-    anyone observed, so its turn keeps ``prev_key`` whoever reported it (env, client, runner).
+    anyone observed, so its turn keeps ``prev_key`` whoever reported it (env, client, runner);
+    an env bug's traceback (``info["infra_traceback"]``) is kept in ``ep.meta["infra_traceback"]``.
     """
     obs, reward, term, trunc, info = result
+    if info.get("infra_traceback"):
+        ep.meta["infra_traceback"] = info["infra_traceback"]
     infra = info["infra_error"]
     turn = Turn(
         index=len(ep.turns),
@@ -141,9 +167,10 @@ def append_turn(ep: Episode, action: Action, result: StepResult, prev_key: str, 
 def record_turn(ep: Episode, env: Any, action: Action, prev_key: str, *, node: int, parent: int) -> tuple[Turn, bool]:
     """Step ``env`` with ``action`` (unless the policy's infrastructure failed) and record the turn.
 
-    One env, one turn: for code that drives a single env itself (engine integrations).
+    One env, one turn: for code that drives a single env itself (engine integrations). An
+    exception out of ``env.step`` is an env bug: the turn is an infra error with its traceback.
     """
-    result = policy_failure(ep, env, action, prev_key) or env.step(action.text)
+    result = policy_failure(ep, env, action, prev_key) or guarded_step(env, action.text)
     return append_turn(ep, action, result, prev_key, node=node, parent=parent)
 
 
@@ -185,6 +212,10 @@ def run_episodes(
     server is down, a dead Ray actor) yields an unscored episode with ``meta["infra_error"]``
     and the rollout goes on; infra errors during a step arrive as ``info["infra_error"]`` like
     any other, and so does a policy whose model server failed (``Action.meta["infra_error"]``).
+    An env *bug* (any exception out of one env's ``reset`` or ``step`` that is not a turngym
+    error) ends that one episode the same way, with the traceback in
+    ``meta["infra_traceback"]``; the batch goes on. Bound how many a run accepts with
+    :func:`~turngym.rollout.metrics.check_infra_error_rate`.
     """
     if tasks is not None and len(tasks) != len(seeds):
         raise ConfigError(f"got {len(tasks)} tasks for {len(seeds)} seeds; pass one task per seed")
@@ -214,8 +245,9 @@ def run_episodes(
             options = {"task": tasks[s]} if tasks is not None else None
             try:
                 obs, info, gold = stepper.reset(slot, seeds[s], options)
-            except InfraError as exc:  # e.g. a remote env's server is gone: record it, go on
-                finish(j, unscored_episode(group_id(env_id, seeds[s]), g, env_id, seeds[s], str(exc)))
+            except Exception as exc:  # a remote env's server is gone, an env bug: record it, go on
+                why, tb = reset_failure(exc)
+                finish(j, unscored_episode(group_id(env_id, seeds[s]), g, env_id, seeds[s], why, tb))
                 continue
             group = group_id(env_id, seeds[s], None if tasks is None else info.get("task_id", s))
             ep = new_episode(

@@ -16,6 +16,11 @@ same episodes on every stepper, and a new place to run envs is one small class.
 Contract: :meth:`Stepper.reset` raises :class:`~turngym.core.errors.InfraError` when the env's
 infrastructure is gone (the runner records an unscored episode); :meth:`Stepper.step` never
 raises for one, it returns :func:`~turngym.core.infra.infra_step` for that slot instead.
+:meth:`Stepper.step` does not raise for an env *bug* either: an exception out of one env's
+``step`` ends that episode as an infra error with the traceback in
+``info["infra_traceback"]`` (:func:`~turngym.core.infra.guarded_step`), the other slots'
+steps go on. An action can never take a batch down, and an env bug is never the agent's
+failure.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from turngym.core.errors import ConfigError
+from turngym.core.infra import env_bug_step, guarded_step
 
 __all__ = ["LocalStepper", "RemoteStepper", "StepResult", "Stepper", "as_stepper", "task_gold"]
 
@@ -104,7 +110,7 @@ class LocalStepper(Stepper):
         return obs, info, task_gold(env)
 
     def step(self, actions: Sequence[tuple[int, str]]) -> list[StepResult]:
-        return [self.envs[slot].step(action) for slot, action in actions]
+        return [guarded_step(self.envs[slot], action) for slot, action in actions]
 
     def snapshot(self, slot: int) -> Any:
         return self.envs[slot].snapshot()
@@ -127,7 +133,9 @@ class RemoteStepper(LocalStepper):
             for ``turngym.make(env_id, remote=url, **kwargs)``.
 
     Each turn's steps are sent together, so the server steps the envs of a turn in parallel
-    instead of one round trip after another.
+    instead of one round trip after another. An env that raised on the server (its client
+    raises :class:`~turngym.server.errors.RemoteEnvError`) ends that episode as an infra
+    error, as in-process; the other slots' steps go on.
     """
 
     def __init__(self, url: str, env_id: str, **kwargs: Any) -> None:
@@ -140,7 +148,16 @@ class RemoteStepper(LocalStepper):
     def step(self, actions: Sequence[tuple[int, str]]) -> list[StepResult]:
         from turngym.server.client import step_together
 
-        return step_together([(self.envs[slot], action) for slot, action in actions])
+        envs = [self.envs[slot] for slot, _ in actions]
+        results = step_together([(env, action) for env, (_, action) in zip(envs, actions, strict=True)], return_exceptions=True)
+        out: list[StepResult] = []
+        for env, result in zip(envs, results, strict=True):
+            if isinstance(result, BaseException):  # the env raised on the server (an env bug)
+                if not isinstance(result, Exception):
+                    raise result
+                result = env_bug_step(result, turn=env.turn + 1, state_key="", signals=env.reward_spec.zeros())
+            out.append(result)
+        return out
 
 
 def as_stepper(envs: Stepper | Callable[[], Any]) -> Stepper:

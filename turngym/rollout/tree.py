@@ -44,6 +44,7 @@ from turngym.rollout.runner import (
     failed_step,
     new_episode,
     policy_failure,
+    reset_failure,
     unscored_episode,
 )
 from turngym.rollout.steppers import Stepper, as_stepper
@@ -104,6 +105,8 @@ def run_tree(
 
     A tree whose reset raises :class:`~turngym.core.errors.InfraError` gives one unscored
     episode (``meta["infra_error"]``); a step's infra error ends that path like any other end.
+    An env bug (an exception that is not turngym's out of reset, step, snapshot or restore) is
+    an infra error too, its traceback in ``meta["infra_traceback"]``.
     """
     if not branching or any(int(k) < 1 for k in branching):
         raise ConfigError(f"branching must be a non-empty sequence of ints >= 1, got {tuple(branching)}")
@@ -151,9 +154,10 @@ def _grow(
         options = {"task": tasks[t]} if tasks is not None else None
         try:
             obs, info, gold = stepper.reset(t, seed, options)
-        except InfraError as exc:
+        except Exception as exc:  # the env's host is gone, or an env bug: one unscored episode
+            why, tb = reset_failure(exc)
             groups.append(group_id(env_id, seed))
-            done(t, unscored_episode(groups[t], 0, env_id, seed, str(exc)))
+            done(t, unscored_episode(groups[t], 0, env_id, seed, why, tb))
             continue
         group = group_id(env_id, seed, None if tasks is None else info.get("task_id", t))
         groups.append(group)
@@ -186,14 +190,20 @@ def _grow(
             try:
                 stepper.restore(t, path.snapshot)
                 result = policy_failure(ep, stepper.env(t), action, path.state_key) or stepper.step([(t, action.text)])[0]
-            except InfraError as exc:  # the env's host is gone (restore cannot reach it)
-                result = failed_step(ep, stepper.env(t), str(exc), path.state_key)
+            except Exception as exc:  # the env's host is gone (restore cannot reach it), or restore's own bug
+                why, tb = reset_failure(exc, where="restore")
+                result = failed_step(ep, stepper.env(t), why, path.state_key)
+                if tb:
+                    result[4]["infra_traceback"] = tb
             turn, ended = append_turn(ep, action, result, path.state_key, node=node, parent=path.node)
             try:
                 snap = stepper.snapshot(t) if not turn.infra_error and (not ended or keep_snapshots) else None
-            except InfraError as exc:  # cannot branch from here: the path ends unscored
-                turn.terminated, turn.infra_error, ended, snap = True, str(exc), True, None
+            except Exception as exc:  # cannot branch from here: the path ends unscored
+                why, tb = reset_failure(exc, where="snapshot")
+                turn.terminated, turn.infra_error, ended, snap = True, why, True, None
                 ep.outcome = dict(INFRA_OUTCOME)
+                if tb:
+                    ep.meta["infra_traceback"] = tb
             if keep_snapshots and snap is not None:
                 snapshots[(groups[t], node)] = snap
             if ended:

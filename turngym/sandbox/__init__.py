@@ -20,7 +20,7 @@ forking a warm interpreter inside a bubblewrap session (~1–2 ms instead of ~15
 """
 
 from turngym.sandbox.base import PythonRuntime, Sandbox, Session, WorkdirSnapshot
-from turngym.sandbox.errors import NotIsolatedWarning, SandboxError, SandboxUnavailable, SessionClosed
+from turngym.sandbox.errors import CpuLimitWarning, NotIsolatedWarning, SandboxError, SandboxUnavailable, SessionClosed
 from turngym.sandbox.factory import BACKENDS, available_backends, make_sandbox
 from turngym.sandbox.limits import LIMIT_NAMES, Limits, RunResult
 from turngym.sandbox.local import DEFAULT_HIDDEN_PATHS, BubblewrapSandbox, Enforcement, LocalSession, RlimitSandbox
@@ -51,6 +51,7 @@ __all__ = [
     "SandboxUnavailable",
     "SessionClosed",
     "NotIsolatedWarning",
+    "CpuLimitWarning",
 ]
 
 

@@ -126,6 +126,7 @@ class Session(ABC):
         self.sandbox = sandbox
         self.limits = limits
         self._closed = False
+        self._owner_pid = os.getpid()  # a forked child's copy of this object is not its owner
 
     # -- files -----------------------------------------------------------------------------
     @abstractmethod
@@ -260,7 +261,9 @@ class Session(ABC):
         self.close()
 
     def __del__(self) -> None:  # a forgotten session must not leave a workdir or a container
-        if not getattr(self, "_closed", True):
+        # ...but only in the process that opened it: a forked child that drops its copy must not
+        # delete the parent's workdir or kill the parent's runs
+        if not getattr(self, "_closed", True) and getattr(self, "_owner_pid", None) == os.getpid():
             try:
                 self.close()
             except Exception:  # noqa: BLE001 - interpreter shutdown: nothing sensible to do

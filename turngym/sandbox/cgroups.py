@@ -1,10 +1,15 @@
-"""Whole-sandbox memory and process caps with a cgroup per session (v2 or v1).
+"""Whole-sandbox memory, process and CPU caps with a cgroup per session (v2 or v1).
 
 Why: rlimits are per process. ``RLIMIT_AS`` lets eight children take eight times the limit,
 and pages that no process maps -- a ``memfd``, files on a tmpfs -- are not counted at all. A
 memory cgroup charges every page the sandbox's processes touch (anonymous memory, shmem and
 memfd pages, tmpfs files, page cache), and on excess the kernel's OOM killer acts inside the
-group only; the pids controller caps the number of tasks of the whole tree.
+group only; the pids controller caps the number of tasks of the whole tree. The cpu
+controller, where it is available, gives the sandbox a quota of cores (``cpu.max``;
+``cpu.cfs_quota_us`` on v1) and a scheduling weight in proportion (``cpu.weight`` /
+``cpu.shares``): a program burning CPU in 64 processes gets what one process of its quota
+would, and the scheduler weighs the sandbox as one entity against every other sandbox and
+host process, so a burn in some sandboxes cannot starve another's start.
 
 One cgroup per *session* (created when the session opens, removed when it closes), not per
 run: creating a cgroup costs far more than joining one. Each run's launcher joins it before it
@@ -12,8 +17,8 @@ execs bubblewrap (a ``/bin/sh`` prefix writing ``0`` to ``cgroup.procs``), so ev
 the run is born inside the group; nothing can fork before the join.
 
 Detection happens once per sandbox: cgroup v2 first (a writable cgroup with the ``memory``
-and ``pids`` controllers, see :func:`detect`), then v1 (the ``memory`` and ``pids``
-hierarchies). Group names carry the creating process's pid (``turngym-<pid>-<random>``) so
+and ``pids`` controllers, and ``cpu`` where it can be enabled, see :func:`detect`), then v1
+(the ``memory`` and ``pids`` hierarchies, and ``cpu``/``cpuacct`` where mounted). Group names carry the creating process's pid (``turngym-<pid>-<random>``) so
 groups left behind by a crashed process are found and removed (:func:`reap_stale`).
 """
 
@@ -25,10 +30,16 @@ import secrets
 import time
 from dataclasses import dataclass
 
-__all__ = ["CgroupHost", "SandboxCgroup", "detect", "reap_stale", "PREFIX"]
+__all__ = ["CgroupHost", "SandboxCgroup", "CpuStat", "detect", "reap_stale", "PREFIX", "CPU_PERIOD_US"]
 
 #: Name prefix of every cgroup turngym creates.
 PREFIX = "turngym-"
+#: The CFS period the CPU quota is counted over (the kernel's default): a sandbox over its
+#: quota waits at most this long before it runs again.
+CPU_PERIOD_US = 100_000
+#: Controllers a session cgroup must have, and the ones it uses where present.
+_REQUIRED = ("memory", "pids")
+_OPTIONAL = ("cpu", "cpuacct")
 _JOIN_SCRIPT = 'for f do case $f in --) shift; break;; esac; echo 0 >"$f" || exit 125; shift; done; exec "$@"'
 
 
@@ -84,15 +95,33 @@ def _own_v2_path() -> str | None:
 
 
 @dataclass(frozen=True)
+class CpuStat:
+    """CPU a session's group used (all its processes, since the group was made)."""
+
+    usage_s: float
+    throttled_periods: int
+    throttled_s: float
+
+
+@dataclass(frozen=True)
 class CgroupHost:
     """Where this process can create sandbox cgroups.
 
-    ``version`` 2: ``parents`` holds one directory whose children get ``memory`` and ``pids``.
-    ``version`` 1: ``parents`` holds the ``memory`` hierarchy's directory, then the ``pids`` one.
+    ``version`` 2: ``parents`` holds one directory whose children get ``memory``, ``pids``
+    and, where ``cpu`` is in ``controllers``, ``cpu``.
+    ``version`` 1: ``parents`` holds one directory per hierarchy (``memory``, ``pids``, then
+    ``cpu`` and ``cpuacct`` where mounted, one entry where they are co-mounted);
+    ``controllers`` names each one's controllers.
     """
 
     version: int
     parents: tuple[str, ...]
+    controllers: tuple[frozenset[str], ...] = ()
+
+    @property
+    def cpu(self) -> bool:
+        """Session groups get a CPU quota and weight."""
+        return any("cpu" in c for c in self.controllers)
 
     def create(self) -> SandboxCgroup:
         """A new, empty group (call :meth:`SandboxCgroup.close` to remove it)."""
@@ -108,7 +137,7 @@ class CgroupHost:
                 with contextlib.suppress(OSError):
                     os.rmdir(path)
             raise
-        return SandboxCgroup(self.version, tuple(made))
+        return SandboxCgroup(self.version, tuple(made), self.controllers)
 
     def describe(self) -> str:
         return f"cgroup v{self.version} under {', '.join(self.parents)}"
@@ -117,24 +146,40 @@ class CgroupHost:
 class SandboxCgroup:
     """One session's group: limits, the launcher prefix that joins it, and its OOM/pids counters."""
 
-    def __init__(self, version: int, paths: tuple[str, ...]) -> None:
+    def __init__(self, version: int, paths: tuple[str, ...], controllers: tuple[frozenset[str], ...] = ()) -> None:
         self.version = version
         self.paths = paths
+        if not controllers:  # v2: one dir for all; v1: memory, then pids
+            controllers = (frozenset(_REQUIRED),) if version == 2 else (frozenset({"memory"}), frozenset({"pids"}))
+        self._dirs = {ctrl: path for path, ctrls in zip(paths, controllers) for ctrl in ctrls}
         self._memory: int | None = None
         self._pids: int | None = None
+        self._cpu: float | None = None
         self._events = self._read_events()
 
+    def _dir(self, controller: str) -> str:
+        return self._dirs[controller]
+
+    @property
+    def has_cpu(self) -> bool:
+        """The group has a CPU quota (the cpu controller is available for it)."""
+        return "cpu" in self._dirs
+
     # -- limits ------------------------------------------------------------------------------
-    def set_limits(self, memory_bytes: int, pids: int) -> None:
-        """Apply the caps (a no-op when unchanged). Raises OSError if the kernel refuses."""
+    def set_limits(self, memory_bytes: int, pids: int, cpu_cores: float | None = None) -> None:
+        """Apply the caps (a no-op when unchanged). Raises OSError if the kernel refuses.
+
+        ``cpu_cores``: the group's CPU quota in cores (its weight follows it); ignored where
+        the group has no cpu controller.
+        """
         if memory_bytes != self._memory:
             if self.version == 2:
-                _write(os.path.join(self.paths[0], "memory.max"), str(memory_bytes))
-                swap = os.path.join(self.paths[0], "memory.swap.max")
+                _write(os.path.join(self._dir("memory"), "memory.max"), str(memory_bytes))
+                swap = os.path.join(self._dir("memory"), "memory.swap.max")
                 if os.path.exists(swap):  # swap would stretch the limit: allow none
                     _write(swap, "0")
             else:
-                mem = self.paths[0]
+                mem = self._dir("memory")
                 files = ["memory.limit_in_bytes"]
                 if os.path.exists(os.path.join(mem, "memory.memsw.limit_in_bytes")):
                     # memory+swap must stay >= memory: raise memsw first, lower it last.
@@ -144,8 +189,41 @@ class SandboxCgroup:
                     _write(os.path.join(mem, f), str(memory_bytes))
             self._memory = memory_bytes
         if pids != self._pids:
-            _write(os.path.join(self.paths[-1], "pids.max"), str(pids))
+            _write(os.path.join(self._dir("pids"), "pids.max"), str(pids))
             self._pids = pids
+        if cpu_cores is not None and cpu_cores != self._cpu and self.has_cpu:
+            self._set_cpu(cpu_cores)
+            self._cpu = cpu_cores
+
+    def _set_cpu(self, cores: float) -> None:
+        """Quota ``cores`` x the period per period; weight in proportion (1 core = the weight of
+        one ordinary process), so under contention sandboxes share by their quotas."""
+        cpu = self._dir("cpu")
+        quota = max(1000, round(cores * CPU_PERIOD_US))  # the kernel's minimum is 1 ms
+        if self.version == 2:
+            _write(os.path.join(cpu, "cpu.max"), f"{quota} {CPU_PERIOD_US}")
+            _write(os.path.join(cpu, "cpu.weight"), str(min(10_000, max(1, round(100 * cores)))))
+        else:
+            _write(os.path.join(cpu, "cpu.cfs_period_us"), str(CPU_PERIOD_US))
+            _write(os.path.join(cpu, "cpu.cfs_quota_us"), str(quota))
+            _write(os.path.join(cpu, "cpu.shares"), str(min(262_144, max(2, round(1024 * cores)))))
+
+    def cpu_stat(self) -> CpuStat | None:
+        """CPU time the group's processes used, and how often the quota held them back (None
+        where the group has no CPU accounting)."""
+        try:
+            if self.version == 2:
+                fields = dict(line.split(" ", 1) for line in _read(os.path.join(self.paths[0], "cpu.stat")).splitlines())
+                return CpuStat(int(fields["usage_usec"]) / 1e6, int(fields.get("nr_throttled", 0)),
+                               int(fields.get("throttled_usec", 0)) / 1e6)
+            if "cpuacct" not in self._dirs:
+                return None
+            usage = int(_read(os.path.join(self._dir("cpuacct"), "cpuacct.usage"))) / 1e9
+            throttled = _counter(os.path.join(self._dir("cpu"), "cpu.stat"), "nr_throttled") if self.has_cpu else 0
+            waited = _counter(os.path.join(self._dir("cpu"), "cpu.stat"), "throttled_time") / 1e9 if self.has_cpu else 0.0
+            return CpuStat(usage, throttled, waited)
+        except (OSError, ValueError, KeyError):
+            return None
 
     def join_argv(self) -> list[str]:
         """A prefix that moves the launcher into the group, then execs the rest of argv."""
@@ -156,8 +234,8 @@ class SandboxCgroup:
         if self.version == 2:
             base = self.paths[0]
             return _counter(os.path.join(base, "memory.events"), "oom_kill"), _counter(os.path.join(base, "pids.events"), "max")
-        return (_counter(os.path.join(self.paths[0], "memory.oom_control"), "oom_kill"),
-                _counter(os.path.join(self.paths[-1], "pids.events"), "max"))  # fmt: skip
+        return (_counter(os.path.join(self._dir("memory"), "memory.oom_control"), "oom_kill"),
+                _counter(os.path.join(self._dir("pids"), "pids.events"), "max"))  # fmt: skip
 
     def limit_hit(self) -> str | None:
         """``"memory"`` if the OOM killer acted, ``"pids"`` if a fork was refused, since the last call."""
@@ -172,7 +250,7 @@ class SandboxCgroup:
         """Bytes charged to the group now (for tests and diagnostics)."""
         name = "memory.current" if self.version == 2 else "memory.usage_in_bytes"
         try:
-            return int(_read(os.path.join(self.paths[0], name)))
+            return int(_read(os.path.join(self._dir("memory"), name)))
         except (OSError, ValueError):
             return 0
 
@@ -235,29 +313,53 @@ def _v2_candidates(explicit: str | None) -> list[str]:
 
 def _try_v2(parent: str) -> CgroupHost | None:
     """A usable v2 parent: ``memory`` and ``pids`` enabled for its children (enabling them if
-    this process may), and a child can be created there."""
+    this process may), and a child can be created there; ``cpu`` too where it can be enabled."""
     try:
         enabled = set(_read(os.path.join(parent, "cgroup.subtree_control")).split())
         available = set(_read(os.path.join(parent, "cgroup.controllers")).split())
     except OSError:
         return None
-    need = {"memory", "pids"}
+    need = set(_REQUIRED)
     if not need <= available:
         return None
-    if not need <= enabled:
+    want = need | ({"cpu"} & available)
+    if not want <= enabled:
         try:  # fails with EBUSY when processes live in the parent (the no-internal-process rule)
-            _write(os.path.join(parent, "cgroup.subtree_control"), " ".join(f"+{c}" for c in sorted(need - enabled)))
+            _write(os.path.join(parent, "cgroup.subtree_control"), " ".join(f"+{c}" for c in sorted(want - enabled)))
         except OSError:
-            return None
-    host = CgroupHost(2, (parent,))
-    return host if _probe(host) else None
+            if not need <= enabled:
+                try:
+                    _write(os.path.join(parent, "cgroup.subtree_control"), " ".join(f"+{c}" for c in sorted(need - enabled)))
+                except OSError:
+                    return None
+    with contextlib.suppress(OSError):
+        enabled = set(_read(os.path.join(parent, "cgroup.subtree_control")).split())
+    host = CgroupHost(2, (parent,), (frozenset(want & enabled),))
+    return _probed(host)
 
 
-def _try_v1(memory_parent: str | None, pids_parent: str | None) -> CgroupHost | None:
-    if memory_parent is None or pids_parent is None:
+def _try_v1(hierarchies: dict[str, str]) -> CgroupHost | None:
+    """The v1 ``memory`` and ``pids`` hierarchies, with ``cpu``/``cpuacct`` where mounted
+    (one entry per mount: they are often co-mounted as ``cpu,cpuacct``)."""
+    if not all(c in hierarchies for c in _REQUIRED):
         return None
-    host = CgroupHost(1, (memory_parent, pids_parent))
-    return host if _probe(host) else None
+    by_point: dict[str, set[str]] = {}
+    for ctrl in (*_REQUIRED, *_OPTIONAL):
+        if ctrl in hierarchies:
+            by_point.setdefault(hierarchies[ctrl], set()).add(ctrl)
+    host = CgroupHost(1, tuple(by_point), tuple(frozenset(c) for c in by_point.values()))
+    return _probed(host)
+
+
+def _probed(host: CgroupHost) -> CgroupHost | None:
+    """``host`` if a group made there takes every cap; without the cpu ones if only those fail."""
+    if _probe(host):
+        return host
+    if not host.cpu:
+        return None
+    keep = [(p, c - set(_OPTIONAL)) for p, c in zip(host.parents, host.controllers) if c - set(_OPTIONAL)]
+    bare = CgroupHost(host.version, tuple(p for p, _ in keep), tuple(frozenset(c) for _, c in keep))
+    return bare if _probe(bare) else None
 
 
 def _probe(host: CgroupHost) -> bool:
@@ -266,7 +368,7 @@ def _probe(host: CgroupHost) -> bool:
     except OSError:
         return False
     try:
-        cg.set_limits(64 << 20, 16)
+        cg.set_limits(64 << 20, 16, 0.5 if host.cpu else None)
         for p in cg.paths:
             if not os.access(os.path.join(p, "cgroup.procs"), os.W_OK):
                 return False
@@ -282,7 +384,8 @@ def detect(parent: str | None = None) -> CgroupHost | None:
 
     ``parent``: a cgroup v2 directory to create sandbox groups under (e.g. one delegated with
     ``systemd-run -p Delegate=yes``); by default this process's own v2 cgroup, then the v1
-    ``memory`` and ``pids`` hierarchies. Stale groups of dead processes are reaped on the way.
+    ``memory`` and ``pids`` (and ``cpu``, ``cpuacct``) hierarchies. Stale groups of dead
+    processes are reaped on the way.
     """
     parent = parent or os.environ.get("TURNGYM_CGROUP_PARENT") or None
     for cand in _v2_candidates(parent):
@@ -295,12 +398,12 @@ def detect(parent: str | None = None) -> CgroupHost | None:
     v1: dict[str, str] = {}
     for point, fstype, opts in _mounts():
         if fstype == "cgroup":
-            for ctrl in ("memory", "pids"):
+            for ctrl in (*_REQUIRED, *_OPTIONAL):
                 if ctrl in opts and ctrl not in v1:
                     v1[ctrl] = point
-    for p in v1.values():
+    for p in set(v1.values()):
         reap_stale(p)
-    return _try_v1(v1.get("memory"), v1.get("pids"))
+    return _try_v1(v1)
 
 
 def reap_stale(parent: str) -> int:

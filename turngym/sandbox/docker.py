@@ -2,7 +2,7 @@
 
 Used when a Docker engine answers (``docker.from_env().ping()``); otherwise constructing it
 raises :class:`SandboxUnavailable` saying so. A session's container has no network, a
-read-only root, all capabilities dropped, ``no-new-privileges``, a pids and memory cap and a
+read-only root, all capabilities dropped, ``no-new-privileges``, a pids, memory and CPU cap and a
 tmpfs ``/tmp``. Its workdir ``/work`` is a *tmpfs-backed named volume* (sized by
 ``Limits.disk_mb``): Docker cannot copy files into a tmpfs mount of a read-only container
 (``put_archive`` is refused, or lands under the mount), but it can into a volume, so files go
@@ -182,6 +182,10 @@ class DockerSession(Session):
                 security_opt=["no-new-privileges"],
                 pids_limit=lim.processes + 8,  # + docker-init, sleep, the exec wrappers
                 mem_limit=f"{lim.memory_mb + 64}m",
+                # the quota, in billionths of a core (the engine refuses more than it has), and
+                # the scheduling weight in proportion (within the kernel's range)
+                nano_cpus=max(10_000_000, round(min(lim.cpu_cores, sb.engine_cpus) * 1e9)),
+                cpu_shares=min(262_144, max(2, round(1024 * min(lim.cpu_cores, sb.engine_cpus)))),
                 memswap_limit=f"{lim.memory_mb + 64}m",
                 tmpfs={"/tmp": f"size={lim.tmp_mb}m,mode=1777"},
                 volumes={self.volume.name: {"bind": "/work", "mode": "rw"}},
@@ -411,16 +415,18 @@ class DockerSession(Session):
         return RunResult(out.decode("utf-8", "replace"), stderr, code, sig, limit, duration, 0.0, truncated, self.sandbox.name)
 
     def _collect(self, sock: Any, limits: Limits, start: float) -> tuple[bytearray, bytearray, LimitName | None, bool]:
-        """Read the exec's multiplexed stdout/stderr up to the output cap and the wall deadline."""
-        from docker.utils.socket import frames_iter
+        """Read the exec's multiplexed stdout/stderr up to the output cap and the wall deadline.
 
+        The deadline is kept here, not only by the in-container ``timeout``: that runs as the
+        sandbox's uid, so the program can stop it (``kill(-1, SIGSTOP)``), and then no byte and
+        no end of stream would ever come. (docker's own frame reader polls without a timeout.)
+        """
         raw = getattr(sock, "_sock", sock)
         out, err, total = bytearray(), bytearray(), 0
         killed_for: LimitName | None = None
         truncated = False
         try:
-            raw.settimeout(max(0.1, limits.wall_s + _GRACE_S))
-            for stream, data in frames_iter(sock, tty=False):
+            for stream, data in _frames(raw, start + limits.wall_s + _GRACE_S):
                 buf = out if stream == 1 else err
                 room = limits.output_bytes - total
                 buf += data[: max(room, 0)]
@@ -431,7 +437,6 @@ class DockerSession(Session):
                 if time.monotonic() - start > limits.wall_s + _GRACE_S:
                     killed_for = "wall"
                     break
-                raw.settimeout(max(0.1, limits.wall_s + _GRACE_S - (time.monotonic() - start)))
         except TimeoutError:
             killed_for = "wall"
         finally:
@@ -443,6 +448,31 @@ class DockerSession(Session):
                 except OSError:
                     pass
         return out, err, killed_for, truncated
+
+
+def _frames(raw: Any, deadline: float) -> Iterator[tuple[int, bytes]]:
+    """``(stream, data)`` frames of a non-tty exec's stream (8-byte header: stream id, 3 zero
+    bytes, big-endian length), until the engine closes it; TimeoutError at ``deadline``."""
+    buf = bytearray()
+
+    def fill(n: int) -> bool:
+        while len(buf) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the exec's stream did not end by the deadline")
+            raw.settimeout(left)
+            chunk = raw.recv(1 << 16)
+            if not chunk:
+                return False
+            buf.extend(chunk)
+        return True
+
+    while fill(8):
+        size = int.from_bytes(buf[4:8], "big")
+        if not fill(8 + size):
+            return
+        yield buf[0], bytes(buf[8:8 + size])
+        del buf[:8 + size]
 
 
 class DockerSandbox(Sandbox):
@@ -496,6 +526,17 @@ class DockerSandbox(Sandbox):
         self.max_idle = max_idle
         self._idle: list[DockerSession] = []
         self._lock = threading.Lock()
+        self._engine_cpus: float | None = None
+
+    @property
+    def engine_cpus(self) -> float:
+        """CPUs of the engine's machine (a container's ``cpu_cores`` is capped at it)."""
+        if self._engine_cpus is None:
+            try:
+                self._engine_cpus = float(self.client.info().get("NCPU") or 0) or float(os.cpu_count() or 1)
+            except Exception:  # noqa: BLE001 - an engine that cannot say: this machine's count
+                self._engine_cpus = float(os.cpu_count() or 1)
+        return self._engine_cpus
 
     def open_session(self, limits: Limits | None = None) -> DockerSession:
         return DockerSession(self, limits or self.limits)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from turngym.core.errors import InfraError
 
-__all__ = ["SandboxError", "SandboxUnavailable", "SessionClosed", "NotIsolatedWarning"]
+__all__ = ["SandboxError", "SandboxUnavailable", "SessionClosed", "NotIsolatedWarning", "CpuLimitWarning"]
 
 
 class SandboxError(InfraError):
@@ -27,3 +27,7 @@ class SessionClosed(SandboxError):
 
 class NotIsolatedWarning(UserWarning):
     """The chosen backend enforces resource limits only: code can read the host and network."""
+
+
+class CpuLimitWarning(UserWarning):
+    """``Limits.cpu_cores`` cannot be enforced here (no writable cgroup with a cpu controller)."""

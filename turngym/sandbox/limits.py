@@ -38,6 +38,13 @@ class Limits:
             size, or a watchdog that kills the run), reported as ``disk``.
         tmp_mb: size of the private ``/tmp`` and ``/dev/shm`` (tmpfs, where the backend
             provides them).
+        cpu_cores: cores the whole sandbox may keep busy at once, however many processes it
+            runs (local backends: its cgroup's CPU quota over 100 ms periods, with a
+            scheduling weight in proportion; Docker: the container's ``nano_cpus``). A burn
+            in one sandbox then cannot starve the others. Where no cgroup is writable
+            (bubblewrap without root or a delegated cgroup), it is not enforced -- a warning
+            says so once -- and a run's CPU is bounded only by ``cpu_s`` per process times
+            ``processes``.
     """
 
     wall_s: float = 10.0
@@ -49,6 +56,7 @@ class Limits:
     open_files: int = 256
     disk_mb: int = 256
     tmp_mb: int = 64
+    cpu_cores: float = 1.0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -41,7 +41,7 @@ from turngym.sandbox import cgroups
 from turngym.sandbox import seccomp as bpf
 from turngym.sandbox._proc import rlimit_argv, rlimit_setter, run_process
 from turngym.sandbox.base import Files, PythonRuntime, Sandbox, Session, WorkdirSnapshot, check_relpath
-from turngym.sandbox.errors import NotIsolatedWarning, SandboxError, SandboxUnavailable
+from turngym.sandbox.errors import CpuLimitWarning, NotIsolatedWarning, SandboxError, SandboxUnavailable
 from turngym.sandbox.limits import LimitName, Limits, RunResult
 from turngym.sandbox.privdrop import UNTRUSTED_UID_ENV
 from turngym.sandbox.watchdog import Watchdog, uid_pids
@@ -51,6 +51,7 @@ __all__ = ["BubblewrapSandbox", "RlimitSandbox", "LocalSession", "DEFAULT_HIDDEN
 #: How whole-sandbox memory/process/disk limits are enforced: ``auto`` (a cgroup and a sized
 #: tmpfs where this process may create them, else a polling watchdog), ``watchdog`` (always
 #: poll), ``off`` (rlimits and an after-the-run disk check only: trusted code, benchmarks).
+#: ``Limits.cpu_cores`` needs the cgroup: only ``auto`` enforces it.
 Enforcement = Literal["auto", "watchdog", "off"]
 
 #: Hidden from sandboxed code by default. A bare name is a top-level Python package (or
@@ -109,6 +110,13 @@ def _cleanup_root(root: str) -> None:
     for point in _mounts_under(root):
         _umount(point)
     _rmtree(root)
+
+
+def _cleanup_own_root(root: str, owner_pid: int) -> None:
+    """:func:`_cleanup_root`, in the process that made ``root`` only: a forked child that drops
+    its copy of the sandbox (or exits) must not delete the parent's live sessions."""
+    if os.getpid() == owner_pid:
+        _cleanup_root(root)
 
 
 def _reap_stale_roots(parent: str) -> None:
@@ -357,7 +365,7 @@ class LocalSession(Session):
         """
         if self.cgroup is not None:
             with contextlib.suppress(OSError):
-                self.cgroup.set_limits(limits.memory_mb << 20, limits.processes + _LAUNCHER_TASKS)
+                self.cgroup.set_limits(limits.memory_mb << 20, limits.processes + _LAUNCHER_TASKS, limits.cpu_cores)
         if self.tmpfs_mb is not None and limits.disk_mb != self.tmpfs_mb:
             with contextlib.suppress(OSError):
                 _mount_tmpfs(self.host_dir, limits.disk_mb, self.uid, remount=True)
@@ -402,7 +410,7 @@ class LocalSession(Session):
     def _execute(self, argv: Sequence[str], *, stdin: bytes | None, limits: Limits, env: Mapping[str, str],
                  trusted: bool = False) -> RunResult:
         self.prepare(limits)
-        if trusted and self.run_uid is not None:
+        if trusted and (self.run_uid is not None or self.sandbox.trusted_launches):
             result = self.sandbox._execute(self, argv, stdin=stdin, limits=limits, env=env, trusted=True)  # type: ignore[call-arg]
         else:
             result = self.sandbox._execute(self, argv, stdin=stdin, limits=limits, env=env)
@@ -465,6 +473,25 @@ def _kill_uid(uid: int, passes: int = 50) -> None:
             return
 
 
+_warned_cpu = False
+
+
+def _warn_no_cpu_quota(backend: str) -> None:
+    """Say once per process that ``Limits.cpu_cores`` is not enforced, and what bounds CPU instead."""
+    global _warned_cpu
+    if _warned_cpu:
+        return
+    _warned_cpu = True
+    warnings.warn(
+        f"{backend}: no writable cgroup with a cpu controller here, so Limits.cpu_cores is not enforced: a "
+        "sandbox's CPU use is bounded only by Limits.cpu_s per process times Limits.processes, and a burn in "
+        "one sandbox can slow the others. Run as root, or give turngym a delegated cgroup v2 "
+        "(systemd-run --user -p Delegate=yes ..., then TURNGYM_CGROUP_PARENT=<that cgroup's dir>).",
+        CpuLimitWarning,
+        stacklevel=4,
+    )
+
+
 class _LocalSandbox(Sandbox):
     """Shared machinery of the host-directory backends."""
 
@@ -477,6 +504,9 @@ class _LocalSandbox(Sandbox):
     #: Sessions get a second, untrusted uid for code that trusted programs run (see
     #: :attr:`LocalSession.run_uid`).
     splits_uids: bool = False
+    #: A trusted run is launched differently from a plain one even with one uid (bubblewrap:
+    #: the grader becomes its PID namespace's init, see :meth:`BubblewrapSandbox._argv`).
+    trusted_launches: ClassVar[bool] = False
     _reaped: ClassVar[set[str]] = set()
 
     def __init__(
@@ -501,9 +531,11 @@ class _LocalSandbox(Sandbox):
         self._root = tempfile.mkdtemp(prefix=f"turngym-{self.name}-{os.getpid()}-", dir=parent)
         os.chmod(self._root, 0o711)  # sessions can reach their own dir, not list others'
         # A sandbox that is never closed still removes its directory when collected.
-        self._finalizer = weakref.finalize(self, _cleanup_root, self._root)
+        self._finalizer = weakref.finalize(self, _cleanup_own_root, self._root, os.getpid())
         #: Where session cgroups are created (None: memory/process caps fall back to a watchdog).
         self.cgroup_host = cgroups.detect(cgroup_parent) if enforcement == "auto" and self.joins_cgroup else None
+        if enforcement == "auto" and self.joins_cgroup and (self.cgroup_host is None or not self.cgroup_host.cpu):
+            _warn_no_cpu_quota(self.name)
         #: Working dirs are sized tmpfs mounts (disk_mb enforced by the kernel while writing).
         self.tmpfs_workdirs = enforcement == "auto" and self._as_root
 
@@ -515,6 +547,8 @@ class _LocalSandbox(Sandbox):
             "memory": kernel_mem or poll,
             "processes": kernel_mem or "RLIMIT_NPROC (per uid)",
             "disk": "tmpfs size= (kernel)" if self.tmpfs_workdirs else (poll if self.enforcement != "off" else "checked after the run"),
+            "cpu_cores": (f"CPU quota and weight ({kernel_mem})" if self.cgroup_host and self.cgroup_host.cpu
+                          else "not enforced (cpu_s per process x processes bounds a run)"),
             "wall": "process-group and PID-namespace kill" if self.isolated else "process-group kill",
         }
 
@@ -581,6 +615,7 @@ class BubblewrapSandbox(_LocalSandbox):
     isolated = True
     inner_workdir = "/work"
     joins_cgroup = True
+    trusted_launches = True
     _probed: ClassVar[dict[tuple[str, ...], str | None]] = {}
 
     def __init__(
@@ -683,6 +718,12 @@ class BubblewrapSandbox(_LocalSandbox):
                 full[full.index("--cap-drop") + 2:full.index("--cap-drop") + 2] = ["--cap-add", "CAP_KILL"]
             full += [self._setpriv or "setpriv", f"--reuid={u}", f"--regid={u}", "--clear-groups",
                      f"--inh-caps={caps}", f"--ambient-caps={caps}", f"--bounding-set={caps}", "--no-new-privs", "--"]
+        if trusted and session.run_uid is None:
+            # One uid: the grader and the code it judges could signal each other. As the PID
+            # namespace's init (no reaper of bubblewrap's in between), the grader is out of
+            # that code's reach: the kernel drops every signal sent to an init from inside its
+            # namespace unless the init handles it, and SIGSTOP/SIGKILL cannot be handled.
+            full.insert(full.index("--unshare-pid") + 1, "--as-pid-1")
         full += argv
         return full
 

@@ -44,7 +44,10 @@ _WHERE = {
 def __getattr__(name: str) -> Any:
     if name not in _WHERE:
         raise AttributeError(f"module 'turngym.server' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"turngym.server.{_WHERE[name]}"), name)
+    from turngym.core.extras import require_extra
+
+    with require_extra(f"turngym.server.{name}", "server"):
+        return getattr(importlib.import_module(f"turngym.server.{_WHERE[name]}"), name)
 
 
 def __dir__() -> list[str]:

@@ -40,7 +40,9 @@ try:
     from websockets.asyncio.client import ClientConnection, connect
     from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 except ImportError:  # pragma: no cover - depends on the installed extras
-    raise ImportError("remote envs need websockets>=13: pip install 'turngym[server]'") from None
+    from turngym.core.errors import MissingExtraError
+
+    raise MissingExtraError("remote envs need websockets>=13: pip install 'turngym[server]'") from None
 
 from turngym.core.errors import ConfigError, EnvCheckError, InfraError, ResetNeeded, SnapshotError
 from turngym.core.infra import infra_step
@@ -208,7 +210,10 @@ class AsyncRemoteEnv:
             cls = RemoteEnvError
         if cls is RemoteEnvError and not err.get("turngym"):
             message = f"{err.get('type')}: {message} (raised by {self.env_id} on the server)"
-        raise cls(message)
+        exc = cls(message)
+        if err.get("traceback"):
+            exc.remote_traceback = str(err["traceback"])  # type: ignore[attr-defined]  # the server's, for infra_traceback
+        raise exc
 
     async def request(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Send one op and return its reply; turngym errors are re-raised as their own class."""
@@ -388,16 +393,27 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run_coroutine_threadsafe(coro, _LoopThread.loop()).result()
 
 
-def step_together(steps: Sequence[tuple[RemoteEnv, Any]]) -> list[tuple[str, float, bool, bool, dict[str, Any]]]:
+def step_together(
+    steps: Sequence[tuple[RemoteEnv, Any]], *, return_exceptions: bool = False
+) -> list[tuple[str, float, bool, bool, dict[str, Any]]] | list[Any]:
     """Step several remote envs at once: one round trip of wall time for all, results in order.
 
     Each env answers exactly as its own ``step`` would (a lost connection is that env's infra step).
+    An env that raised (a :class:`~turngym.server.errors.RemoteEnvError`: a bug in the env on the
+    server) raises here, after every step has finished; with ``return_exceptions=True`` its
+    exception takes its place in the list instead, so one env's bug does not cost the others'
+    results (:class:`~turngym.rollout.steppers.RemoteStepper` turns it into an infra step).
     """
 
-    async def gather() -> list[tuple[str, float, bool, bool, dict[str, Any]]]:
-        return list(await asyncio.gather(*(env._async.step(action) for env, action in steps)))
+    async def gather() -> list[Any]:
+        return list(await asyncio.gather(*(env._async.step(action) for env, action in steps), return_exceptions=True))
 
-    return _run(gather())
+    results = _run(gather())
+    if not return_exceptions:
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+    return results
 
 
 class RemoteEnv(gym.Env[str, str]):

@@ -31,7 +31,14 @@ class WorkerLost(InfraError):
 
 
 class RemoteEnvError(TurngymError, RuntimeError):
-    """The env raised an exception that is not a turngym error (a bug in the env) on the server."""
+    """The env raised an exception that is not a turngym error (a bug in the env) on the server.
+
+    ``remote_traceback`` holds the server-side traceback (empty if the server sent none). A
+    rollout (:class:`~turngym.rollout.steppers.RemoteStepper`) records it as that episode's
+    infra error, as for an env bug in-process.
+    """
+
+    remote_traceback: str = ""
 
 
 _SERVER_ERRORS = {cls.__name__: cls for cls in (ConnectionLost, ServerBusy, RequestTimeout, RemoteEnvError, WorkerLost)}

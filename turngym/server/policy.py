@@ -91,7 +91,8 @@ BASE_ARGS: dict[str, Arg] = {
 
 #: Per env family, the constructor arguments a remote client may set (besides :data:`BASE_ARGS`).
 #: Deliberately absent everywhere: ``tasks`` (paths, Task objects), ``sandbox``, ``run_limits``,
-#: ``corpus``, ``retriever`` URLs, ``catalog``, ``swebench``, ``repo_dirs``, ``backend``.
+#: ``corpus``, ``retriever`` URLs, ``catalog``, ``swebench``, ``repo_dirs``, ``backend``, ``grader`` (a client
+#: never picks the forgeable in-process SWE-bench grader).
 ENV_ARGS: dict[str, dict[str, Arg]] = {
     "math": {"min_steps": _int(1, 6), "max_steps": _int(1, 6)},
     "code": {
@@ -107,6 +108,8 @@ ENV_ARGS: dict[str, dict[str, Arg]] = {
         "difficulties": _list_of(_int(1, 3), 3),
         "show_admissible": _BOOL,
     },
+    # restart_each_episode stays the operator's call: a client could make every session start a server
+    "mcp": {"call_timeout_s": _float(0.5, 30.0)},
     "search": {
         "kb_seed": _SEED,
         "kb_entities": _int(50, 5_000),

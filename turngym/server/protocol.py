@@ -48,12 +48,14 @@ import importlib
 import json
 import logging
 import math
+import traceback
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from turngym.core.errors import ConfigError, TaskError, TurngymError
+from turngym.core.infra import MAX_TRACEBACK_CHARS
 from turngym.core.spec import RewardSpec, Signal
 from turngym.core.task import Task
 
@@ -136,11 +138,16 @@ def error_frame(exc: BaseException) -> dict[str, Any]:
     """The reply for a failed request: the error's class name, whether it is turngym's, and its message.
 
     The client re-raises turngym errors as the same class (a remote ``ResetNeeded`` is a
-    ``ResetNeeded``); anything else an env raised arrives as :class:`RemoteEnvError`.
+    ``ResetNeeded``); anything else an env raised arrives as :class:`RemoteEnvError`, with the
+    server-side traceback (``error["traceback"]``) as its ``remote_traceback``.
     """
     name = getattr(exc, "remote_type", None) or type(exc).__name__  # an env error from a worker process
     is_turngym = bool(getattr(exc, "remote_turngym", False)) or isinstance(exc, TurngymError)
-    return {"ok": False, "error": {"type": name, "turngym": is_turngym, "message": str(exc)}}
+    error: dict[str, Any] = {"type": name, "turngym": is_turngym, "message": str(exc)}
+    if not is_turngym:  # an env bug: where it raised, for the client's infra_traceback
+        tb = getattr(exc, "remote_traceback", None) or "".join(traceback.format_exception(exc))
+        error["traceback"] = tb[-MAX_TRACEBACK_CHARS:]
+    return {"ok": False, "error": error}
 
 
 # -------------------------------------------------------------------------------- choices

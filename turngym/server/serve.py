@@ -39,7 +39,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from turngym.core.errors import ConfigError
-from turngym.server.guard import uvicorn_options
 from turngym.server.sessions import ServerConfig
 
 __all__ = ["serve", "app_from_environ", "setup_parser", "run_command", "read_token", "hide_secret",
@@ -141,7 +140,12 @@ def serve(
     docstring); called while a worker process imports the script, it raises a clear error.
     """
     refuse_in_worker_bootstrap("turngym.server.serve()")
-    import uvicorn
+    from turngym.core.extras import require_extra
+
+    with require_extra("turngym serve", "server"):
+        import uvicorn
+
+        from turngym.server.guard import uvicorn_options
 
     cfg = ServerConfig(env_ids=tuple(env_ids), **config)  # validate before forking workers
     from turngym.core.registry import env_info

@@ -61,6 +61,7 @@ import struct
 import tempfile
 import threading
 import time
+import traceback
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -70,6 +71,7 @@ from typing import Any
 from turngym.core import errors as core_errors
 from turngym.core.env import env_action_choices
 from turngym.core.errors import ConfigError, SnapshotError, TurngymError
+from turngym.core.infra import MAX_TRACEBACK_CHARS
 from turngym.server.errors import WorkerLost
 from turngym.server.protocol import choices_to_wire, rng_from_wire, rng_to_wire, spec_to_wire, task_to_wire
 
@@ -192,10 +194,11 @@ class RegistryFactory:
 class RemoteCallError(Exception):
     """An env exception that could not cross the pipe as itself: its class name and message survive."""
 
-    def __init__(self, remote_type: str, message: str, remote_turngym: bool = False) -> None:
+    def __init__(self, remote_type: str, message: str, remote_turngym: bool = False, remote_traceback: str = "") -> None:
         super().__init__(message)
         self.remote_type = remote_type
         self.remote_turngym = remote_turngym
+        self.remote_traceback = remote_traceback
 
 
 class CallDeadline(Exception):
@@ -211,16 +214,20 @@ class CallDeadline(Exception):
         self.reason = reason
 
 
-def _failure(exc: BaseException) -> tuple[str, str, bool]:
-    return type(exc).__name__, str(exc), isinstance(exc, TurngymError)
+def _failure(exc: BaseException) -> tuple[str, str, bool, str]:
+    """What crosses the pipe of a failed call: class name, message, whether it is turngym's, and (for an
+    env bug, not a turngym error) the traceback, so whoever fixes the env can read where it raised."""
+    is_turngym = isinstance(exc, TurngymError)
+    tb = "" if is_turngym else "".join(traceback.format_exception(exc))[-MAX_TRACEBACK_CHARS:]
+    return type(exc).__name__, str(exc), is_turngym, tb
 
 
-def _rebuild(failure: tuple[str, str, bool]) -> BaseException:
-    name, message, is_turngym = failure
+def _rebuild(failure: tuple[str, ...]) -> BaseException:
+    name, message, is_turngym = failure[:3]
     cls = getattr(core_errors, name, None)
     if is_turngym and name in core_errors.__all__ and isinstance(cls, type) and issubclass(cls, TurngymError):
         return cls(message)
-    return RemoteCallError(name, message, is_turngym)
+    return RemoteCallError(name, message, bool(is_turngym), str(failure[3]) if len(failure) > 3 else "")
 
 
 # ----------------------------------------------------------------------------- the worker

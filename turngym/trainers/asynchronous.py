@@ -195,8 +195,8 @@ class RolloutWorker(threading.Thread):
     """Plays steps ``first .. steps − 1`` in order on its own model, ``lag`` steps ahead at most.
 
     Args:
-        play: ``play(step, policy)`` → the step's scored episodes
-            (:meth:`~turngym.trainers.producer.RolloutProducer.step_episodes`).
+        play: ``play(step, policy)`` → every episode of the step, infrastructure failures included
+            (the learner screens them; :meth:`~turngym.trainers.producer.RolloutProducer.step_episodes`).
         policy: the worker's :class:`VersionedPolicy`.
         seed_of: the sampling seed of a step's policy.
         first, steps: the steps to play.
@@ -294,14 +294,20 @@ class AsyncRollouts:
         first: the first RL step still to play (0, or the resumed step).
         behaviour: versions older than ``first`` that the schedule still samples with (from the
             checkpoint; an uninterrupted run published them itself).
+        screen: ``screen(episodes)`` → the step's scored episodes and the row's infra-error
+            fields (the trainer's ``max_infra_error_rate`` bound, run here in the learner's
+            thread and in step order, so the run's count is the synchronous one); None: drop
+            infrastructure failures and empty episodes, unbounded.
     """
 
     def __init__(self, config: Any, learner: Any, make_producer: Callable[[Any], Any], *, first: int,
-                 behaviour: dict[int, dict[str, Any]] | None = None) -> None:
+                 behaviour: dict[int, dict[str, Any]] | None = None,
+                 screen: Callable[[list[Any]], tuple[list[Any], dict[str, Any]]] | None = None) -> None:
         import copy
 
         self.config = config
         self.learner = learner
+        self.screen = screen or (lambda eps: ([ep for ep in eps if not ep.infra_error and ep.turns], {}))
         self.board = WeightBoard(keep=config.async_lag + 1)
         for version, tensors in sorted((behaviour or {}).items()):
             self.board.publish(version, tensors)
@@ -323,7 +329,7 @@ class AsyncRollouts:
         cfg = self.config
         t0 = time.perf_counter()
         batch, waited = self.worker.next_batch(step)
-        episodes = batch.episodes
+        episodes, infra = self.screen(batch.episodes)
         stale = staleness_stats(episodes, step)
         hist = stale.pop("staleness_hist", {})
         dropped = 0
@@ -336,6 +342,7 @@ class AsyncRollouts:
         self.board.publish(step + 1, trainable_tensors(self.learner.model))
         return {
             **record,
+            **infra,
             **{f"staleness_{k}_turns": v for k, v in sorted(hist.items())},
             **stale,
             "dropped_episodes": dropped,

@@ -121,6 +121,13 @@ class TrainConfig:
     same allowed tokens each rollout recorded, so the constrained rollouts stay on-policy. For a
     small model that cannot yet write a whole valid command, this is the difference between
     learning which action to take and learning nothing (every action invalid)."""
+    episodes: str | None = None
+    """Train on saved episodes instead of rolling out the env: a JSONL file (``turngym proxy``'s
+    ``OUT/episodes.jsonl`` — your own agent's episodes — or any episodes sampled by a token policy)
+    or a directory holding ``episodes.jsonl``. Every RL step is one round of updates over all of
+    them; their recorded log-probs are π_old, so PPO's clip bounds how far the later steps move.
+    Needs ``warmup_steps=0`` and ``eval_episodes=0`` (no env to imitate or evaluate on); rewards
+    are shaped with the spec of the episodes' env when that env is registered."""
     save_every: int = 1
     """Checkpoint every N RL steps (and always at the end)."""
     keep_checkpoints: int = 2
@@ -184,6 +191,15 @@ class TrainConfig:
     value_coef: float = 0.5
     """Weight of the value loss in the total loss (with the shared head, how hard it pulls on the trunk)."""
 
+    max_infra_error_rate: float = 0.1
+    """The largest share of episodes ending in an infrastructure error (a dead sandbox or server, or
+    an env bug: an exception out of ``env.step``) the run accepts, over all its RL rollouts so far
+    and within each evaluation. Such episodes are dropped, never scored; past this share the
+    survivors are no longer a fair sample, so the run stops with
+    :class:`~turngym.core.errors.TooManyInfraErrors` (quoting the first error; its traceback is in
+    the episode's ``meta["infra_traceback"]``) instead of silently training on them. 1 = never stop.
+    Each RL row of ``metrics.jsonl`` logs ``infra_errors`` and the run's ``infra_error_rate``."""
+
     report_to: tuple[str, ...] = ()
     """Experiment trackers that mirror every ``metrics.jsonl`` row and sample episodes:
     ``("tensorboard",)`` → ``OUT/tensorboard``, ``("wandb",)`` → ``OUT/wandb`` (honours
@@ -225,6 +241,8 @@ class TrainConfig:
         for name in ("warmup_steps", "demo_episodes", "eval_episodes", "eval_every", "kl_coef", "threads", "task_pool", "lora_layers"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.max_infra_error_rate <= 1.0:
+            raise ConfigError(f"max_infra_error_rate is a share of episodes in [0, 1], got {self.max_infra_error_rate}")
         if not 0.0 <= self.demo_noise <= 1.0:
             raise ConfigError(f"demo_noise is a probability, got {self.demo_noise}")
         if self.warmup_steps and not self.demo_episodes:
@@ -240,6 +258,12 @@ class TrainConfig:
         if self.constrain_choices and self.engine != "hf":
             raise ConfigError("constrain_choices trains on the hf engine only (the vLLM engine does not return the "
                               "allowed-token sets the update renormalizes over): drop --engine vllm or constrain_choices")
+        if self.episodes is not None and (self.warmup_steps or self.eval_episodes or self.engine != "hf"):
+            raise ConfigError("training on saved episodes (episodes=...) has no env to imitate, evaluate or roll out: set "
+                              "warmup_steps=0 and eval_episodes=0 and keep engine='hf' (turngym train --episodes does this)")
+        if self.episodes is not None and self.async_rollouts:
+            raise ConfigError("saved episodes (episodes=...) are the same batch every step: there is no rollout for --async to "
+                              "overlap with the updates; drop --async or --episodes")
         if self.tis_cap <= 0:
             raise ConfigError(f"tis_cap must be > 0 (2 is common), got {self.tis_cap}")
         if self.async_lag < 1 or self.async_swap_call < 0 or self.max_staleness < 0:

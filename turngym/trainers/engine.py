@@ -261,9 +261,9 @@ def sample_mismatch(samples: Sequence[Any], trainer_logp: Sequence[Sequence[floa
     the trainer's recompute (:func:`recompute_logprobs`), on the loss-mask tokens."""
     import torch
 
-    engine = torch.tensor([x for s in samples for x in s.logprobs], dtype=torch.float64)
-    trainer = torch.tensor([x for row in trainer_logp for x in row], dtype=torch.float64)
-    mask = torch.tensor([m for s in samples for m in s.loss_mask], dtype=torch.float64)
+    engine = torch.tensor([x for s in samples for x in s.logprobs], dtype=torch.float64, device="cpu")
+    trainer = torch.tensor([x for row in trainer_logp for x in row], dtype=torch.float64, device="cpu")
+    mask = torch.tensor([m for s in samples for m in s.loss_mask], dtype=torch.float64, device="cpu")
     return logprob_mismatch(trainer, engine, mask, cap=cap)
 
 
@@ -273,9 +273,9 @@ def use_trainer_old(batch: Any, trainer_logp: Sequence[Sequence[float]]) -> Any:
     import torch
 
     engine = batch.old_logp_next
-    full = torch.zeros((engine.shape[0], engine.shape[1] + 1), dtype=engine.dtype)
+    full = torch.zeros((engine.shape[0], engine.shape[1] + 1), dtype=engine.dtype, device="cpu")
     for i, row in enumerate(trainer_logp):
-        full[i, : len(row)] = torch.tensor(row, dtype=engine.dtype)
+        full[i, : len(row)] = torch.tensor(row, dtype=engine.dtype, device="cpu")
     batch.old_logp_next = full[:, 1:].to(engine.device)
     return engine
 

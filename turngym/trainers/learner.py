@@ -76,11 +76,15 @@ class Learner:
         self.last_batch: tuple[list[Any], list[Any]] = ([], [])
         """The last update's episodes and their per-turn advantages (sampled to the trackers)."""
         self._ref_model: Any = None
+        self.saved_episodes: list[Any] | None = None
+        """The run's saved training episodes (``config.episodes``), checked against this model."""
 
     # ---------------------------------------------------------------------- setup
     def setup(self, source: Path, make_env: Callable[[], Any]) -> None:
         """Load the policy from the model directory ``source``; ``make_env`` builds a probe env for
-        the reward spec (the shapers and the success threshold)."""
+        the reward spec (the shapers and the success threshold). With ``config.episodes`` the
+        saved episodes are loaded instead (refused if another tokenizer or architecture sampled
+        them) and the spec is their env's."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -97,13 +101,23 @@ class Learner:
         self.model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(self.device)
         self.renderer = ChatRenderer(self.tokenizer)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
-        probe = make_env()
-        self.shaper = RewardShaper(probe.reward_spec, gamma=1.0, weights=cfg.reward_weights, cap=cfg.shaping_cap)
+        if cfg.episodes is not None:
+            from turngym.trainers.saved import load_training_episodes, reward_spec_of
+
+            self.saved_episodes = load_training_episodes(cfg.episodes, self.tokenizer, self.model)
+            if cfg.minibatches > len(self.saved_episodes):
+                raise ConfigError(f"minibatches={cfg.minibatches} but {cfg.episodes} holds {len(self.saved_episodes)} trainable "
+                                  "episodes: use fewer minibatches")
+            spec = reward_spec_of(self.saved_episodes)
+        else:
+            probe = make_env()
+            spec = probe.reward_spec
+            probe.close()
+        self.shaper = RewardShaper(spec, gamma=1.0, weights=cfg.reward_weights, cap=cfg.shaping_cap)
         # PAPO's process score has weights of its own, so an outcome-only reward can be paired
         # with a dense process signal (the paper's decoupling); by default the env spec's.
-        self.process_shaper = RewardShaper(probe.reward_spec, gamma=1.0, weights=cfg.process_weights or {}, cap=cfg.shaping_cap)
-        self.success_threshold = probe.reward_spec.success_threshold
-        probe.close()
+        self.process_shaper = RewardShaper(spec, gamma=1.0, weights=cfg.process_weights or {}, cap=cfg.shaping_cap)
+        self.success_threshold = spec.success_threshold
 
     # ---------------------------------------------------------------------- warm start
     def imitate(self, demos: Sequence[Any]) -> None:

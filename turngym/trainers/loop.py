@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym.core.errors import ConfigError
+from turngym.core.extras import require_extra
 from turngym.trainers.asynchronous import AsyncRollouts
 from turngym.trainers.atomic import ArtifactError, write_json, write_text
 from turngym.trainers.config import TrainConfig
@@ -100,6 +101,9 @@ class Trainer:
         self.asynchronous: AsyncRollouts | None = None
         """The rollout worker and its weight board while an ``async_rollouts`` run's RL loop runs."""
         self._behaviour: dict[int, Any] = {}
+        self._infra_seen = 0
+        self._episodes_seen = 0
+        """Infra-error episodes and all episodes of this process's RL rollouts (``max_infra_error_rate``)."""
         if resume and overwrite:
             raise ConfigError("resume continues the run in out, overwrite discards it: pass one of them")
         if resume:
@@ -127,7 +131,7 @@ class Trainer:
         self.learner = Learner(self.config, metric=self._metric, log=self.log, bar=self._bar)
         self.learner.setup(source if source is not None else self._model_path(), self._make_env)
         self.producer = RolloutProducer(self.config, lambda: self.learner.model, self.learner.tokenizer, model_path=self._model_path,
-                                        log=self.log, bar=self._bar)
+                                        log=self.log, bar=self._bar, saved=self.learner.saved_episodes)
 
     # The learner's state under the names callers (providers, studies, tests) have always used.
     model = property(lambda self: self.learner.model)
@@ -139,6 +143,7 @@ class Trainer:
     process_shaper = property(lambda self: self.learner.process_shaper)
     success_threshold = property(lambda self: self.learner.success_threshold)
     critic = property(lambda self: self.learner.critic if self.learner is not None else None)
+    saved_episodes = property(lambda self: self.learner.saved_episodes)
     engine = property(lambda self: self.producer.engine if self.producer is not None else None)
 
     def _model_path(self) -> Path:
@@ -163,7 +168,10 @@ class Trainer:
         n = n or self.config.eval_episodes
         if n == 0:
             return float("nan")
+        from turngym.rollout import check_infra_error_rate
+
         self.last_eval_episodes = self.producer.evaluation(n, env_id)  # for callers that want more than the success rate
+        check_infra_error_rate(self.last_eval_episodes, self.config.max_infra_error_rate, what="an evaluation")  # a biased success rate is no result
         return success_rate(self.last_eval_episodes)
 
     def _warm_start(self) -> None:
@@ -178,9 +186,9 @@ class Trainer:
             return self.asynchronous.step(step, opt)
         cfg = self.config
         t0 = time.perf_counter()
-        episodes = self.producer.step_episodes(step)
+        episodes, infra = self._screen(self.producer.step_episodes(step))
         t_rollout = time.perf_counter() - t0
-        record = self.learner.learn(step, episodes, opt, off_policy=cfg.engine == "vllm")
+        record = self.learner.learn(step, episodes, opt, off_policy=cfg.engine == "vllm") | infra
         sync = self.producer.sync() if cfg.engine == "vllm" else None  # the next rollout samples the updated weights
         if sync is not None:
             record |= {"sync_s": round(sync.seconds, 3), "sync_mb": round(sync.bytes / 2**20, 1)}
@@ -190,7 +198,32 @@ class Trainer:
         def producer(model: Any) -> RolloutProducer:
             return RolloutProducer(self.config, lambda: model, self.learner.tokenizer, model_path=self._model_path, log=self.log, bar=self._bar)
 
-        return AsyncRollouts(self.config, self.learner, producer, first=first, behaviour=self._behaviour)
+        return AsyncRollouts(self.config, self.learner, producer, first=first, behaviour=self._behaviour, screen=self._screen)
+
+    def _screen(self, episodes: list[Any]) -> tuple[list[Any], dict[str, Any]]:
+        """The episodes of an RL step that are scored (infrastructure failures and empty episodes
+        dropped: never scored) and the row's ``infra_errors`` / ``infra_error_rate``; bounded by
+        :meth:`_count_infra_errors`. Runs in the learner's thread, in step order, sync or async."""
+        infra_errors, infra_rate = self._count_infra_errors(episodes)
+        kept = [ep for ep in episodes if not ep.infra_error and ep.turns]
+        return kept, {"infra_errors": infra_errors, "infra_error_rate": round(infra_rate, 4)}
+
+    def _count_infra_errors(self, episodes: list[Any]) -> tuple[int, float]:
+        """This batch's infra-error episodes and the run's share so far (RL rollouts of this
+        process); raises :class:`~turngym.core.errors.TooManyInfraErrors` past
+        ``max_infra_error_rate``, or when no episode of the batch is left to train on."""
+        from turngym.core.errors import TooManyInfraErrors
+        from turngym.rollout import check_infra_error_rate
+
+        bad = sum(ep.infra_error is not None for ep in episodes)
+        self._infra_seen += bad
+        self._episodes_seen += len(episodes)
+        rate = check_infra_error_rate(episodes, self.config.max_infra_error_rate, what="this run's RL rollouts",
+                                      infra=self._infra_seen, total=self._episodes_seen)
+        if bad and bad == len(episodes):
+            raise TooManyInfraErrors(f"every one of the {bad} episodes of this RL step ended in an infrastructure error "
+                                     f"(the first: {episodes[0].infra_error}): nothing is left to train on; fix the env or its infrastructure")
+        return bad, rate
 
     # ---------------------------------------------------------------------- helpers
     def _bar(self, total: int, desc: str, initial: int = 0) -> Any:
@@ -278,6 +311,9 @@ class Trainer:
 
     def run(self) -> TrainResult:
         require_backends(self.config.report_to)  # a missing tracker package fails before anything is written
+        with require_extra("training", "train"):  # and so does a missing torch: no half-started run dir
+            import torch  # noqa: F401
+            import transformers  # noqa: F401
         try:
             return self._run()
         finally:

@@ -4,7 +4,8 @@
 is seeded by ``(seed, k)``, so a resumed run plays exactly the tasks an uninterrupted one would),
 builds the policy that plays them — the HF model it is given, or the vLLM engine with the
 learner's weights pushed into it — and plays them (:func:`turngym.rollout.run_episodes`: exact
-token ids and log-probs). It also plays the oracle demonstrations of the warm start and the
+token ids and log-probs). With ``TrainConfig.episodes`` it plays nothing: every step's episodes
+are the saved ones (:mod:`turngym.trainers.saved`). It also plays the oracle demonstrations of the warm start and the
 evaluation episodes. It never changes a weight: that is :mod:`turngym.trainers.learner`'s job.
 
 The synchronous trainer hands it the learner's own model; the asynchronous one
@@ -52,11 +53,14 @@ class RolloutProducer:
         model_path: returns the run's base model directory (where the vLLM engine starts from).
         log: one-line status messages.
         bar: a progress bar factory ``bar(total, desc)``.
+        saved: the run's saved training episodes (``config.episodes``), returned by every
+            :meth:`step_episodes` instead of a rollout; None: play the env.
     """
 
     def __init__(self, config: TrainConfig, model: Callable[[], Any], tokenizer: Any, *, model_path: Callable[[], Path],
-                 log: Callable[[str], None], bar: Callable[..., Any]) -> None:
+                 log: Callable[[str], None], bar: Callable[..., Any], saved: list[Any] | None = None) -> None:
         self.config = config
+        self.saved = saved
         self.model = model
         self.tokenizer = tokenizer
         self.model_path = model_path
@@ -88,12 +92,15 @@ class RolloutProducer:
 
     # ---------------------------------------------------------------------- playing
     def step_episodes(self, step: int, policy: Any = None) -> list[Any]:
-        """The scored episodes of RL step ``step`` (infrastructure failures and empty episodes
-        dropped: they are never scored). ``policy``: play with it instead of a fresh one."""
+        """Every episode of RL step ``step``, infrastructure failures included: the trainer counts
+        them against ``max_infra_error_rate`` and drops them (they are never scored). ``policy``:
+        play with it instead of a fresh one. Saved episodes (``config.episodes``): the same batch
+        every step."""
+        if self.saved is not None:
+            return list(self.saved)
         cfg = self.config
         seeds, policy_seed = self.step_tasks(step)
-        episodes = self.rollout(seeds, group_size=cfg.group_size, policy_seed=policy_seed, policy=policy)
-        return [ep for ep in episodes if not ep.infra_error and ep.turns]
+        return self.rollout(seeds, group_size=cfg.group_size, policy_seed=policy_seed, policy=policy)
 
     def demonstrations(self) -> list[Any]:
         """The warm start's noisy-oracle demonstrations."""

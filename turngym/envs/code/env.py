@@ -7,7 +7,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -140,6 +140,7 @@ class CodeEnv(TurngymEnv[CodeTask, CodeState]):
         outcome="1 if the submitted solution passes every hidden test, else 0",
     )
     default_max_turns = 8
+    corpus_episodes: ClassVar[int | None] = 32  # the tiny model's tokenizer corpus: each step runs sandboxed tests
     task_type = CodeTask
     immutable_state = True
     system_prompt = SYSTEM_PROMPT
@@ -247,8 +248,14 @@ class CodeEnv(TurngymEnv[CodeTask, CodeState]):
         if err is not None:
             return failed_evaluation([t[0] for t in task.tests], err), False
         problem = Problem(task.id, code, task.entry_point, task.tests, task.setup)
+        run = self._run_python()
+        if self._warm is not None and self._warm.session.run_uid is None:
+            # One uid per session: in the warm worker the solution could stop its grader. A
+            # one-shot trusted run makes the grader its sandbox's PID-namespace init instead,
+            # beyond the solution's signals (see BubblewrapSandbox).
+            run = None
         ev = self._memoized("eval", code, lambda: evaluate(
-            self.sandbox, problem, per_test_s=self.per_test_s, run_python=self._run_python(),
+            self.sandbox, problem, per_test_s=self.per_test_s, run_python=run,
             details=self.feedback_mode == "traceback",
         ))
         return ev, True

@@ -27,9 +27,12 @@ Results go to stdout as JSON lines prefixed by the nonce. Where the sandbox give
 process a second uid (``TURNGYM_UNTRUSTED_UID``, with the capabilities to switch to it: the
 bubblewrap sandbox as root), the zygote drops to that uid and every capability before any
 solution code exists, so the solution cannot signal, stop, renice or read this process at all
-(``EPERM``). Where it cannot (one uid per sandbox), a solution that kills this process only
-ends the run early: the lines written so far stand and the unreached tests fail; it cannot
-write a line of its own, having neither the stream nor the nonce.
+(``EPERM``). With one uid per sandbox, bubblewrap's trusted launch makes this process its
+PID namespace's init instead (pid 1), which the solution cannot stop or kill: the kernel drops
+signals to an init from inside its namespace unless the init handles them. Where neither
+holds (Docker), a solution that kills this process only ends the run early and one that stops
+it stalls the run to its wall budget: the lines written so far stand and the unreached tests
+fail; it cannot write a line of its own, having neither the stream nor the nonce.
 """
 
 import _socket
@@ -386,9 +389,16 @@ class _Grader:
     def sweep(self):
         """Kill every process of the solutions' uid but the zygote, and wake the zygote: what an
         earlier solution left running (a daemon) must not touch the next one, nor keep the
-        zygote stopped (the next spawn would wait out its deadline)."""
-        if self.run_uid is None:
+        zygote stopped (the next spawn would wait out its deadline).
+
+        With one uid, this process is the PID namespace's init (the sandbox's trusted launch):
+        then every other process in the namespace is a solution's, and orphans it inherited are
+        reaped here (they would fill the sandbox's process cap as zombies)."""
+        as_init = self.run_uid is None and os.getpid() == 1
+        if self.run_uid is None and not as_init:
             return
+        if as_init:
+            self.reap()
         keep = (os.getpid(), self.zygote_pid)
         for _pass in range(50):  # until a scan finds nobody: a forking leftover hops past one scan
             found = False
@@ -396,7 +406,7 @@ class _Grader:
                 if not name.isdigit() or int(name) in keep:
                     continue
                 try:
-                    if os.stat(f"/proc/{name}").st_uid == self.run_uid:
+                    if as_init or os.stat(f"/proc/{name}").st_uid == self.run_uid:
                         with open(f"/proc/{name}/stat", "rb") as fh:
                             if fh.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
                                 continue  # dead already, waiting to be reaped
@@ -406,11 +416,27 @@ class _Grader:
                     pass
             if not found:
                 break
+        if as_init:
+            self.reap()
         if self.zygote_pid is not None:
             try:
                 os.kill(self.zygote_pid, signal.SIGCONT)
             except OSError:
                 pass
+
+    def reap(self):
+        """Collect exited children (as init: every orphan of the namespace); a zygote found
+        dead here is forgotten, so the next spawn starts a fresh one at once."""
+        while True:
+            try:
+                pid, _status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.zygote_pid:
+                self.ctl.close()
+                self.zygote_pid, self.ctl = None, None
 
     def load(self, p, names, deadline):
         """Start a process for ``p``'s solution and load it: ``(names, error)``."""

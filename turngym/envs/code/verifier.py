@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+from turngym.core.parsing import python_syntax_error
 from turngym.envs.code.runner import Evaluation, TestResult
 
 __all__ = ["syntax_error", "turn_signals", "feedback", "outcome", "failed_evaluation"]
@@ -15,16 +16,16 @@ FeedbackMode = Literal["traceback", "names"]
 def syntax_error(code: str) -> str | None:
     """The compiler's complaint about ``code``, or None if it compiles.
 
+    Never raises: NUL bytes, lone surrogates and chains too deep for the compiler (a 40 KB
+    ``1+1+…+1`` is a ``RecursionError`` inside ``compile()``) are complaints like any other
+    (:func:`~turngym.core.parsing.python_syntax_error`).
+
     >>> syntax_error("def f(:\\n    pass")
     'SyntaxError: invalid syntax (solution.py, line 1)'
     >>> syntax_error("x = 1") is None
     True
     """
-    try:
-        compile(code, "solution.py", "exec", dont_inherit=True)
-    except (SyntaxError, ValueError) as exc:  # ValueError: null bytes
-        return f"{type(exc).__name__}: {exc}"
-    return None
+    return python_syntax_error(code, filename="solution.py")
 
 
 def failed_evaluation(names: Sequence[str], reason: str) -> Evaluation:

@@ -16,6 +16,8 @@ import operator
 from fractions import Fraction
 from functools import lru_cache
 
+from turngym.core.parsing import parse_python
+
 __all__ = ["CalcError", "evaluate", "format_number", "calculate"]
 
 MAX_EXPR_CHARS = 300
@@ -173,10 +175,10 @@ def evaluate(expr: str) -> Number:
     text = expr.translate(_TRANSLATE).strip()
     if text.endswith("="):
         text = text[:-1]
-    try:
-        tree = ast.parse(text, mode="eval")
-    except (SyntaxError, ValueError):
-        raise CalcError(f"cannot parse {expr!r} as arithmetic") from None
+    parsed = parse_python(text, mode="eval")  # never raises: NULs, surrogates, chains too deep for the parser
+    if not parsed.ok or not isinstance(parsed.value, ast.Expression):
+        raise CalcError(f"cannot parse {expr!r} as arithmetic")
+    tree = parsed.value
     if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
         raise CalcError("expression too complex")
     try:

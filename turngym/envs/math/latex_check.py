@@ -50,6 +50,8 @@ MAX_ANSWER_CHARS = 500
 
 _HEAVY_COMMANDS = re.compile(r"\\(?:d|t)?binom|\\choose|\\prod|\\sum|\\int|\\lim|\\Gamma|\\operatorname")
 _DIGITS = re.compile(r"\d+")
+#: Scientific notation's exponent (``1.5e300``): a possessive digit run, linear on any text.
+_E_EXPONENT = re.compile(r"\d[eE][+-]?(\d++)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +139,12 @@ def screen(answer: str) -> str | None:
     ('power tower', 'power tower', 'exponent too large')
     >>> screen("(10^{10})!"), screen(r"\\binom{1000000}{500000}")
     ('factorial with a large operand', 'large operand under \\\\binom')
+    >>> screen("1e" + "9" * 400), screen("6.02e23") is None
+    ('exponent too large', True)
     """
     text = answer[:MAX_ANSWER_CHARS]
+    if any(len(e) > 4 or int(e) > MAX_EXPONENT for e in _E_EXPONENT.findall(text)):  # sympy expands 1e999…9 for seconds
+        return "exponent too large"
     budget = 1
     for start, end in _power_operators(text):
         stop = _operand_end(text, end)

@@ -42,10 +42,19 @@ the agent's package is never imported here:
   uid changed, ends the candidate before the package runs: it would otherwise run with this
   process's uid and capabilities (kill, setuid) inside the sandbox.
 
+* Before any of the package's code runs, the candidate also Landlocks itself (no privilege
+  needed, no way back): it and its children write nowhere but a fresh temporary directory
+  (``TMPDIR``, where pytest's ``tmp_path`` lands too) and ``/dev``. The tests run here and
+  read the repository's files while they run (expected output, fixture data); with one uid
+  nothing else would stop the package from rewriting those between reads, or renaming the
+  test directory away and planting a forged copy. Where the kernel has no Landlock (< 5.13),
+  that stays open on one-uid backends; the first frame says whether the lock is in place.
+
 What the candidate can still do is behave: answer each call however its code says (that is
-the package under test). With one uid (Docker, bubblewrap in a user namespace) it can also
-kill or stop this process, which ends the run with no verdict line (killed) or at the wall
-budget (stopped): the host scores both as the agent's failure.
+the package under test). With one uid in bubblewrap (a user namespace) this process is its
+PID namespace's init, which the candidate cannot signal to a stop or a kill. With one uid in
+Docker it can kill or stop this process, which ends the run with no verdict line (killed) or
+at the wall budget (stopped): the host scores both as the agent's failure.
 """
 
 import builtins
@@ -352,9 +361,64 @@ def _become_untrusted(run_uid):
             os._exit(126)
 
 
-def _candidate(sock, out_w, root, nstd, run_uid=None):
-    """The forked child: owns a socket and an output pipe, imports the agent's package on request."""
+#: Landlock's file-system rights that change the tree (ABI 1, then REFER in 2 and TRUNCATE in 3).
+_LL_WRITES = sum(1 << b for b in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12))
+_LL_LATER = {2: 1 << 13, 3: 1 << 14}
+def _lock_writes(writable, root):
+    """Landlock: from now on this process and its children write nowhere but beneath ``writable``
+    (none of which may hold the tree at ``root``).
+
+    The tests run in the grader and read files of the repository while they run (expected
+    output, fixture data, the test files themselves). With one uid (Docker, a user namespace)
+    nothing else stops the package from rewriting those files between the grader's reads, or
+    renaming the test directory away and planting another: a forged verdict from data the
+    tests trust. Landlock needs no privilege and cannot be lifted by the restricted process.
+    Returns whether the lock is in place (False where the kernel lacks Landlock, < 5.13).
+    """
+    import ctypes
+    import struct
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        syscall = libc.syscall
+        syscall.restype = ctypes.c_long
+        abi = syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # landlock_create_ruleset: ABI version
+        if abi < 1:
+            return False
+        handled = _LL_WRITES | sum(bit for version, bit in _LL_LATER.items() if abi >= version)
+        attr = struct.pack("=Q", handled)
+        ruleset = syscall(444, ctypes.c_char_p(attr), ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
+        if ruleset < 0:
+            return False
+        try:
+            for path in writable:
+                if root == path or root.startswith(path.rstrip("/") + "/"):
+                    continue  # never the tree's own directories
+                try:
+                    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                except OSError:
+                    continue
+                try:
+                    rule = struct.pack("=Qi", handled, fd)  # landlock_path_beneath_attr (packed)
+                    if syscall(445, ctypes.c_int(ruleset), ctypes.c_int(1), ctypes.c_char_p(rule), ctypes.c_uint32(0)) < 0:
+                        return False
+                finally:
+                    os.close(fd)
+            if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS, which landlock_restrict_self requires
+                return False
+            return syscall(446, ctypes.c_int(ruleset), ctypes.c_uint32(0)) == 0
+        finally:
+            os.close(ruleset)
+    except (OSError, AttributeError):
+        return False
+
+
+def _candidate(sock, out_w, root, nstd, run_uid=None, scratch=None):
+    """The forked child: owns a socket and an output pipe, imports the agent's package on request.
+
+    It writes only to ``scratch`` (its and the tests' temporary files) and ``/dev``."""
     _become_untrusted(run_uid)
+    locked = _lock_writes([p for p in (scratch, "/dev") if p], root)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT,
                 signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
@@ -371,7 +435,7 @@ def _candidate(sock, out_w, root, nstd, run_uid=None):
     sys.stderr = sys.stdout
     sys.path.insert(nstd, root)
     server = _Server(socket.socket(fileno=3))
-    _send(server.sock, {"uid": os.getuid()})
+    _send(server.sock, {"uid": os.getuid(), "writes_locked": locked})
     while True:
         try:
             req = _recv(server.sock)
@@ -798,13 +862,25 @@ class _ProxyModule(type(sys)):
 
 
 class _ImportGuard:
-    """First on ``sys.meta_path``: the package's modules are proxies; after collection nothing
-    else from the tree is imported here."""
+    """First on ``sys.meta_path``: the package's modules are proxies; while collecting, only the
+    test directories' modules and ``conftest.py`` files (the task's own) are imported here from
+    the tree; after collection nothing from the tree is.
 
-    def __init__(self, root, proxied):
+    A module of the tree reached under another name than its top-level one (a conftest that
+    puts ``src/`` on ``sys.path``, then ``import pkg``) is the agent's code: never imported here.
+    """
+
+    def __init__(self, root, proxied, test_dirs=()):
         self.root = root
         self.proxied = proxied
+        self.allowed = tuple(os.path.join(root, d, "") for d in test_dirs)
         self.modules = []
+
+    def _trusted(self, path):
+        path = os.path.abspath(path)
+        inside = os.path.join(path, "")  # a directory (a package's location) as its contents' prefix
+        return (not inside.startswith(self.root) or inside.startswith(self.allowed)
+                or os.path.basename(path) == "conftest.py")
 
     def find_spec(self, name, path=None, target=None):
         import importlib.machinery
@@ -812,12 +888,17 @@ class _ImportGuard:
 
         if name.partition(".")[0] in self.proxied:
             return importlib.util.spec_from_loader(name, self, is_package=True)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        origin = getattr(spec, "origin", None) or ""
+        locations = list(getattr(spec, "submodule_search_locations", None) or [])
+        where = [p for p in [origin, *locations] if p and os.path.isabs(p)]
         if _client is not None and _client.collected:
-            spec = importlib.machinery.PathFinder.find_spec(name, path)
-            origin = getattr(spec, "origin", None) or ""
-            locations = list(getattr(spec, "submodule_search_locations", None) or [])
-            if any(os.path.abspath(p).startswith(self.root) for p in [origin, *locations] if p):
+            if any(os.path.abspath(p).startswith(self.root) for p in where):
                 raise ImportError(f"the grader does not import {name!r} from the repository after collection")
+        elif not all(self._trusted(p) for p in where):
+            raise ImportError(f"the grader imports nothing of the repository outside its test directories "
+                              f"({name!r} from {where[0]}): the package is served from its own process by its "
+                              "top-level name only")
         return None
 
     def create_module(self, spec):
@@ -911,6 +992,22 @@ def _write_all(fd, data):
         data = data[os.write(fd, data):]
 
 
+def _scratch_dir():
+    """A fresh temporary directory for both processes (``TMPDIR``; pytest's ``tmp_path`` lands in
+    it): the one place outside ``/dev`` the package may write. Sticky and world-writable, so
+    an untrusted uid writes its own files there and cannot touch the grader's."""
+    import tempfile
+
+    try:
+        scratch = tempfile.mkdtemp(prefix="turngym-tests-")
+        os.chmod(scratch, 0o1777)
+    except OSError:
+        return None
+    os.environ["TMPDIR"] = scratch
+    tempfile.tempdir = scratch
+    return scratch
+
+
 def main():
     global _client
     cfg = json.loads(sys.argv[1])
@@ -928,6 +1025,7 @@ def main():
     proxied = _tree_modules(root, test_dirs)
     t0 = time.monotonic()
     deadline = t0 + float(cfg["deadline"])
+    scratch = _scratch_dir()
     mine, theirs = socket.socketpair()
     out_r, out_w = os.pipe()
     pid = os.fork()
@@ -935,7 +1033,7 @@ def main():
         mine.close()
         os.close(out_r)
         try:
-            _candidate(theirs, out_w, root, nstd, run_uid)
+            _candidate(theirs, out_w, root, nstd, run_uid, scratch)
         finally:
             os._exit(0)
     theirs.close()
@@ -982,7 +1080,7 @@ def main():
     threading.Thread(target=drain, daemon=True).start()
     test_root = os.path.join(root, "")
     _client = _Client(mine, pid, deadline, test_root)
-    guard = _ImportGuard(test_root, proxied)
+    guard = _ImportGuard(test_root, proxied, sorted(test_dirs))
     sys.meta_path.insert(0, guard)
     reporter = _Reporter(guard)
     lock = threading.Lock()
@@ -1006,6 +1104,10 @@ def main():
             out = {"records": records, "forged": 0, "timed_out": timed_out or _client.timed_out,
                    "status": None, "console": text, "fatal": _client.fatal}
             _write_all(result_fd, (nonce + " " + json.dumps(out) + "\n").encode())
+            if scratch:
+                import shutil
+
+                shutil.rmtree(scratch, ignore_errors=True)  # a plain subprocess's /tmp is the host's
 
     watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), lambda: (report(True), os._exit(0)))
     watchdog.daemon = True

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from turngym.core.parsing import parse_tool_calls
 from turngym.core.spec import RewardSpec, Signal
 from turngym.envs.swe import oracle, swebench, testing
 from turngym.envs.swe import swebench as swebench_mod  # the constructor's `swebench` argument shadows the name
+from turngym.envs.swe.grading import GRADERS
 from turngym.envs.swe.repos import Tree, load_repo
 from turngym.envs.swe.tasks import SWETask, buggy_tree, check_task, load_tasks
 from turngym.envs.swe.tools import TOOL_FUNCS, TOOLS, truncate, validate_args
@@ -67,7 +69,9 @@ class SWEEnv(TurngymEnv[SWETask, SWEState | None]):
     ## Task Distribution
     The shipped validated tasks (``tasks/swe/tasks.jsonl``: AST mutations of five small
     libraries written for turngym), or ``tasks=`` (a list of :class:`SWETask` or a JSONL path).
-    ``repos=`` restricts the repositories.
+    ``repos=`` restricts the repositories. ``swebench=`` (a SWE-bench JSONL) with
+    ``backend="local"`` (``repo_dirs=``) or ``"docker"`` (``image=``, ``python=``) loads real
+    instances (:mod:`turngym.envs.swe.swebench`).
 
     ## Action Space
     JSON tool calls (``{"name": ..., "arguments": {...}}``, a list of up to 5, or
@@ -84,7 +88,11 @@ class SWEEnv(TurngymEnv[SWETask, SWEState | None]):
     The hidden evaluation grades the agent's code with the task's own test files and
     ``conftest.py`` files (edits to them do not count) and a pytest configuration the tree
     cannot change (:mod:`turngym.envs.swe.testing`); a run the code under test tampered with,
-    cut short or timed out counts as failing, with ``outcome["reason"]`` saying why.
+    cut short or timed out counts as failing, with ``outcome["reason"]`` saying why. Every
+    shipped task and, by default (``grader="split"``), every SWE-bench instance is graded by the
+    split grader: the tests and the verdict in a process that never runs the agent's code.
+    ``grader="inprocess"`` (SWE-bench suites the split grader cannot serve) runs pytest beside
+    that code, whose verdicts a targeted heap/``ctypes`` attack can forge.
 
     | signal | range | emitted when | meaning |
     |---|---|---|---|
@@ -129,6 +137,7 @@ class SWEEnv(TurngymEnv[SWETask, SWEState | None]):
         outcome="1 if at submit all FAIL_TO_PASS tests pass and no PASS_TO_PASS test fails (SWE-bench), else 0",
     )
     default_max_turns = 30
+    corpus_episodes: ClassVar[int | None] = 12  # the tiny model's tokenizer corpus: each step runs sandboxed tests
     task_type = SWETask
     immutable_state = True
     system_prompt = SYSTEM_PROMPT
@@ -146,16 +155,19 @@ class SWEEnv(TurngymEnv[SWETask, SWEState | None]):
         repo_dirs: Mapping[str, str | Path] | None = None,
         image: str = swebench.DEFAULT_IMAGE,
         python: str | None = None,
+        grader: str = "split",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self._trees: dict[str, tuple[Tree, Tree]] = {}
         #: task id -> (image, executor): where the tests of a ``backend='docker'`` instance run
         self._executors: dict[str, tuple[str, testing.Executor]] = {}
+        if grader not in GRADERS:
+            raise ConfigError(f"grader must be one of {GRADERS} (the runner that grades SWE-bench instances), got {grader!r}")
         if swebench is not None:
             if python is None:
                 python = swebench_mod.SWEBENCH_PYTHON if image == swebench_mod.DEFAULT_IMAGE else "python3"
-            loaded = self._load_swebench(swebench, backend, repo_dirs or {}, image, python)
+            loaded = self._load_swebench(swebench, backend, repo_dirs or {}, image, python, grader)
         elif isinstance(tasks, Sequence) and not isinstance(tasks, str):
             loaded = list(tasks)
         else:
@@ -173,10 +185,18 @@ class SWEEnv(TurngymEnv[SWETask, SWEState | None]):
             raise ConfigError(f"backend must be 'local' or 'docker', got {backend!r}")
 
     def _load_swebench(self, path: str | Path, backend: str, repo_dirs: Mapping[str, str | Path],
-                       image: str, python: str) -> list[SWETask]:
+                       image: str, python: str, grader: str) -> list[SWETask]:
         """SWE-bench instances as tasks: trees from local clones, or from each instance's image
-        (``image`` is the name template, ``python`` the image's interpreter that has pytest)."""
+        (``image`` is the name template, ``python`` the image's interpreter that has pytest).
+
+        With the split grader each instance is checked by running it (gold resolves, start does
+        not) where its tests run; ``grader="inprocess"`` skips that and warns: its verdicts are
+        claims of the agent's code."""
         self._check_backend(backend)
+        if grader == "inprocess":
+            warnings.warn('SWEEnv(grader="inprocess"): SWE-bench verdicts come from pytest beside the agent\'s code, '
+                          "which a targeted heap/ctypes attack can forge; use the default split grader for reported "
+                          "numbers", stacklevel=3)
         instances = swebench.load_swebench(path)
         images = [swebench.check_docker(inst, image) for inst in instances] if backend == "docker" else []
         tasks = []
@@ -187,19 +207,29 @@ class SWEEnv(TurngymEnv[SWETask, SWEState | None]):
                 raise ConfigError(f"backend='local' needs a clone of {inst.repo}: pass repo_dirs={{'{inst.repo}': PATH}}")
             else:
                 start, gold = swebench.materialize(inst, repo_dirs[inst.repo])
-            task = swebench.to_task(inst, start, gold)
+            task = swebench.to_task(inst, start, gold, grader=grader)
             self._trees[task.id] = (start, gold)
             if backend == "docker":
                 executors = {img: ex for img, ex in self._executors.values()}  # one sandbox per image
                 executor = executors.get(images[i]) or swebench.docker_executor(images[i], python=python)
                 self._executors[task.id] = (images[i], executor)
+            if grader == "split":
+                # its own cache: a split verdict on a suite the split grader cannot serve must never
+                # answer an in-process question about the same tree (grader="inprocess" next)
+                with self._tests_run_for(task), testing.separate_cache("split-check"):
+                    swebench.check_split_grading(task, start, gold)
             tasks.append(task)
         return tasks
 
     @contextmanager
     def _tests_run_where_the_task_says(self) -> Iterator[None]:
         """A docker-backed instance's test runs go to its image; other tasks use the default."""
-        scoped = self._executors.get(self.task.id) if self.task is not None else None
+        with self._tests_run_for(self.task):
+            yield
+
+    @contextmanager
+    def _tests_run_for(self, task: SWETask | None) -> Iterator[None]:
+        scoped = self._executors.get(task.id) if task is not None else None
         with testing.use_executor(scoped[1], scope=f"docker:{scoped[0]}") if scoped else nullcontext():
             yield
 

@@ -5,6 +5,27 @@ An instance (``instance_id``, ``repo``, ``base_commit``, ``patch``, ``test_patch
 starting tree is the repository at ``base_commit`` with ``test_patch`` applied, and whose gold
 tree additionally has ``patch`` applied.
 
+Grading: the **split** grader by default (``grader="split"``; :mod:`turngym.envs.swe.grading`):
+the instance's tests and the verdict run in a process that never imports the agent's code,
+which runs in a process of its own (another uid where the sandbox has one) reached through
+proxies, so nothing the agent's code does -- heap walks, ``ctypes``, patching pytest, exiting
+early -- can write a verdict. It needs the tests in a directory of their own (``tests/`` beside
+the package, as in flask, requests, pylint) and a suite that works through
+those proxies: :func:`check_split_grading` runs the gold and the start tree through it when an
+instance is loaded, and an instance that fails that check is refused with the reason. Such an
+instance (tests inside the package, as in sympy or astropy; tests that subclass the package's
+classes) loads only with ``grader="inprocess"``: pytest beside the code under test, whose
+verdicts a targeted heap or ``ctypes`` attack by the agent's code can forge (see
+:mod:`turngym.envs.swe.testing`) -- never the grader for a reported number.
+
+The package's process writes only to its temporary directory (Landlock; and, with bubblewrap
+as root, as another uid than the files'), so it cannot rewrite the files the tests read while
+they run. What the split grader does not close for an instance: a test of its own that runs
+repository code itself -- ``exec`` of a file it reads, or a subprocess (``python -m pkg``) --
+runs the agent's code in, or as a child of, the judging process; and with one uid (Docker,
+bubblewrap in a user namespace) the package's process can still signal the grader, which ends
+the run with no verdict (the agent's failure) or stalls it to its wall budget, never a pass.
+
 Two backends:
 
 * ``docker`` — SWE-bench's own way: the instance's image holds the repository at
@@ -45,7 +66,7 @@ if TYPE_CHECKING:
     from turngym.envs.swe.testing import SandboxExecutor
 
 __all__ = ["SWEBenchInstance", "load_swebench", "materialize", "materialize_from_image", "to_task", "check_docker",
-           "docker_executor", "image_name", "DEFAULT_IMAGE", "SWEBENCH_PYTHON", "TESTBED"]
+           "docker_executor", "image_name", "check_split_grading", "DEFAULT_IMAGE", "SWEBENCH_PYTHON", "TESTBED"]
 
 #: The official SWE-bench evaluation images (``{instance_id}`` lower-cased, as the harness names them).
 DEFAULT_IMAGE = "swebench/sweb.eval.x86_64.{instance_id}:latest"
@@ -141,16 +162,31 @@ def materialize(instance: SWEBenchInstance, repo_dir: str | Path) -> tuple[Tree,
     return start, gold
 
 
-def to_task(instance: SWEBenchInstance, start: Tree, gold: Tree) -> SWETask:
-    """An :class:`SWETask` for the env; ``gold`` is the instance's patch."""
+_INPROCESS_HINT = ('SWEEnv(swebench=..., grader="inprocess") loads it with pytest beside the code under test, '
+                   "whose verdicts the agent's code can forge (heap/ctypes): not for a reported number")
+
+
+def to_task(instance: SWEBenchInstance, start: Tree, gold: Tree, grader: str = "split") -> SWETask:
+    """An :class:`SWETask` for the env; ``gold`` is the instance's patch, ``grader`` the runner that grades it.
+
+    A split-graded instance whose layout the split grader cannot serve (tests at the top level
+    or inside the package the fix changes) is refused here, before any test runs.
+    """
+    from turngym.envs.swe.grading import GRADERS, split_problem
+
+    if grader not in GRADERS:
+        raise ConfigError(f"grader must be one of {GRADERS}, got {grader!r}")
     changed = sorted(p for p in gold if start.get(p) != gold[p])
     if not changed:
         raise TaskError(f"{instance.instance_id}: the gold patch changes no file")
+    touched = [*changed, *(p for p in start if p not in gold)]  # deletions too
+    if grader == "split" and (problem := split_problem((*instance.fail_to_pass, *instance.pass_to_pass), touched, start)):
+        raise ConfigError(f"{instance.instance_id}: the split grader cannot grade this instance: {problem}. {_INPROCESS_HINT}")
     return SWETask(
         id=instance.instance_id,
         prompt=instance.problem_statement,
         gold=instance.patch,
-        meta={"source": "swe-bench", "repo": instance.repo, "base_commit": instance.base_commit},
+        meta={"source": "swe-bench", "repo": instance.repo, "base_commit": instance.base_commit, "grader": grader},
         repo=instance.repo,
         path=changed[0],
         buggy_source=start.get(changed[0], ""),
@@ -158,6 +194,34 @@ def to_task(instance: SWEBenchInstance, start: Tree, gold: Tree) -> SWETask:
         fail_to_pass=instance.fail_to_pass,
         pass_to_pass=instance.pass_to_pass,
     )
+
+
+def check_split_grading(task: SWETask, start: Tree, gold: Tree) -> None:
+    """Raise :class:`ConfigError` unless the split grader grades ``task`` as its harness would.
+
+    The gold tree must resolve (every FAIL_TO_PASS and PASS_TO_PASS test passes) and no
+    FAIL_TO_PASS test may pass on the start tree: a suite that needs the package in its own
+    process (subclasses of its classes, fixtures built from it) fails the first, and one whose
+    tests would pass vacuously through the proxies fails the second. Run inside the executor
+    scope the instance's tests use (its image, for the docker backend).
+    """
+    from turngym.envs.swe.grading import evaluate
+
+    def why(run: Any, tests: Sequence[str]) -> str:
+        bad = [t for t in tests if t not in run.passed][:3]
+        messages = dict(run.messages)
+        detail = run.problem or "; ".join(f"{t}: {messages.get(t, 'not run')}"[:300] for t in bad)
+        return f"{bad} ({detail})"
+
+    fixed = evaluate(task, gold, start)
+    wanted = (*task.fail_to_pass, *task.pass_to_pass)
+    if fixed.problem or not set(wanted) <= fixed.passed:
+        raise ConfigError(f"{task.id}: under the split grader the gold patch does not resolve the instance: "
+                          f"{why(fixed, wanted)}. {_INPROCESS_HINT}")
+    broken = evaluate(task, start, start)
+    if passing := sorted(set(task.fail_to_pass) & broken.passed):
+        raise ConfigError(f"{task.id}: under the split grader FAIL_TO_PASS test(s) {passing[:3]} pass without the fix. "
+                          f"{_INPROCESS_HINT}")
 
 
 def image_name(instance: SWEBenchInstance, image_template: str = DEFAULT_IMAGE) -> str:

@@ -4,18 +4,22 @@ The tree is written to a fresh directory and a trusted runner program runs there
 sandbox when one is available, see :func:`set_executor`). There are two, and which one grades
 decides what a verdict is worth:
 
-* **split** (``_split_boot.py``; the hidden evaluation of the shipped, generated tasks): pytest
+* **split** (``_split_boot.py``; the hidden evaluation of the shipped, generated tasks and of
+  SWE-bench instances, unless one is loaded with ``grader="inprocess"``): pytest
   and the task's tests run in a process that never imports the agent's code; the package is
   imported only in a forked process of its own and reached through proxies that bring back
   plain data or handles, with comparisons against plain data made in the trusted process.
   Nothing the code under test does in its process (heap walks, ``ctypes``, patching pytest,
   planting files, exiting early) can write a verdict: at worst it kills the runner, which is
   the agent's failure. This needs suites that call the package and assert on what it
-  returns, which is what the generated repositories' tests are.
-* **in-process** (``_grader_boot.py``; SWE-bench instances, whose suites are arbitrary pytest
-  code, and the agent's own ``run_tests``): pytest beside the code under test, with the
-  protections below. A split run's result may answer an in-process question about the same
-  tree (cache), never the other way round.
+  returns, which is what the generated repositories' tests are; an SWE-bench instance is run
+  through it when loaded (gold resolves, start does not) and refused if it does not (see
+  :mod:`turngym.envs.swe.swebench`).
+* **in-process** (``_grader_boot.py``; the agent's own ``run_tests``, and SWE-bench instances
+  explicitly loaded with ``grader="inprocess"``, whose suites the split grader cannot serve):
+  pytest beside the code under test, with the protections below. A split run's result may
+  answer an in-process question about the same tree (cache), never the other way round (the
+  load-time check's runs are cached apart: :func:`separate_cache`).
 
 Where the sandbox gives a session a second uid (bubblewrap as root), the split grader is a
 *trusted* launch: the process that judges keeps the session uid and the capabilities to
@@ -47,7 +51,7 @@ What the tree cannot change in either runner, by construction:
   time or any limit before pytest finishes counts no test as passed. Only a runner that
   demonstrably could not start (no banner from the trusted parent) is an ``InfraError``.
 
-What remains for the in-process runner (SWE-bench instances): the code under test runs inside
+What remains for the in-process runner (``grader="inprocess"`` instances): the code under test runs inside
 pytest's interpreter, so the records of each test are claims of a process that runs agent code. They are MAC'd with a key made after the
 fork and before any tree code runs, so raw bytes on the result pipe are rejected; before
 agent code runs the runner snapshots the identity of every function and class of pytest,
@@ -59,7 +63,8 @@ test that must fail. Code that deliberately reaches the runner's own objects thr
 heap (``gc``, frames, ``ctypes``, ``/proc/self/mem``) and forges only the task's test ids
 through them, or that races the checks from a thread, is not excluded by this design: the red-team
 suite shows such payloads forging a full pass there. An SWE-bench verdict is only as sound as
-the policy is unaware of this runner; generated tasks do not have that gap.
+the policy is unaware of this runner; split-graded tasks (every generated task, SWE-bench
+instances by default) do not have that gap.
 
 Results are cached by (tree digest, selected tests, canary): the suite is a pure function of
 the files, and envs re-check the same states often (branching, the checker's replays).
@@ -93,7 +98,7 @@ if TYPE_CHECKING:
     from turngym.sandbox.base import Sandbox
 
 __all__ = ["TestRun", "RawRun", "run_pytest", "set_executor", "use_executor", "Executor", "SandboxExecutor",
-           "subprocess_executor", "CANARY_NAME"]
+           "subprocess_executor", "separate_cache", "CANARY_NAME"]
 
 #: The basename of the canary module the grader adds next to the task's tests.
 CANARY_NAME = "test_zz_turngym_canary.py"
@@ -200,13 +205,16 @@ class SandboxExecutor:
             py = self._sandbox.python
             argv = grader_argv(py.executable, py.path, config)
             env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-            if config.get("mode") == "split" and getattr(session, "run_uid", None) is not None:
-                # a trusted launch: the grader keeps the session uid and the capabilities to
-                # drop its candidate (the package) to the untrusted uid; the nonce travels on stdin
+            if config.get("mode") == "split":
+                # a trusted launch: with a second uid, the grader keeps the session uid and the
+                # capabilities to drop its candidate (the package) to the untrusted one; with one
+                # uid (bubblewrap in a user namespace) it is its PID namespace's init, which the
+                # package cannot signal; Docker runs it as a plain run (see Session.run_trusted).
+                # The nonce travels on stdin.
                 res = session.run_trusted(argv, stdin=stdin, env=env)
             else:
-                # one uid (Docker, a user namespace), and every in-process run: the agent's own
-                # run_tests runs as the session uid with no capabilities, in a session of its own
+                # every in-process run, the agent's own run_tests included: the session uid with
+                # no capabilities, in a session of its own
                 res = session.run(argv, stdin=stdin, env=env)
         return RawRun(res.exit_code, res.stdout, res.stderr, res.limit_hit)
 
@@ -250,6 +258,19 @@ def use_executor(executor: Executor, scope: str) -> Iterator[None]:
         yield
     finally:
         _scoped.reset(token)
+
+
+@contextmanager
+def separate_cache(label: str) -> Iterator[None]:
+    """Run the block's tests where they would run, with results cached apart from all others.
+
+    For runs whose verdicts must not answer later questions: a split run of a suite the split
+    grader turns out not to serve (a load-time check that fails) would otherwise answer the
+    in-process runs of the same trees.
+    """
+    scope, executor = _scoped.get() or ("", _executor)
+    with use_executor(executor, scope=f"{scope}#{label}"):
+        yield
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from turngym.core.parsing import parse_python
 from turngym.envs.swe.grading import evaluate
 from turngym.envs.swe.repos import Tree
 from turngym.envs.swe.tasks import SWETask
@@ -46,10 +47,14 @@ def measure(task: SWETask, tree: Tree, pristine: Tree) -> Progress:
 
 
 def function_span(source: str, qualname: str) -> tuple[int, int] | None:
-    """Lines (first, last) of ``qualname`` (``func`` or ``Class.method``) in ``source``."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    """Lines (first, last) of ``qualname`` (``func`` or ``Class.method``) in ``source``.
+
+    ``source`` is the agent's file: None for text that does not parse, whyever (a chain too
+    deep for the parser is a ``RecursionError``/``MemoryError``, see
+    :func:`~turngym.core.parsing.parse_python`), never an exception out of ``step``.
+    """
+    tree = parse_python(source).value
+    if not isinstance(tree, ast.Module):
         return None
     parts = qualname.split(".")
     body = tree.body

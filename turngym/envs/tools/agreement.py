@@ -146,6 +146,8 @@ def play_bfcl(task: ToolsTask, trajectory: Trajectory) -> Verdict:
     from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
     from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
 
+    from turngym.envs.tools.bfcl import restored_process_state
+
     model = f"turngym_agreement_{next(_counter)}"
     entry = {
         "id": task.meta["bfcl_id"],
@@ -155,7 +157,8 @@ def play_bfcl(task: ToolsTask, trajectory: Trajectory) -> Verdict:
     decoded = [[[render_call(c) for c in step] for step in steps] for steps in trajectory]
     truth = [[render_call(c) for c in turn] for turn in task.gold]
     try:
-        result = multi_turn_checker(decoded, truth, entry, task.category, model)
+        with restored_process_state(task.classes):  # BFCL's harness changes defaults and globals (issue 31)
+            result = multi_turn_checker(decoded, truth, entry, task.category, model)
     finally:  # BFCL caches instances in its module globals under the model name
         for key in [k for k in vars(multi_turn_utils) if k.startswith(model)]:
             del vars(multi_turn_utils)[key]

@@ -15,19 +15,35 @@ large) dependency list::
 
 (``mpmath`` is the one import the math backend needs; everything else is the standard
 library.)
+
+**Process-wide state.** BFCL's backends were written for one task per process, and some of
+their effects outlive an episode: ``TwitterAPI.post_tweet(content, tags=[], mentions=[])`` keeps
+its *default list* in the tweet, and ``mention`` extends it (Python evaluates a default once, so
+every later tweet without mentions starts with those names); ``MathAPI`` sets ``mpmath.mp.dps``
+and the thread's ``decimal`` precision; the vehicle backend writes its temperature into the
+module global ``LONG_WEATHER_EXTENSION``; the travel backend's long-context credit cards *are*
+the module's ``CREDIT_CARD_EXTENSION`` dicts, so a booking charged to one changes it for every
+later episode. :class:`BfclBackend` isolates each call (see :meth:`BfclBackend.call`), so an
+episode's outcome never depends on what earlier episodes in the process did.
 """
 
 from __future__ import annotations
 
 import ast
 import copy
+import decimal
 import importlib
 import inspect
 import json
 import pickle
-from collections.abc import Mapping, Sequence
+import sys
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from turngym.core.errors import TaskError, TurngymError
@@ -45,6 +61,7 @@ __all__ = [
     "bfcl_tools",
     "parse_call_string",
     "MISSED_FUNCTION_PROMPT",
+    "restored_process_state",
 ]
 
 BFCL_INSTALL = 'pip install --no-deps "bfcl-eval==2026.3.23" mpmath'
@@ -253,6 +270,121 @@ _ARGUMENT_BOUNDS = {
 }
 
 
+#: Module globals that a BFCL method writes in place, by (class, method): each call of that
+#: method writes into a fresh copy of the first-seen value, dropped after the call, so no call
+#: sees another's write (read from bfcl-eval 2026.3.23's source;
+#: ``test_bfcl_calls_leave_no_process_state`` fuzzes every backend and fails on any write not
+#: listed here).
+_WRITTEN_GLOBALS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("VehicleControlAPI", "get_outside_temperature_from_google"): ("LONG_WEATHER_EXTENSION",),
+}
+#: Serializes BFCL calls: ``mpmath.mp`` and the globals above are shared by every thread, and a
+#: server runs sessions in a thread pool. A call takes microseconds (arguments are bounded).
+_CALL_LOCK = threading.RLock()
+_IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, range)
+
+
+def _immutable(value: Any) -> bool:
+    if isinstance(value, (tuple, frozenset)):
+        return all(_immutable(v) for v in value)
+    return isinstance(value, _IMMUTABLE)
+
+
+@dataclass(frozen=True)
+class _ClassGuard:
+    """What one backend class needs to run a call without touching process-wide state.
+
+    Attributes:
+        defaults: method → {parameter: pristine copy of its default}, for every parameter whose
+            default is a mutable object (``post_tweet``'s ``tags=[]``, ``mentions=[]``).
+        module: the class's module (whose namespace the methods read their globals from).
+        written: (method → {global name: pristine copy}) for :data:`_WRITTEN_GLOBALS`.
+    """
+
+    defaults: Mapping[str, Mapping[str, Any]]
+    module: ModuleType
+    written: Mapping[str, Mapping[str, Any]]
+
+
+@cache
+def _class_guard(class_name: str) -> _ClassGuard:
+    """Snapshot the class's mutable defaults and written globals (before its first call)."""
+    cls = _backend_class(class_name)
+    defaults: dict[str, dict[str, Any]] = {}
+    for method in _public_methods(class_name):
+        params = inspect.signature(getattr(cls, method)).parameters.values()
+        mutable = {p.name: copy.deepcopy(p.default) for p in params if p.default is not p.empty and not _immutable(p.default)}
+        if mutable:
+            defaults[method] = mutable
+    module = sys.modules[cls.__module__]
+    written = {
+        method: {name: copy.deepcopy(vars(module)[name]) for name in names}
+        for (owner, method), names in _WRITTEN_GLOBALS.items()
+        if owner == class_name
+    }
+    return _ClassGuard(defaults, module, written)
+
+
+#: Where bfcl-eval's backend modules live (their globals are what a backend can leak into).
+_BACKEND_PACKAGE = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code"
+
+
+@contextmanager
+def restored_process_state(classes: Sequence[str] = ()) -> Iterator[None]:
+    """Undo, on exit, every process-wide change BFCL's code can make inside the block.
+
+    For code that runs BFCL's backends *not* through :class:`BfclBackend` — BFCL's own
+    checker, which :mod:`.agreement` runs in-process and which calls them through ``eval``:
+    the data globals of every backend module are put back in place (same objects, the old
+    contents), every backend method's defaults too, and mpmath's and decimal's precision.
+    Costs two pickles of those globals (about 2 ms each), so :meth:`BfclBackend.call`
+    uses its cheaper per-call guard instead. ``classes`` are imported first, so that a module
+    the block would import is restored too.
+    """
+    for name in classes:
+        _backend_class(name)
+    modules = [m for name, m in sorted(sys.modules.items()) if name.startswith(_BACKEND_PACKAGE) and m is not None]
+    shared = {  # by identity: a module imports the long-context lists of another
+        id(value): value
+        for module in modules
+        for key, value in vars(module).items()
+        if not key.startswith("__") and isinstance(value, (dict, list, set))
+    }
+    data = [(value, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)) for value in shared.values()]
+    functions = [
+        (fn, copy.deepcopy(fn.__defaults__), copy.deepcopy(fn.__kwdefaults__))
+        for module in modules
+        for cls in vars(module).values()
+        if isinstance(cls, type) and cls.__module__ == module.__name__
+        for fn in vars(cls).values()
+        if inspect.isfunction(fn)
+    ]
+    mpmath = sys.modules.get("mpmath")
+    prec = mpmath.mp.prec if mpmath is not None else None
+    try:
+        with _CALL_LOCK, decimal.localcontext():
+            yield
+    finally:
+        for value, saved in data:
+            if pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL) == saved:
+                continue
+            value.clear()
+            if isinstance(value, list):
+                value.extend(pickle.loads(saved))
+            else:
+                value.update(pickle.loads(saved))
+        for fn, defaults, kwdefaults in functions:
+            fn.__defaults__, fn.__kwdefaults__ = defaults, kwdefaults
+        if prec is not None:
+            mpmath.mp.prec = prec
+
+
+def _pickle_copy(instances: dict[str, Any]) -> dict[str, Any]:
+    # A pickle round trip copies these object graphs (directory trees with parent links,
+    # RNG states) about twice as fast as copy.deepcopy, and just as exactly.
+    return pickle.loads(pickle.dumps(instances, protocol=pickle.HIGHEST_PROTOCOL))
+
+
 class BfclBackend(Backend):
     """BFCL's backend instances for one task, called by method, compared by BFCL's rule."""
 
@@ -266,33 +398,61 @@ class BfclBackend(Backend):
         long_context = "long_context" in task.category
         instances: dict[str, Any] = {}
         for name in task.classes:
+            _class_guard(name)  # snapshot its defaults before any instance can call
             inst = _backend_class(name)()
             if hasattr(inst, "_load_scenario") and name != "MathAPI":
                 inst._load_scenario(copy.deepcopy(task.initial.get(name, {})), long_context=long_context)
             instances[name] = inst
-        return cls(instances, _owners(task.classes))
+        # Loading a long-context scenario puts module globals into the state (the travel
+        # backend's extension cards are CREDIT_CARD_EXTENSION's own dicts): a copy detaches them.
+        return cls(_pickle_copy(instances), _owners(task.classes))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> BfclBackend:
-        # A pickle round trip copies these object graphs (directory trees with parent links,
-        # RNG states) about twice as fast as copy.deepcopy, and just as exactly.
-        return BfclBackend(pickle.loads(pickle.dumps(self.instances, protocol=pickle.HIGHEST_PROTOCOL)), self._owners)
+        return BfclBackend(_pickle_copy(self.instances), self._owners)
 
     def knows(self, name: str) -> bool:
         """True if some involved class has a public method ``name``."""
         return name in self._owners
 
     def call(self, name: str, arguments: Mapping[str, Any]) -> CallResult:
+        """Run one call with no effect outside this backend's instances.
+
+        The arguments are fresh copies, and so is the default of every omitted argument whose
+        default is mutable; the call holds :data:`_CALL_LOCK`, runs in a local ``decimal``
+        context, gets mpmath's precision back afterwards, and writes its
+        :data:`_WRITTEN_GLOBALS` into a copy that is dropped after it. Costs a few
+        microseconds a call (``benchmarks/bench_tools.py --isolation``).
+        """
         for arg, value in arguments.items():
             bound = _ARGUMENT_BOUNDS.get((name, arg))
             if bound is not None and isinstance(value, (int, float)) and abs(value) > bound:
                 return CallResult(f"Error during execution: {arg}={value!r} is too large (at most {bound})", error=True)
-        method = getattr(self.instances[self._owners[name]], name)
-        try:
-            # A fresh copy: backends keep references to argument lists (a tweet's mentions),
-            # which must not alias the caller's (or the task's gold) objects.
-            result = method(**copy.deepcopy(dict(arguments)))
-        except Exception as exc:  # the backend's own failure on the agent's call: part of the episode
-            return CallResult(f"Error during execution: {exc}", error=True)
+        owner = self._owners[name]
+        method = getattr(self.instances[owner], name)
+        guard = _class_guard(owner)
+        # A fresh copy: backends keep references to argument lists (a tweet's mentions),
+        # which must not alias the caller's (or the task's gold) objects. An omitted argument
+        # whose default is mutable gets a fresh copy of it too, never the function's own.
+        kwargs = copy.deepcopy(dict(arguments))
+        for param, default in guard.defaults.get(name, {}).items():
+            if param not in kwargs:
+                kwargs[param] = copy.deepcopy(default)
+        with _CALL_LOCK, decimal.localcontext():  # square_root sets the thread's decimal precision
+            namespace = vars(guard.module)
+            written = guard.written.get(name, {})
+            saved = {g: namespace[g] for g in written}
+            for global_name, pristine in written.items():  # the method writes into a copy
+                namespace[global_name] = copy.deepcopy(pristine)
+            mpmath = sys.modules.get("mpmath")
+            prec = mpmath.mp.prec if mpmath is not None else None  # logarithm sets mpmath.mp.dps
+            try:
+                result = method(**kwargs)
+            except Exception as exc:  # the backend's own failure on the agent's call: part of the episode
+                return CallResult(f"Error during execution: {exc}", error=True)
+            finally:
+                namespace.update(saved)
+                if prec is not None:
+                    mpmath.mp.prec = prec
         content = format_result(result)
         return CallResult(content, error=(isinstance(result, dict) and "error" in result) or content.startswith(UNPRINTABLE))
 

@@ -1,0 +1,371 @@
+"""The MCP env base: a real MCP server's tools are the action grammar; its world is checked.
+
+:class:`MCPEnv` owns what every MCP family shares, and a family (``sqlite_env.py``) adds the
+tasks, the reading of its world and the verdicts:
+
+* **the server** — started in a bubblewrap session on the first ``reset`` (not at
+  construction: ``make(id).reward_spec`` starts nothing) and, by default, *shared* by every
+  env of its class in the process: a server start costs seconds (an interpreter importing
+  the SDK), a call milliseconds. Sharing is exact because the world is one file of the
+  session's working dir, the server reopens it on every call, and an env writes its own
+  world there (under the server's lock) before its calls run and reads it back after them:
+  each env's world is its state's bytes, never the file. The server is restarted when it
+  died or hung; ``restart_each_episode=True`` gives an env a private server started afresh
+  on every ``reset`` instead. (A family whose server keeps state in memory must exclude the
+  tools that touch it, or use private servers.)
+* **the grammar** — ``tools/list`` of the server, in OpenAI format, minus the tools the family
+  excludes (and says why); calls are parsed exactly as in ``turngym/Tools-v0``
+  (:func:`turngym.envs.tools.parsing.parse_message`: a JSON call, a JSON list of calls, or
+  ``<tool_call>`` blocks; a message without a call is the reply that ends the episode) and
+  checked against the tool's JSON schema before anything runs.
+* **blame** — a tool that runs and fails (bad SQL) is the agent's failure: its error text is
+  the observation. A call that gets no answer, or after which the server is gone, is retried
+  once on a restarted server with the world put back as it was before the call: if the
+  restart fails, or the retry succeeds, the fault was the infrastructure's (an
+  ``infra_error``, or nothing the agent sees); if the same call fails again on a healthy
+  server, it is the call's doing (a query that never ends) and the agent is told the call did
+  not complete and changed nothing.
+* **state** — the world file's bytes after every call, read on the host by the session's
+  link-safe reader; ``snapshot`` holds them, ``restore`` only installs them (they reach the
+  file before the next call).
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import json
+import os
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
+
+from turngym.core.env import Transition, TurngymEnv
+from turngym.core.errors import ConfigError
+from turngym.core.parsing import ToolCall
+from turngym.core.task import Task
+from turngym.envs.mcp.client import CallTimeout, ServerLost, ToolReply, mcp_tools_to_openai
+from turngym.envs.mcp.server import SERVER_LIMITS, SandboxedServer
+from turngym.envs.tools.parsing import Reply, parse_message
+from turngym.envs.tools.schema import Tool, oversized_integer, validate_arguments
+
+__all__ = ["MCPEnv", "MCPState", "CallOutcome", "close_shared_servers"]
+
+TaskT = TypeVar("TaskT", bound=Task)
+StateT = TypeVar("StateT", bound="MCPState")
+
+
+@dataclass
+class MCPState:
+    """What every MCP episode holds (families subclass it).
+
+    Attributes:
+        world: the world file's bytes after the last call message.
+    """
+
+    world: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CallOutcome:
+    """One executed call: what the server said, and whether it failed.
+
+    Attributes:
+        call: the call as parsed.
+        reply: the server's answer (for a call that never completed, the env's note).
+        failed: the tool reported an error, or the call did not complete.
+    """
+
+    call: ToolCall
+    reply: ToolReply
+    failed: bool
+
+
+class _Server:
+    """A sandboxed server, the lock its users take, and whose world its file holds now."""
+
+    def __init__(self, server: SandboxedServer) -> None:
+        self.server = server
+        self.pid = os.getpid()  # a forked child must not use (or kill) its parent's server
+        self.lock = threading.RLock()
+        self.on_disk: bytes | None = None
+        self.offered: dict[str, Tool] = {}
+
+    def ensure(self, excluded: Mapping[str, str], restart: bool = False) -> None:
+        """Start the server if it is not running (or ``restart``); :class:`ServerLost` on failure."""
+        client = self.server.client
+        if restart or client is None or not client.alive or not self.server.running():
+            self.on_disk = None
+            offered = mcp_tools_to_openai(self.server.start())
+            self.offered = {n: t for n, t in offered.items() if n not in excluded}
+            if not self.offered:
+                raise ServerLost(f"the MCP server offers no tool this env can use (it listed {sorted(offered)})")
+
+    def write(self, world: bytes) -> None:
+        if self.on_disk == world:
+            return
+        self.on_disk = None
+        session = self.server.session
+        session.reset()
+        session.write_files({_WORLD: world})
+        self.on_disk = world
+
+    def read(self) -> bytes:
+        try:
+            world = self.server.session.read_file(_WORLD)
+        except FileNotFoundError:
+            world = b""
+        self.on_disk = world
+        self.server.trim_log()
+        return world
+
+    def close(self) -> None:
+        with self.lock:
+            self.server.close()
+
+
+#: The world's file name in the server's working dir (families name their server's argument).
+_WORLD = "world"
+_SHARED: dict[tuple[str, float], _Server] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def close_shared_servers() -> None:
+    """Stop every shared MCP server of this process (they also stop at interpreter exit)."""
+    with _SHARED_LOCK:
+        servers = list(_SHARED.values())
+        _SHARED.clear()
+    for s in servers:
+        s.close()
+
+
+def _forget_in_child() -> None:
+    """A forked child starts its own servers: the parent's belong to the parent (and its loop
+    threads do not exist in the child)."""
+    global _SHARED_LOCK
+    _SHARED.clear()
+    _SHARED_LOCK = threading.Lock()
+
+
+atexit.register(close_shared_servers)
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+class MCPEnv(TurngymEnv[TaskT, StateT], Generic[TaskT, StateT]):
+    """Base class of envs whose actions are calls to a real MCP server's tools.
+
+    Arguments (beyond the base class's):
+        call_timeout_s: deadline of one tool call (then the blame rule of the module doc).
+        start_timeout_s: deadline of a server start (start-up, ``initialize``, ``tools/list``).
+        restart_each_episode: a private server, started afresh on every ``reset``, instead of
+            the process's shared one.
+    """
+
+    #: Server tools never offered, each with the reason (calling one is a forbidden action).
+    excluded_tools: ClassVar[Mapping[str, str]] = {}
+    stop_strings = ("</tool_call>",)
+    max_new_tokens = 160
+
+    def __init__(
+        self,
+        *,
+        call_timeout_s: float = 5.0,
+        start_timeout_s: float = 60.0,
+        restart_each_episode: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        for name, value in (("call_timeout_s", call_timeout_s), ("start_timeout_s", start_timeout_s)):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+                raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+        self.call_timeout_s = float(call_timeout_s)
+        self.start_timeout_s = float(start_timeout_s)
+        self.restart_each_episode = bool(restart_each_episode)
+        self._server: _Server | None = None
+        #: Calls that failed on the infrastructure and then succeeded on a restarted server.
+        self.recovered_calls = 0
+
+    # -- hooks for families --------------------------------------------------------------
+    @classmethod
+    def server_argv(cls, world_path: str) -> list[str]:
+        """The server's command line inside the sandbox (``world_path``: its world file)."""
+        raise NotImplementedError
+
+    def _check_installed(self) -> None:
+        """Raise :class:`~turngym.core.errors.ConfigError` naming the fix if the server is missing."""
+
+    def _initial_world(self, task: TaskT) -> bytes:
+        """The world file's bytes at the start of ``task``."""
+        raise NotImplementedError
+
+    def _new_state(self, task: TaskT, world: bytes) -> StateT:
+        """The episode state at the start of ``task``."""
+        raise NotImplementedError
+
+    def _call_failed(self, reply: ToolReply) -> bool:
+        """Whether a completed call failed (default: MCP's ``isError``)."""
+        return reply.is_error
+
+    def _after_calls(self, outcomes: Sequence[CallOutcome], world: bytes) -> Transition:
+        """Update ``self.state`` for the executed calls (``world``: the bytes after them)."""
+        raise NotImplementedError
+
+    def _reply(self, text: str) -> Transition:
+        """The agent replied (no tool call): usually the end of the episode."""
+        raise NotImplementedError
+
+    # -- the server ------------------------------------------------------------------------
+    def _new_server(self) -> _Server:
+        self._check_installed()
+        cls = type(self)
+        return _Server(
+            SandboxedServer(lambda workdir: cls.server_argv(f"{workdir}/{_WORLD}"), limits=SERVER_LIMITS,
+                            start_timeout_s=self.start_timeout_s)
+        )
+
+    def _acquire_server(self, fresh: bool) -> _Server:
+        """This env's server, running: the shared one, or its private one (restarted when ``fresh``)."""
+        if self._server is not None and self._server.pid != os.getpid():
+            self._server = None  # inherited through fork: the parent's
+        if self.restart_each_episode:
+            if self._server is None:
+                self._server = self._new_server()
+                self._finalizer = weakref.finalize(self, self._server.close)
+            with self._server.lock:
+                self._server.ensure(self.excluded_tools, restart=fresh)
+            return self._server
+        if self._server is None:
+            key = (type(self).__qualname__, self.start_timeout_s)
+            with _SHARED_LOCK:
+                server = _SHARED.get(key)
+                if server is None:
+                    server = _SHARED[key] = self._new_server()
+            self._server = server
+        with self._server.lock:
+            self._server.ensure(self.excluded_tools)
+        return self._server
+
+    def close(self) -> None:
+        """Stop a private server (a later ``reset`` starts a new one); a shared one stays up."""
+        server, self._server = self._server, None
+        if server is not None and self.restart_each_episode:
+            self._finalizer.detach()
+            server.close()
+        super().close()
+
+    # -- tools -----------------------------------------------------------------------------
+    @property
+    def tools(self) -> list[Tool]:
+        """The offered tools in OpenAI format (known once a server has started: after ``reset``)."""
+        return list(self._server.offered.values()) if self._server is not None else []
+
+    @property
+    def _offered(self) -> dict[str, Tool]:
+        return self._server.offered if self._server is not None else {}
+
+    @staticmethod
+    def _render_tools(tools: Mapping[str, Tool]) -> str:
+        lines = "\n".join(json.dumps(t["function"], ensure_ascii=False) for t in tools.values())
+        return f"<tools>\n{lines}\n</tools>"
+
+    # -- episode ---------------------------------------------------------------------------
+    def _reset(self, task: TaskT, options: Mapping[str, Any]) -> str:
+        server = self._acquire_server(fresh=True)
+        world = self._initial_world(task)
+        self.state = self._new_state(task, world)
+        return f"{self._render_tools(server.offered)}\n\nUser: {task.prompt}"
+
+    def _step(self, action: str) -> Transition:
+        parsed = parse_message(action)
+        if not parsed.ok:
+            return self._invalid(f"invalid tool call: {parsed.error}", parsed.error or "")
+        assert parsed.value is not None
+        if isinstance(parsed.value, Reply):
+            return self._reply(parsed.value.text)
+        calls: tuple[ToolCall, ...] = parsed.value
+        offered = self._offered
+        errors: list[str] = []
+        forbidden = False
+        for i, c in enumerate(calls, 1):
+            tool = offered.get(c.name)
+            if tool is None:
+                if c.name in self.excluded_tools:
+                    forbidden = True
+                    errors.append(f"call {i}: tool {c.name!r} is not available to you ({self.excluded_tools[c.name]})")
+                else:
+                    errors.append(f"call {i}: unknown tool {c.name!r}; available: {', '.join(offered)}")
+                continue
+            problem = (oversized_integer(c.arguments) or _not_utf8(c.arguments)
+                       or validate_arguments(c.arguments, tool["function"]["parameters"]))
+            if problem is not None:
+                errors.append(f"call {i} ({c.name}): {problem}")
+        if errors:
+            return self._invalid("Invalid tool call(s):\n" + "\n".join(errors), "; ".join(errors), forbidden=forbidden)
+        server = self._acquire_server(fresh=False)
+        with server.lock:
+            world = self.state.world
+            outcomes = []
+            for c in calls:
+                outcome, world = self._execute(server, c, world)
+                outcomes.append(outcome)
+        t = self._after_calls(outcomes, world)
+        t.obs = "\n".join(
+            "<tool_response>\n" + json.dumps({"name": o.call.name, "content": o.reply.text}, ensure_ascii=False) + "\n</tool_response>"
+            for o in outcomes
+        )
+        return t
+
+    def _invalid(self, obs: str, reason: str, *, forbidden: bool = False) -> Transition:
+        return Transition(
+            obs=f'{obs}\nNothing was executed. Call tools as JSON {{"name": ..., "arguments": {{...}}}} '
+            "(a list for several), or reply in plain text when you are done.",
+            valid=False,
+            invalid_reason=reason,
+            signals={"forbidden_action": 1.0 if forbidden else 0.0},
+        )
+
+    def _execute(self, server: _Server, call: ToolCall, world: bytes) -> tuple[CallOutcome, bytes]:
+        """Run one call on ``world`` under the blame rule (module doc); the world after it.
+
+        :class:`ServerLost` (a server that cannot be restarted) propagates: the base class
+        turns it into ``info["infra_error"]``.
+        """
+        for attempt in range(2):
+            server.ensure(self.excluded_tools)
+            server.write(world)
+            client = server.server.client
+            assert client is not None
+            try:
+                reply = client.call(call.name, call.arguments, self.call_timeout_s)
+            except (CallTimeout, ServerLost) as exc:
+                server.server.kill()  # hung or dead: no polite shutdown
+                server.server.stop()  # the world goes back to ``world`` on the next write
+                server.on_disk = None
+                if attempt == 0:
+                    continue
+                server.ensure(self.excluded_tools)  # healthy again: the call itself is to blame
+                note = f"Error: the call did not complete ({exc}). Nothing was changed."
+                return CallOutcome(call, ToolReply(note, True), True), world
+            self.recovered_calls += attempt
+            return CallOutcome(call, reply, self._call_failed(reply)), server.read()
+        raise AssertionError("unreachable")
+
+    def _get_state(self) -> StateT:
+        return copy.copy(self.state)  # fields are immutable (bytes, frozen views, frozensets)
+
+    def _set_state(self, payload: StateT) -> None:
+        self.state = copy.copy(payload)  # the world reaches the server's file before the next call
+
+
+def _not_utf8(arguments: Any) -> str | None:
+    """Why ``arguments`` cannot cross the stdio transport (JSON in UTF-8), or None.
+
+    A lone surrogate (``"\\ud800"``) is a valid Python string but no UTF-8: sent on, it breaks the
+    server's reader, and the call would cost a server restart instead of one invalid turn."""
+    try:
+        json.dumps(arguments, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"arguments are not valid UTF-8 ({exc.reason} at position {exc.start})"
+    return None

@@ -1,0 +1,20 @@
+"""Train any agent as it is: an OpenAI-compatible proxy that records what the policy sampled.
+
+``turngym proxy --model tiny --out captured/`` serves ``/v1/chat/completions`` and
+``/v1/completions`` from turngym's policy. A user's own agent loop points its OpenAI client at
+it, names each episode with the ``X-Turngym-Episode`` header and reports the outcome when the
+episode ends (:func:`report_outcome`); the proxy writes each episode, with the exact prompt ids,
+sampled ids and log-probs of every turn, to ``captured/episodes.jsonl`` in turngym's episode
+format, and ``turngym train --episodes captured/episodes.jsonl`` trains on them.
+
+* :mod:`turngym.proxy.capture` — requests → sessions → token-exact episodes; history edits.
+* :mod:`turngym.proxy.service` — the OpenAI request semantics, batching, refusals.
+* :mod:`turngym.proxy.app` — the starlette app (the ``server`` extra), imported on demand.
+* :mod:`turngym.proxy.client` — :func:`episode_headers`, :func:`report_outcome`.
+"""
+
+from turngym.proxy.capture import OutcomeReport
+from turngym.proxy.client import episode_headers, report_outcome
+from turngym.proxy.service import EPISODE_HEADER, CaptureProxy, ProxyConfig, ProxyError
+
+__all__ = ["EPISODE_HEADER", "CaptureProxy", "OutcomeReport", "ProxyConfig", "ProxyError", "episode_headers", "report_outcome"]

@@ -1,0 +1,321 @@
+"""Requests → episodes: threading a client's calls into token-exact turngym episodes.
+
+A client names its episode (``X-Turngym-Episode``); every completion it asks for becomes one
+turn recorded with the exact prompt ids the model was conditioned on, the ids it sampled and
+their log-probs. A request *continues* the episode when its prompt extends, token for token,
+the previous turn's ``prompt_ids + token_ids``; for chat requests that means its messages
+repeat the recorded ones, then the assistant reply exactly as it was returned, then anything
+new. The earlier assistant turns are then rendered from the ids that were sampled for them
+(:class:`~turngym.agents.render.ChatRenderer` splices them in), never re-tokenized from text.
+
+When a request does not continue its episode — the agent edited, summarized or truncated its
+history, changed an assistant reply, or the chat template does not reproduce the recorded
+prompt — the session starts a new **segment**: a separate episode (``{id}#1``, ``{id}#2``…)
+whose first prompt is whatever this request renders to. Nothing is ever spliced across a break,
+so each segment is one consistent token sequence; the break is counted (``branches`` in the
+stats, by reason) and announced to the client (``X-Turngym-Branched``). Every segment of a
+session receives the session's outcome when it is reported: each is a part of the attempt that
+earned it (``meta["segment"]``, ``meta["segments"]`` say which).
+
+A session with no outcome reported within ``outcome_timeout_s`` of its last request is dropped
+and counted, never scored: an unreported outcome is not a reward of 0.
+
+Nothing here imports torch or an HTTP framework; :mod:`turngym.proxy.service` drives it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from turngym.agents.render import RECORDED
+from turngym.rollout.types import Episode, Turn
+
+__all__ = ["CapturedTurn", "OutcomeReport", "Segment", "Session", "SessionStore", "parse_outcome"]
+
+#: Why a segment began: the session's first request, or a request that did not continue it.
+START, EDITED, TEMPLATE = "start", "history_edited", "template_mismatch"
+
+
+@dataclass
+class CapturedTurn:
+    """One completion as it was sampled.
+
+    Attributes:
+        index: the turn's index in its session (per-turn reports address it).
+        prompt_ids: the prompt the model was conditioned on.
+        token_ids: the sampled ids, verbatim (a stop string's tokens and the end token included).
+        logprobs: the sampling log-prob of each id.
+        text: the text returned to the client (cut before a stop string, as OpenAI does).
+        sampled_text: ``decode(token_ids)``, what was sampled (with the stop string).
+        finish_reason: ``eos``, ``stop`` or ``length``.
+        messages: chat requests: the request's messages (normalized); None for completions.
+        action_ids: chat requests: the ids rendered for each assistant message of ``messages``.
+        prompt_text: completion requests: the prompt text (None when it came as token ids).
+    """
+
+    index: int
+    prompt_ids: list[int]
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    sampled_text: str
+    finish_reason: str
+    messages: list[dict[str, str]] | None = None
+    action_ids: list[list[int] | None] | None = None
+    prompt_text: str | None = None
+
+    @property
+    def sequence(self) -> list[int]:
+        """What a continuing request's prompt must start with."""
+        return self.prompt_ids + self.token_ids
+
+
+@dataclass
+class Segment:
+    """A run of turns that form one token sequence: one captured :class:`Episode`."""
+
+    index: int
+    reason: str
+    turns: list[CapturedTurn] = field(default_factory=list)
+
+
+@dataclass
+class Session:
+    """Everything recorded under one episode id, until its outcome is reported (or it times out)."""
+
+    episode_id: str
+    created: float
+    last_seen: float
+    segments: list[Segment] = field(default_factory=list)
+    group: str = ""
+    infra_error: str | None = None
+    turns: int = 0
+    sampled: dict[str, list[int]] = field(default_factory=dict)
+    """Returned text → the ids sampled for it (latest wins): lets a new segment still render the
+    agent's earlier replies from their sampled ids instead of re-tokenizing them."""
+
+    @property
+    def last(self) -> CapturedTurn | None:
+        return self.segments[-1].turns[-1] if self.segments and self.segments[-1].turns else None
+
+    def record(self, turn: CapturedTurn, reason: str | None) -> Segment:
+        """Append ``turn``: to the current segment, or (``reason`` given) to a new one."""
+        if reason is not None or not self.segments:
+            self.segments.append(Segment(len(self.segments), reason or START))
+        seg = self.segments[-1]
+        seg.turns.append(turn)
+        self.turns += 1
+        if turn.messages is not None:
+            self.sampled[turn.text] = turn.token_ids
+        return seg
+
+
+@dataclass
+class OutcomeReport:
+    """What the client reports when an episode ends (``POST /turngym/episodes/{id}/outcome``).
+
+    Attributes:
+        reward: the outcome reward; it lands on the episode's last turn, as an env's final step
+            reward does. The episode's return is it plus the per-turn rewards.
+        success: whether the task was solved (default: ``reward > 0``).
+        env_id, task_id, group, seed: name the task. ``group`` puts episodes of one task in one
+            GRPO/GiGPO group (default: the episode's own id, a group of one).
+        truncated: the episode ran out of budget rather than ending (default False).
+        turns: optional, one entry per recorded turn in order: ``reward`` (added to the turn),
+            ``signals`` (``{name: value}``), ``state_key`` (the env state after the turn, for
+            GiGPO's anchor groups), ``action_valid``, ``invalid_reason``.
+        info: anything else, kept in the episode's ``outcome``.
+    """
+
+    reward: float
+    success: bool
+    env_id: str = "proxy"
+    task_id: str = ""
+    group: str = ""
+    seed: int | None = None
+    truncated: bool = False
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+_TURN_KEYS = {"reward", "signals", "state_key", "action_valid", "invalid_reason"}
+_OUTCOME_KEYS = {"reward", "success", "env_id", "task_id", "group", "seed", "truncated", "turns", "info"}
+
+
+def parse_outcome(body: Any, n_turns: int) -> OutcomeReport:
+    """Validate a client's outcome report; raises ``ValueError`` saying what is wrong."""
+    if not isinstance(body, Mapping):
+        raise ValueError('the outcome must be a JSON object such as {"reward": 1.0, "success": true}')
+    unknown = sorted(set(body) - _OUTCOME_KEYS)
+    if unknown:
+        raise ValueError(f"unknown outcome field(s) {unknown}; known: {sorted(_OUTCOME_KEYS)}")
+    reward = _number(body.get("reward"), "reward")
+    success = body.get("success", reward > 0)
+    if not isinstance(success, bool):
+        raise ValueError(f"success must be true or false, got {success!r}")
+    seed = body.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise ValueError(f"seed must be an integer or null, got {seed!r}")
+    for name in ("env_id", "task_id", "group"):
+        if not isinstance(body.get(name, ""), str):
+            raise ValueError(f"{name} must be a string")
+    turns = body.get("turns") or []
+    if not isinstance(turns, list) or len(turns) not in (0, n_turns):
+        raise ValueError(f"turns must list one entry per recorded turn ({n_turns}), got {len(turns) if isinstance(turns, list) else turns!r}")
+    for k, t in enumerate(turns):
+        if not isinstance(t, Mapping) or set(t) - _TURN_KEYS:
+            raise ValueError(f"turns[{k}] must be an object with keys among {sorted(_TURN_KEYS)}")
+        if "reward" in t:
+            _number(t["reward"], f"turns[{k}].reward")
+        signals = t.get("signals", {})
+        if not isinstance(signals, Mapping):
+            raise ValueError(f"turns[{k}].signals must be an object of numbers")
+        for name, value in signals.items():
+            _number(value, f"turns[{k}].signals[{name!r}]")
+    info = body.get("info") or {}
+    if not isinstance(info, Mapping):
+        raise ValueError("info must be an object")
+    return OutcomeReport(
+        reward=reward, success=success, env_id=body.get("env_id") or "proxy", task_id=body.get("task_id", ""),
+        group=body.get("group", ""), seed=seed, truncated=bool(body.get("truncated", False)), turns=list(turns), info=dict(info),
+    )
+
+
+def _number(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _digest(ids: Sequence[int]) -> str:
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16]
+
+
+def _describe(messages: Sequence[Mapping[str, str]]) -> str:
+    """Messages as observation text for viewers (one message: its content; several: role-tagged)."""
+    if len(messages) == 1:
+        return messages[0].get("content", "")
+    return "\n".join(f"[{m.get('role', '')}] {m.get('content', '')}" for m in messages)
+
+
+def to_episodes(session: Session, report: OutcomeReport, meta: Mapping[str, Any]) -> list[Episode]:
+    """The session's segments as turngym episodes carrying the reported outcome.
+
+    Observations are display text (the messages the agent added between two turns); training
+    renders from the recorded ids (``meta["rendering"] = "recorded"``). State keys: the reported
+    ones, else a unique key per turn, so no two turns are wrongly taken for the same state; the
+    state before the first turn is the hash of the first prompt, shared by episodes of a group
+    that start from the same prompt (GiGPO's first anchor group).
+    """
+    episodes = []
+    n = len(session.segments)
+    group = report.group or session.group or session.episode_id
+    for seg in session.segments:
+        eid = session.episode_id if seg.index == 0 else f"{session.episode_id}#{seg.index}"
+        first = seg.turns[0]
+        system, initial = "", ""
+        if first.messages is not None:
+            msgs = first.messages
+            if msgs and msgs[0]["role"] == "system":
+                system, msgs = msgs[0]["content"], msgs[1:]
+            initial = _describe(msgs)
+        else:
+            initial = first.prompt_text or ""
+        ep = Episode(
+            episode_id=eid, env_id=report.env_id, task_id=report.task_id, seed=report.seed, initial_observation=initial,
+            system_prompt=system, group=group,
+            meta={**meta, "rendering": RECORDED, "segment": seg.index, "segments": n, "segment_reason": seg.reason,
+                  "session": session.episode_id},
+        )
+        prev_key = "prompt:" + _digest(first.prompt_ids)
+        for j, ct in enumerate(seg.turns):
+            nxt = seg.turns[j + 1] if j + 1 < len(seg.turns) else None
+            rep = report.turns[ct.index] if report.turns else {}
+            if nxt is not None and nxt.messages is not None and ct.messages is not None:
+                observation = _describe(nxt.messages[len(ct.messages) + 1 :])
+            else:
+                observation = ""
+            last = nxt is None
+            reward = float(rep.get("reward", 0.0)) + (report.reward if last else 0.0)
+            key = str(rep.get("state_key") or f"{eid}/{j}")
+            ep.turns.append(Turn(
+                index=j, action=ct.text, observation=observation, reward=reward,
+                terminated=last and not report.truncated, truncated=last and report.truncated,
+                signals={k: float(v) for k, v in (rep.get("signals") or {}).items()}, state_key=key, prev_state_key=prev_key,
+                action_valid=bool(rep.get("action_valid", True)), invalid_reason=rep.get("invalid_reason"),
+                token_ids=list(ct.token_ids), logprobs=list(ct.logprobs), prompt_ids=list(ct.prompt_ids), node=j, parent=j - 1,
+            ))
+            prev_key = key
+        ep.outcome = {"reward": report.reward, "success": report.success, **report.info}
+        episodes.append(ep)
+    return episodes
+
+
+class SessionStore:
+    """Open sessions, ids already used, and the counters the stats report.
+
+    Args:
+        outcome_timeout_s: a session whose last request is older than this without an outcome
+            is dropped (counted under ``dropped["no_outcome"]``).
+        max_open: sessions open at once; a request that would open one more is refused.
+        remember_closed: finished or dropped ids remembered, so a late request or a second
+            outcome for them is refused instead of silently starting a new episode.
+    """
+
+    def __init__(self, *, outcome_timeout_s: float = 600.0, max_open: int = 10_000, remember_closed: int = 100_000) -> None:
+        self.outcome_timeout_s = float(outcome_timeout_s)
+        self.max_open = int(max_open)
+        self.open: dict[str, Session] = {}
+        self.closed: OrderedDict[str, str] = OrderedDict()  # id -> "finished" | "dropped: why"
+        self._remember = remember_closed
+        self.counts: Counter[str] = Counter()
+        self.branches: Counter[str] = Counter()
+        self.dropped: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+
+    def get(self, episode_id: str) -> Session | None:
+        return self.open.get(episode_id)
+
+    def closed_reason(self, episode_id: str) -> str | None:
+        return self.closed.get(episode_id)
+
+    def can_open(self) -> bool:
+        return len(self.open) < self.max_open
+
+    def session(self, episode_id: str, now: float | None = None) -> Session:
+        now = time.monotonic() if now is None else now
+        s = self.open.get(episode_id)
+        if s is None:
+            s = self.open[episode_id] = Session(episode_id, now, now)
+        return s
+
+    def close(self, episode_id: str, why: str) -> Session | None:
+        s = self.open.pop(episode_id, None)
+        self.closed[episode_id] = why
+        while len(self.closed) > self._remember:
+            self.closed.popitem(last=False)
+        return s
+
+    def expired(self, now: float | None = None) -> list[Session]:
+        """Drop the sessions whose outcome never came; returns them."""
+        now = time.monotonic() if now is None else now
+        stale = [s for s in self.open.values() if now - s.last_seen > self.outcome_timeout_s]
+        for s in stale:
+            self.close(s.episode_id, "dropped: no outcome reported")
+            self.dropped["no_outcome"] += 1
+        return stale
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            **dict(self.counts),
+            "episodes_open": len(self.open),
+            "branches": dict(self.branches),
+            "dropped": dict(self.dropped),
+            "errors": dict(self.errors),
+        }

@@ -1,0 +1,582 @@
+"""OpenAI-style requests → turngym's policy → recorded turns (no HTTP framework here).
+
+:class:`CaptureProxy` answers ``/v1/chat/completions`` and ``/v1/completions`` bodies with a
+token-generating policy (:class:`~turngym.agents.hf.HFPolicy`'s public ``generate``: token ids
+in, token ids + log-probs out) and records every answer in its session
+(:mod:`turngym.proxy.capture`). Concurrent requests are sampled together: while one batch is
+being generated, new requests queue and go into the next ``generate`` call, so N agents cost
+about one batched decode instead of N sequential ones. Requests of the *same* episode are
+served one at a time in arrival order (a second request cannot continue a turn that does not
+exist yet).
+
+What is refused, with an OpenAI-shaped error that names the fix (and counted in the stats):
+an unknown model (404), a request without an episode id, ``n > 1``, tool/function calling and
+JSON modes (the model's chat template cannot render them; describe tools in the prompt and
+parse text), penalties, logit biases and top log-probs, a temperature or top-p other than the
+proxy's (the recorded log-probs must be those of the distribution that sampled: training
+needs them), a prompt plus ``max_tokens`` beyond the model's positions or the proxy's cap, a
+request for an episode already finished or dropped (409), and too many open episodes (429).
+A failure of the model itself answers 500 and marks the episode as an infrastructure error:
+its outcome is recorded, but trainers drop it instead of scoring it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from turngym.agents.render import RenderError
+from turngym.core.errors import TurngymError
+from turngym.proxy.capture import EDITED, TEMPLATE, CapturedTurn, Session, SessionStore, parse_outcome, to_episodes
+from turngym.rollout.types import Episode
+
+__all__ = ["CaptureProxy", "ProxyConfig", "ProxyError", "model_fingerprint", "tokenizer_fingerprint", "EPISODE_HEADER", "GROUP_HEADER"]
+
+EPISODE_HEADER = "X-Turngym-Episode"
+"""The request header naming the episode a request belongs to (or the body's ``user`` field)."""
+GROUP_HEADER = "X-Turngym-Group"
+"""Optional request header naming the episode's group (episodes of one task: GRPO/GiGPO groups)."""
+
+
+class ProxyError(TurngymError):
+    """A request the proxy refuses; ``status`` and ``code`` become the OpenAI-shaped error."""
+
+    def __init__(self, status: int, message: str, *, code: str = "invalid_request", param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.param = status, code, param
+
+    def body(self) -> dict[str, Any]:
+        kind = {404: "not_found_error", 409: "conflict_error", 429: "rate_limit_error"}.get(
+            self.status, "server_error" if self.status >= 500 else "invalid_request_error"
+        )
+        return {"error": {"message": str(self), "type": kind, "param": self.param, "code": self.code}}
+
+
+@dataclass
+class ProxyConfig:
+    """How the proxy serves and records.
+
+    Attributes:
+        model_name: the model name clients must ask for (``GET /v1/models`` lists it).
+        max_tokens: the most tokens one completion may ask for, and the default when a request
+            names none (then also bounded by the room left in the model's context).
+        outcome_timeout_s: an episode without an outcome this long after its last request is
+            dropped (counted, never scored).
+        max_open_episodes: episodes open at once; a request opening one more gets 429.
+        max_batch_size: requests sampled in one ``generate`` call.
+        max_messages: messages in one chat request.
+        ignore_sampling_params: accept (and ignore, counting them) a request's temperature and
+            top-p when they differ from the policy's, instead of refusing it. The recorded
+            log-probs are always those of the distribution the proxy sampled from.
+        keep_finished: finished episodes kept in memory (``GET /turngym/episodes``: the latest).
+        out: directory for ``episodes.jsonl`` (each finished episode, appended as it finishes).
+    """
+
+    model_name: str = "tiny"
+    max_tokens: int = 256
+    outcome_timeout_s: float = 600.0
+    max_open_episodes: int = 10_000
+    max_batch_size: int = 64
+    max_messages: int = 1024
+    ignore_sampling_params: bool = False
+    keep_finished: int = 10_000
+    out: Path | None = None
+
+    def __post_init__(self) -> None:
+        from turngym.core.errors import ConfigError
+
+        if self.max_tokens < 1 or self.outcome_timeout_s <= 0 or self.max_open_episodes < 1 or self.max_batch_size < 1:
+            raise ConfigError("need max_tokens >= 1, outcome_timeout_s > 0, max_open_episodes >= 1 and max_batch_size >= 1")
+
+
+def model_fingerprint(model: Any) -> str | None:
+    """A short hash of a model's architecture (type and sizes; not its weights): a trainer refuses
+    captured episodes sampled by another architecture (e.g. another tiny-model variant)."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    keys = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+            "intermediate_size", "max_position_embeddings")
+    return hashlib.sha256(repr([getattr(config, k, None) for k in keys]).encode()).hexdigest()[:16]
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """A short hash of what decides token ids (vocabulary size, special tokens, chat template):
+    a trainer refuses captured episodes whose fingerprint is not its tokenizer's."""
+    parts = [str(len(tokenizer)), str(tokenizer.eos_token_id), str(tokenizer.bos_token_id), str(getattr(tokenizer, "chat_template", ""))]
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
+
+
+class _Batcher:
+    """Collects concurrent requests and samples them in one ``generate`` call per round."""
+
+    def __init__(self, generate: Any, max_batch: int) -> None:
+        self._generate, self._max = generate, max_batch
+        self._pending: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
+        self._task: asyncio.Task[None] | None = None
+        self.generate_s = 0.0
+        self.calls = 0
+
+    async def submit(self, prompt: list[int], stop: tuple[str, ...], reusable: int, limit: int) -> Any:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.append(((prompt, stop, reusable, limit), fut))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._drain())
+        return await fut
+
+    async def _drain(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending[: self._max], self._pending[self._max :]
+            args = [list(col) for col in zip(*(a for a, _ in batch), strict=True)]
+            t0 = time.perf_counter()
+            try:
+                gens = await asyncio.to_thread(self._generate, *args)
+            except Exception as exc:  # the model failed: every waiting request learns it
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                continue
+            finally:
+                self.generate_s += time.perf_counter() - t0
+                self.calls += 1
+            for (_, fut), gen in zip(batch, gens, strict=True):
+                if not fut.done():  # a client that went away cancelled its future
+                    fut.set_result(gen)
+
+
+def _text_of(content: Any, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise ProxyError(400, f"{where}: only text content parts are supported", param="messages")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise ProxyError(400, f"{where}: content must be a string or a list of text parts", param="messages")
+
+
+def normalize_messages(raw: Any, limit: int) -> list[dict[str, str]]:
+    """The request's messages as ``{"role", "content"}`` (what chat templates read)."""
+    if not isinstance(raw, list) or not raw:
+        raise ProxyError(400, "messages must be a non-empty list of {role, content} objects", param="messages")
+    if len(raw) > limit:
+        raise ProxyError(400, f"{len(raw)} messages exceed the proxy's limit of {limit}", param="messages")
+    out = []
+    for i, m in enumerate(raw):
+        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
+            raise ProxyError(400, f"messages[{i}] must be an object with a string role", param="messages")
+        if m.get("tool_calls") or m.get("function_call"):
+            raise ProxyError(400, f"messages[{i}] carries tool calls; this proxy serves text only (the model never "
+                                  "produced structured tool calls): put tool calls in the content as text", param="messages")
+        msg = {"role": m["role"], "content": _text_of(m.get("content"), f"messages[{i}]")}
+        if isinstance(m.get("name"), str):
+            msg["name"] = m["name"]
+        out.append(msg)
+    return out
+
+
+_REFUSED = {
+    "tools": "tool/function calling is not supported (the proxy records text turns): describe the tools in the "
+             "system prompt and parse the model's text",
+    "functions": "function calling is not supported: describe the tools in the system prompt and parse text",
+    "tool_choice": "tool_choice is not supported: describe the tools in the system prompt and parse text",
+    "logit_bias": "logit_bias changes the sampling distribution, so the recorded log-probs would not be the policy's",
+    "top_logprobs": "top_logprobs is not supported (logprobs=true returns each sampled token's log-prob)",
+    "echo": "echo is not supported",
+    "suffix": "suffix (insertion) is not supported",
+    "best_of": "best_of is not supported",
+}
+
+
+class CaptureProxy:
+    """Serve a policy behind OpenAI-style endpoints and record what it sampled, per episode.
+
+    Args:
+        policy: a token policy with ``generate(prompts, stops, reusable, max_new_tokens)``,
+            ``tokenizer``, ``renderer``, ``temperature``, ``top_p`` and ``max_positions`` —
+            :class:`~turngym.agents.hf.HFPolicy`.
+        config: limits and where episodes go.
+    """
+
+    def __init__(self, policy: Any, config: ProxyConfig | None = None) -> None:
+        self.policy = policy
+        self.config = config or ProxyConfig()
+        self.tokenizer = policy.tokenizer
+        self.renderer = policy.renderer
+        self.store = SessionStore(outcome_timeout_s=self.config.outcome_timeout_s, max_open=self.config.max_open_episodes)
+        self.finished: deque[Episode] = deque(maxlen=self.config.keep_finished)
+        """The most recent finished episodes (``GET /turngym/episodes``); ``out/episodes.jsonl`` has them all."""
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._batcher = _Batcher(policy.generate, self.config.max_batch_size)
+        self.request_s = 0.0
+        self._reaped = 0.0
+        self.meta = {
+            "model": self.config.model_name, "temperature": float(policy.temperature), "top_p": float(policy.top_p),
+            "tokenizer": tokenizer_fingerprint(self.tokenizer), "source": "turngym.proxy",
+        }
+        arch = model_fingerprint(getattr(policy, "model", None))
+        if arch is not None:
+            self.meta["architecture"] = arch
+        if self.config.out is not None:
+            self.config.out.mkdir(parents=True, exist_ok=True)
+        self.template_splices = self._probe_template()
+        """Whether the chat template renders a conversation incrementally (only appends), so
+        multi-turn episodes can reuse sampled ids; when not, every chat turn is an episode of its own."""
+
+    def _probe_template(self) -> bool:
+        probe = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                 {"role": "assistant", "content": "a"}, {"role": "user", "content": "v"}]
+        return self._render(probe, [None]) is not None
+
+    # ------------------------------------------------------------------ bookkeeping
+    def stats(self) -> dict[str, Any]:
+        """Counters: requests, tokens, episodes open/finished, branches, drops and errors by kind."""
+        s = self.store.stats()
+        s["template_splices"] = self.template_splices
+        s["generate_calls"] = self._batcher.calls
+        s["generate_s"] = round(self._batcher.generate_s, 4)
+        s["request_s"] = round(self.request_s, 4)
+        return s
+
+    def reap(self) -> int:
+        """Drop the episodes whose outcome timed out; returns how many."""
+        stale = self.store.expired()
+        return len(stale)
+
+    def _fail(self, exc: ProxyError) -> ProxyError:
+        self.store.errors[exc.code] += 1
+        return exc
+
+    @contextlib.asynccontextmanager
+    async def _lock(self, episode_id: str) -> AsyncIterator[None]:
+        """Serve one episode's requests one at a time; the lock lives while someone holds or awaits it."""
+        lock, users = self._locks.get(episode_id) or (asyncio.Lock(), 0)
+        self._locks[episode_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[episode_id]
+            if users == 1:
+                del self._locks[episode_id]
+            else:
+                self._locks[episode_id] = (lock, users - 1)
+
+    def _episode_id(self, body: Mapping[str, Any], header: str | None) -> str:
+        eid = header or body.get("user")
+        if not isinstance(eid, str) or not eid.strip() or len(eid) > 256:
+            raise self._fail(ProxyError(400, f"no episode id: send the header {EPISODE_HEADER} (openai: "
+                                             f"extra_headers={{'{EPISODE_HEADER}': ID}}) or the body's user field, at most 256 characters",
+                                        code="missing_episode"))
+        return eid
+
+    def _open(self, episode_id: str) -> Session | None:
+        why = self.store.closed_reason(episode_id)
+        if why is not None:
+            raise self._fail(ProxyError(409, f"episode {episode_id!r} is {why}; start a new episode with a new id",
+                                        code="episode_closed"))
+        session = self.store.get(episode_id)
+        if session is None and not self.store.can_open():
+            raise self._fail(ProxyError(429, f"{self.config.max_open_episodes} episodes are open; report outcomes "
+                                             "(or let them time out) before starting more", code="too_many_episodes"))
+        return session
+
+    # ------------------------------------------------------------------ request checks
+    def _check(self, body: Any) -> None:
+        if not isinstance(body, Mapping):
+            raise self._fail(ProxyError(400, "the request body must be a JSON object"))
+        model = body.get("model")
+        if model != self.config.model_name:
+            raise self._fail(ProxyError(404, f"model {model!r} is not served here; this proxy serves "
+                                             f"{self.config.model_name!r}", code="model_not_found", param="model"))
+        for key, why in _REFUSED.items():
+            if body.get(key) not in (None, False, [], {}, 0):
+                raise self._fail(ProxyError(400, f"{key}: {why}", code="unsupported_parameter", param=key))
+        if body.get("n") not in (None, 1):
+            raise self._fail(ProxyError(400, "n must be 1: send one request per sample (each its own episode)",
+                                        code="unsupported_parameter", param="n"))
+        for key, neutral in (("presence_penalty", 0.0), ("frequency_penalty", 0.0), ("repetition_penalty", 1.0)):
+            if body.get(key) is not None and body.get(key) != neutral:
+                raise self._fail(ProxyError(400, f"{key} changes the sampling distribution, so the recorded log-probs "
+                                                 "would not be the policy's", code="unsupported_parameter", param=key))
+        fmt = body.get("response_format")
+        if fmt is not None and (not isinstance(fmt, Mapping) or fmt.get("type") != "text"):
+            raise self._fail(ProxyError(400, "response_format: only text is supported", code="unsupported_parameter",
+                                        param="response_format"))
+        for key in ("temperature", "top_p"):
+            value, mine = body.get(key), getattr(self.policy, key)
+            if value is not None and (not isinstance(value, (int, float)) or float(value) != mine):
+                if self.config.ignore_sampling_params:
+                    self.store.counts[f"ignored_{key}"] += 1
+                    continue
+                raise self._fail(ProxyError(400, f"{key}={value!r} differs from the proxy's {mine} (the recorded log-probs must "
+                                                 f"be those of the distribution that sampled): omit it, or start the proxy with "
+                                                 f"--{key.replace('_', '-')} {value} or --ignore-sampling-params",
+                                            code="unsupported_sampling", param=key))
+
+    def _stops(self, body: Mapping[str, Any]) -> tuple[str, ...]:
+        stop = body.get("stop")
+        stops = [stop] if isinstance(stop, str) else stop if stop is not None else []
+        if not isinstance(stops, list) or len(stops) > 16 or not all(isinstance(s, str) and s for s in stops):
+            raise self._fail(ProxyError(400, "stop must be a non-empty string or a list of at most 16", param="stop"))
+        return tuple(stops)
+
+    def _limit(self, body: Mapping[str, Any], prompt_len: int) -> int:
+        asked = body.get("max_completion_tokens", body.get("max_tokens"))
+        room = self.policy.max_positions - prompt_len if self.policy.max_positions is not None else None
+        if asked is None:
+            limit = self.config.max_tokens if room is None else min(self.config.max_tokens, room)
+        elif isinstance(asked, bool) or not isinstance(asked, int) or asked < 1:
+            raise self._fail(ProxyError(400, f"max_tokens must be a positive integer, got {asked!r}", param="max_tokens"))
+        elif asked > self.config.max_tokens:
+            raise self._fail(ProxyError(400, f"max_tokens={asked} exceeds the proxy's cap of {self.config.max_tokens} "
+                                             "(start it with a larger --max-tokens)", code="max_tokens_exceeded", param="max_tokens"))
+        else:
+            limit = asked
+        if room is not None and limit > room or limit < 1:
+            raise self._fail(ProxyError(400, f"the prompt has {prompt_len} tokens and the model {self.policy.max_positions} "
+                                             f"positions: no room for {max(limit, 1)} new tokens; shorten the conversation or "
+                                             "lower max_tokens", code="context_length_exceeded", param="messages"))
+        return limit
+
+    # ------------------------------------------------------------------ threading
+    def _thread_chat(self, session: Session | None, messages: list[dict[str, str]]) -> tuple[list[int], list[Any], int, str | None]:
+        """Prompt ids for ``messages`` and the reason for a new segment (None: continue / first)."""
+        last = session.last if session is not None else None
+        reason: str | None = None
+        if last is not None:
+            reason = EDITED
+            if last.messages is not None and last.action_ids is not None:
+                recorded = [*last.messages, {"role": "assistant", "content": last.text}]
+                if messages[: len(recorded)] == recorded:
+                    new = [session.sampled.get(m["content"]) if session else None
+                           for m in messages[len(recorded) :] if m["role"] == "assistant"]
+                    ids = [*last.action_ids, last.token_ids, *new]
+                    r = self._render(messages, ids)
+                    seq = last.sequence
+                    if r is not None and r.ids[: len(seq)] == seq:
+                        return r.ids, ids, _reusable(r), None
+                    reason = TEMPLATE  # the template does not reproduce what the model saw: never splice across
+        sampled = session.sampled if session is not None else {}
+        ids = [sampled.get(m["content"]) for m in messages if m["role"] == "assistant"]
+        r = self._render(messages, ids)
+        if r is None:  # a template that rewrites history: the prompt as it renders, a segment of its own
+            self.store.counts["template_rewrites"] += 1
+            return self._template_ids(messages), [None] * len(ids), 0, TEMPLATE if last is not None else None
+        return r.ids, ids, _reusable(r), reason
+
+    def _render(self, messages: list[dict[str, str]], ids: list[Any]) -> Any:
+        """The incremental rendering with sampled ids spliced in; None when the chat template is not
+        prefix-stable (it rewrites earlier messages, e.g. strips past reasoning), so no splice exists."""
+        try:
+            return self.renderer.render(messages, ids, add_generation_prompt=True)
+        except RenderError:
+            return None
+
+    def _template_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        """The prompt exactly as the chat template renders it (text, then tokenized once)."""
+        from jinja2 import TemplateError
+
+        try:
+            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        except (TemplateError, ValueError) as exc:  # what the template's author raises ("roles must alternate")
+            raise self._fail(ProxyError(400, f"the model's chat template refuses these messages: {exc}",
+                                        code="render_error", param="messages")) from None
+        return self.renderer.encode(text)
+
+    def _thread_text(self, session: Session | None, prompt: Any) -> tuple[list[int], str | None, int, str | None]:
+        """Prompt ids for a completion request, its text (if text), reusable prefix, new-segment reason."""
+        last = session.last if session is not None else None
+        text: str | None = None
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            text = prompt
+            if last is not None and last.prompt_text is not None and prompt.startswith(last.prompt_text + last.sampled_text):
+                rest = prompt[len(last.prompt_text) + len(last.sampled_text) :]
+                ids = last.sequence + (self.renderer.encode(rest) if rest else [])
+            else:
+                ids = list(self.tokenizer(prompt)["input_ids"])
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            ids = list(prompt)
+            if min(ids) < 0 or max(ids) >= len(self.tokenizer):
+                raise self._fail(ProxyError(400, f"prompt token ids must be in [0, {len(self.tokenizer)})", param="prompt"))
+        else:
+            raise self._fail(ProxyError(400, "prompt must be a string, a list of token ids, or a list holding one of "
+                                             "those (one prompt per request)", param="prompt"))
+        if not ids:
+            raise self._fail(ProxyError(400, "the prompt is empty", param="prompt"))
+        if last is None:
+            return ids, text, 0, None
+        seq = last.sequence
+        if ids[: len(seq)] == seq and len(ids) > len(seq) - 1:
+            return ids, text, len(seq) - 1, None
+        return ids, text, 0, EDITED
+
+    # ------------------------------------------------------------------ endpoints
+    async def chat(self, body: Any, episode_header: str | None = None, group: str | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+        """Answer a ``/v1/chat/completions`` body; returns the response body and headers.
+
+        ``episode_header``: the ``X-Turngym-Episode`` value; ``group``: the ``X-Turngym-Group``
+        value, the episode's group unless its outcome report names one."""
+        return await self._complete(body, episode_header, group, chat=True)
+
+    async def completion(self, body: Any, episode_header: str | None = None, group: str | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+        """Answer a ``/v1/completions`` body (a text or token-id prompt, no chat template)."""
+        return await self._complete(body, episode_header, group, chat=False)
+
+    async def _complete(self, body: Any, header: str | None, group: str | None, *, chat: bool) -> tuple[dict[str, Any], dict[str, str]]:
+        t0 = time.perf_counter()
+        self.store.counts["requests"] += 1
+        if t0 - self._reaped > 1.0:  # the app's reaper covers idle servers; this, busy ones
+            self._reaped = t0
+            self.reap()
+        self._check(body)
+        if not chat and body.get("stream"):
+            raise self._fail(ProxyError(400, "stream is supported on /v1/chat/completions only", code="unsupported_parameter",
+                                        param="stream"))
+        stops = self._stops(body)
+        want_lps = bool(body.get("logprobs")) if chat else body.get("logprobs") is not None
+        if not chat and body.get("logprobs") not in (None, 0):
+            raise self._fail(ProxyError(400, "logprobs must be 0 or null (each sampled token's log-prob; top alternatives "
+                                             "are not supported)", code="unsupported_parameter", param="logprobs"))
+        messages = normalize_messages(body.get("messages"), self.config.max_messages) if chat else None
+        eid = self._episode_id(body, header)
+        async with self._lock(eid):
+            session = self._open(eid)
+            if session is not None:
+                session.last_seen = time.monotonic()  # in flight: not idle, not to be reaped meanwhile
+            if chat:
+                assert messages is not None
+                prompt, action_ids, reusable, reason = self._thread_chat(session, messages)
+                prompt_text = None
+            else:
+                prompt, prompt_text, reusable, reason = self._thread_text(session, body.get("prompt"))
+                action_ids = None
+            limit = self._limit(body, len(prompt))
+            gen_t0 = time.perf_counter()
+            try:
+                gen = await self._batcher.submit(prompt, stops, reusable, limit)
+            except Exception as exc:
+                if session is not None:
+                    session.infra_error = f"{type(exc).__name__}: {exc}"
+                raise self._fail(ProxyError(500, f"the model failed to generate ({type(exc).__name__}: {exc}); the episode "
+                                                 "is marked as an infrastructure error", code="generation_failed")) from exc
+            gen_s = time.perf_counter() - gen_t0
+            text = gen.text
+            if gen.finish_reason == "stop" and gen.stop and gen.stop in text:
+                text = text[: text.index(gen.stop)]  # OpenAI returns the text before the stop string
+            why = self.store.closed_reason(eid)
+            if why is not None:  # reaped while sampling (a generation longer than the outcome timeout)
+                raise self._fail(ProxyError(409, f"episode {eid!r} was {why} while this request was sampled; start a new "
+                                                 "episode (or raise --outcome-timeout)", code="episode_closed"))
+            session = self.store.session(eid)
+            session.last_seen = time.monotonic()
+            if group and not session.group:
+                session.group = group[:256]
+            turn = CapturedTurn(
+                index=session.turns, prompt_ids=list(prompt), token_ids=list(gen.token_ids), logprobs=list(gen.logprobs),
+                text=text, sampled_text=gen.text, finish_reason=gen.finish_reason, messages=messages, action_ids=action_ids,
+                prompt_text=prompt_text,
+            )
+            had = len(session.segments)
+            seg = session.record(turn, reason)
+            if reason is not None and had:
+                self.store.branches[reason] += 1
+        counts = self.store.counts
+        counts["completions"] += 1
+        counts["prompt_tokens"] += len(prompt)
+        counts["completion_tokens"] += len(turn.token_ids)
+        headers = {EPISODE_HEADER: eid, "X-Turngym-Turn": str(turn.index), "X-Turngym-Segment": str(seg.index)}
+        if reason is not None and had:
+            headers["X-Turngym-Branched"] = reason
+        response = self._response(turn, chat=chat, want_logprobs=want_lps, return_ids=bool(body.get("return_token_ids")))
+        response["turngym"] = {"episode_id": eid, "turn": turn.index, "segment": seg.index,
+                               "branched": reason if reason is not None and had else None}
+        self.request_s += (time.perf_counter() - t0) - gen_s
+        return response, headers
+
+    def _response(self, turn: CapturedTurn, *, chat: bool, want_logprobs: bool, return_ids: bool) -> dict[str, Any]:
+        finish = "length" if turn.finish_reason == "length" else "stop"
+        usage = {"prompt_tokens": len(turn.prompt_ids), "completion_tokens": len(turn.token_ids),
+                 "total_tokens": len(turn.prompt_ids) + len(turn.token_ids)}
+        pieces = [self.tokenizer.decode([t]) for t in turn.token_ids] if want_logprobs else []
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": turn.text}
+            if want_logprobs:
+                choice["logprobs"] = {"content": [{"token": p, "logprob": lp, "bytes": list(p.encode()), "top_logprobs": []}
+                                                  for p, lp in zip(pieces, turn.logprobs, strict=True)]}
+        else:
+            choice["text"] = turn.text
+            if want_logprobs:
+                offsets, at = [], 0
+                for p in pieces:
+                    offsets.append(at)
+                    at += len(p)
+                choice["logprobs"] = {"tokens": pieces, "token_logprobs": list(turn.logprobs), "top_logprobs": None,
+                                      "text_offset": offsets}
+        if return_ids:
+            choice["token_ids"] = list(turn.token_ids)
+        out: dict[str, Any] = {
+            "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
+            "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": self.config.model_name,
+            "choices": [choice],
+            "usage": usage,
+        }
+        if return_ids:
+            out["prompt_token_ids"] = list(turn.prompt_ids)
+        return out
+
+    async def outcome(self, episode_id: str, body: Any) -> dict[str, Any]:
+        """Record ``episode_id``'s outcome (see :class:`~turngym.proxy.capture.OutcomeReport`); its
+        episodes are finished and written out."""
+        async with self._lock(episode_id):
+            session = self.store.get(episode_id)
+            if session is None:
+                why = self.store.closed_reason(episode_id)
+                if why is not None:
+                    raise self._fail(ProxyError(409, f"episode {episode_id!r} is {why}", code="episode_closed"))
+                raise self._fail(ProxyError(404, f"no episode {episode_id!r}: it made no request (or every request failed)",
+                                            code="unknown_episode"))
+            try:
+                report = parse_outcome(body, session.turns)
+            except ValueError as exc:
+                raise self._fail(ProxyError(400, str(exc), code="bad_outcome")) from None
+            self.store.close(episode_id, "finished")
+        meta = dict(self.meta)
+        if session.infra_error:
+            meta["infra_error"] = session.infra_error
+            self.store.dropped["infra_error"] += 1
+        episodes = to_episodes(session, report, meta)
+        self.finished.extend(episodes)
+        self.store.counts["episodes_finished"] += len(episodes)
+        if self.config.out is not None:
+            with open(self.config.out / "episodes.jsonl", "a", encoding="utf-8") as fh:
+                fh.write("".join(json.dumps(ep.to_dict(), ensure_ascii=False) + "\n" for ep in episodes))
+        return {"episode_id": episode_id, "episodes": [ep.episode_id for ep in episodes], "turns": session.turns}
+
+    def models(self) -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": self.config.model_name, "object": "model", "created": 0, "owned_by": "turngym"}]}
+
+
+def _reusable(rendered: Any) -> int:
+    """Prefix of the prompt the policy's KV cache may hold (the previous turn's sequence, less
+    its last sampled id, which was never fed back) — as :meth:`HFPolicy.act` computes it."""
+    return rendered.spans[-1][1] - 1 if rendered.spans and rendered.generated[-1] else 0
+
