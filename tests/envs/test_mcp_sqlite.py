@@ -239,8 +239,9 @@ def test_blame_dead_server_hung_call_unstartable_server():
         # before the call, the call retried; the agent sees one clean result, applied once
         salaries = call("read_query", query="SELECT id, salary FROM employees ORDER BY id")
         before = env.step(salaries)[0]
+        # ~2 s in SQLite at idle: the killer (at 0.2 s) must land mid-call on a fast machine too (1M rows took 0.18 s)
         slow = ("UPDATE employees SET salary = salary + 1 WHERE (SELECT count(*) FROM (WITH RECURSIVE c(x) AS "
-                "(SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 1000000) SELECT x FROM c)) > 0")
+                "(SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10000000) SELECT x FROM c)) > 0")
         env.call_timeout_s = 30.0
         (pid,) = _sandboxes() - others
         killer = threading.Timer(0.2, _kill_sandbox, (pid,))
