@@ -24,6 +24,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import os
@@ -175,20 +176,31 @@ def smollm2_tokenizer() -> Any:
     return AutoTokenizer.from_pretrained(Path(next(iter(spec.submodule_search_locations))), gguf_file=SMOLLM2_GGUF)
 
 
-_TOKEN_TEXTS: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
+_STOP_TABLES: weakref.WeakKeyDictionary[Any, ChoiceCache[frozenset[int]]] = weakref.WeakKeyDictionary()
 
 
-def _token_texts(tokenizer: Any) -> list[str]:
-    """Every id's text decoded alone, once per tokenizer (a trainer builds a policy per rollout)."""
+def _stop_tables(tokenizer: Any) -> ChoiceCache[frozenset[int]]:
+    """Per stop-string set, the ids whose text could end one of them: a token's own text holds a
+    stop's last character, or is part of a multi-byte character (decoded alone as U+FFFD).
+
+    Kept per tokenizer (a trainer builds a policy per rollout; decoding every id alone is the cost).
+    """
     try:
-        return _TOKEN_TEXTS[tokenizer]
-    except (KeyError, TypeError):
-        texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], skip_special_tokens=True)
-        try:
-            _TOKEN_TEXTS[tokenizer] = texts
-        except TypeError:  # not weak-referenceable: no cache
-            pass
-        return texts
+        return _STOP_TABLES[tokenizer]
+    except KeyError:
+        pass
+    texts: list[str] = []
+
+    def build(stops: tuple[str, ...]) -> frozenset[int]:
+        if not texts:
+            texts.extend(tokenizer.batch_decode([[i] for i in range(len(tokenizer))], skip_special_tokens=True))
+        last = {x[-1] for x in stops if x}
+        return frozenset(i for i, text in enumerate(texts) if "\ufffd" in text or any(c in text for c in last))
+
+    tables: ChoiceCache[frozenset[int]] = ChoiceCache(build)
+    with contextlib.suppress(TypeError):  # a tokenizer that takes no weak reference: no sharing
+        _STOP_TABLES[tokenizer] = tables
+    return tables
 
 
 def resolve_model_path(name: str | Path | None) -> Path:
@@ -445,8 +457,7 @@ class HFPolicy:
         self._last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in forward_args else {}
         self._weights_seen = self._weights_version()
         self.stats = GenerationStats()
-        self._token_texts: list[str] | None = None
-        self._stop_tables: ChoiceCache = ChoiceCache(self._build_stop_table)
+        self._stop_tables = _stop_tables(tokenizer)
         # The static-cache loop (turngym.agents.hf_decode) unless the model cannot run it or the
         # caller asked for the original loop; the reason is kept for reports.
         self.static_reason = static_decoding_unsupported(model) if static_decoding is not False else "static_decoding=False"
@@ -683,14 +694,6 @@ class HFPolicy:
                 f"a prompt of {longest} tokens + max_new_tokens={budget} exceeds the model's "
                 f"{self.max_positions} positions; keep fewer turns in the prompt (history=k) or lower max_new_tokens"
             )
-
-    def _build_stop_table(self, stops: tuple[str, ...]) -> frozenset[int]:
-        """The ids whose text could end one of ``stops``: a token's own text holds a stop's last
-        character, or is part of a multi-byte character (decoded alone as U+FFFD)."""
-        if self._token_texts is None:
-            self._token_texts = _token_texts(self.tokenizer)
-        last = {x[-1] for x in stops if x}
-        return frozenset(i for i, text in enumerate(self._token_texts) if "\ufffd" in text or any(c in text for c in last))
 
     def _stop_candidates(self, stops: tuple[str, ...]) -> Any:
         """A membership test: after which tokens a stop string may have appeared."""

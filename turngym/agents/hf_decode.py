@@ -229,6 +229,15 @@ class StaticDecoder:
                 self._slots.popitem(last=False)
         return s
 
+    def _mask_of(self, allowed: Any) -> Any:
+        """``allowed`` (bool) as the attention implementation takes it: itself for sdpa, else additive."""
+        import torch
+
+        if self.bool_mask:
+            return allowed
+        return torch.where(allowed, torch.zeros((), dtype=self.dtype, device=self.device),
+                           torch.tensor(torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device))
+
     def _open(self, s: _Slots, col: int) -> None:
         """Let every row attend to cache column ``col`` (written by the step that feeds it)."""
         s.valid[:, col] = True
@@ -241,17 +250,13 @@ class StaticDecoder:
         import torch
 
         d = ids.shape[1]
-        s.cols[0] = torch.arange(start, start + d, device=self.device)
-        q = torch.arange(start, start + d, device=self.device)
-        k = torch.arange(s.length, device=self.device)
-        causal = k[None, :] <= q[:, None]  # [d, length]
+        q = s.cols[0] = torch.arange(start, start + d, device=self.device)  # the columns this forward writes
+        causal = torch.arange(s.length, device=self.device)[None, :] <= q[:, None]  # [d, length]
         allowed = s.valid[:, None, :] & causal[None]  # [rows, d, length]
         allowed[:, torch.arange(d, device=self.device), q] = True  # a pad position sees itself: no empty softmax row
-        mask = allowed[:, None] if self.bool_mask else torch.where(
-            allowed[:, None], torch.zeros((), dtype=self.dtype, device=self.device),
-            torch.tensor(torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device))
         pos = (s.valid.long().cumsum(-1) - 1).clamp(min=0)[:, start : start + d]
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=s.cache, use_cache=True, **extra)
+        out = self.model(input_ids=ids, attention_mask=self._mask_of(allowed[:, None]), position_ids=pos,
+                         past_key_values=s.cache, use_cache=True, **extra)
         s.pos.copy_(pos[:, -1:])
         s.cols[0] = s.step_col
         return out.logits[:, -1, :]
@@ -312,11 +317,8 @@ class StaticDecoder:
         return new
 
     def _refresh_mask(self, s: _Slots) -> None:
-        import torch
-
-        if not self.bool_mask:
-            s.mask.copy_(torch.where(s.valid, torch.zeros((), dtype=self.dtype, device=self.device),
-                                     torch.tensor(torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device))[:, None, None, :])
+        if not self.bool_mask:  # sdpa's mask is a view of s.valid already
+            s.mask.copy_(self._mask_of(s.valid)[:, None, None, :])
 
     # ------------------------------------------------------------------ the loop
     def generate(self, *args: Any) -> list[Generation]:
@@ -362,9 +364,7 @@ class StaticDecoder:
             if d:
                 ids[r, dmax - len(d) :] = torch.tensor(d, dtype=torch.long, device="cpu")
                 s.valid[r, cmax + dmax - len(d) : cmax + dmax] = True
-        ids = ids.to(dev)
-        with torch.inference_mode():
-            logits = self.prefill(s, ids, cmax, policy._last_logits_only)
+        logits = self.prefill(s, ids.to(dev), cmax, policy._last_logits_only)
         self._refresh_mask(s)
 
         # --- host-side state, per original row
@@ -408,49 +408,45 @@ class StaticDecoder:
                     if self._row_done(policy, r, t, gen_ids, finish, node, tries, gen_allowed, stops, window,
                                       stop_cand, limits):
                         live.discard(r)
-                        # the cache holds the prompt and every generated token fed before this one
-                        policy._prefix.store(list(prompts[r]) + gen_ids[r][:-1], s.cache, b,
-                                             s.valid[b] & (torch.arange(s.length, device=dev) < col_fed(b, len(gen_ids[r]))))
+                        # the cache holds the prompt and every generated token fed before this one (generated
+                        # token j is fed at column cmax + dmax + j; the last one never was)
+                        fed = torch.arange(s.length, device=dev) < cmax + dmax + len(gen_ids[r]) - 1
+                        policy._prefix.store(list(prompts[r]) + gen_ids[r][:-1], s.cache, b, s.valid[b] & fed)
                         break
 
-        def col_fed(b: int, generated: int) -> int:
-            # generated token j (0-based) is fed at column cmax + dmax + j; the last one was never fed
-            return cmax + dmax + generated - 1
-
-        with torch.inference_mode():
-            for step in range(budget):
-                trie_rows = [(b, r) for b, r in enumerate(slot_row) if r is not None and r in live and node[r] is not None]
-                if trie_rows:
-                    logits = policy._mask_choices(
-                        logits, [(tries[r], node[r]) if r is not None and r in live and node[r] is not None else (None, None)
-                                 for r in slot_row])
-                token, logprob, logp = policy._sample_full(logits)
-                if force_t is not None and step < fmax:
-                    f = force_t[:, step]
-                    use = f >= 0
-                    token = torch.where(use, f, token)
-                    logprob = torch.where(use, logp.gather(-1, f.clamp(min=0)[:, None])[:, 0], logprob)
-                out_tok.append(token)
-                out_lp.append(logprob)
-                if trie_rows or len(out_tok) >= self.sync_every or step == budget - 1:
-                    host_read()
-                    if not live:
-                        break
-                    keep = [b for b, r in enumerate(slot_row) if r is not None and r in live]
-                    if self.bucket_rows(len(keep)) < s.rows:
-                        s = self.compact(s, keep)
-                        token = _rows(token, keep, s.rows, policy.pad_id)
-                        if force_t is not None:
-                            force_t = _rows(force_t, keep, s.rows, -1)
-                        slot_row = [slot_row[b] for b in keep] + [None] * (s.rows - len(keep))
-                if step == budget - 1:
+        for step in range(budget):
+            row_tries = [(tries[r], node[r]) if r is not None and r in live and node[r] is not None else (None, None)
+                         for r in slot_row]
+            trie_rows = any(t is not None for t, _ in row_tries)  # their next mask needs this step's token
+            if trie_rows:
+                logits = policy._mask_choices(logits, row_tries)
+            token, logprob, logp = policy._sample_full(logits)
+            if force_t is not None and step < fmax:
+                f = force_t[:, step]
+                use = f >= 0
+                token = torch.where(use, f, token)
+                logprob = torch.where(use, logp.gather(-1, f.clamp(min=0)[:, None])[:, 0], logprob)
+            out_tok.append(token)
+            out_lp.append(logprob)
+            if trie_rows or len(out_tok) >= self.sync_every or step == budget - 1:
+                host_read()
+                if not live:
                     break
-                s.tok[:, 0] = token
-                s.step_col.fill_(col)
-                s.pos.add_(1)
-                self._open(s, col)
-                col += 1
-                logits = self.step(s)
+                keep = [b for b, r in enumerate(slot_row) if r is not None and r in live]
+                if self.bucket_rows(len(keep)) < s.rows:
+                    s = self.compact(s, keep)
+                    token = _rows(token, keep, s.rows, policy.pad_id)
+                    if force_t is not None:
+                        force_t = _rows(force_t, keep, s.rows, -1)
+                    slot_row = [slot_row[b] for b in keep] + [None] * (s.rows - len(keep))
+            if step == budget - 1:
+                break
+            s.tok[:, 0] = token
+            s.step_col.fill_(col)
+            s.pos.add_(1)
+            self._open(s, col)
+            col += 1
+            logits = self.step(s)
         return policy._finish(prompts, gen_ids, gen_lps, finish, gen_allowed)
 
     @staticmethod
