@@ -23,17 +23,7 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
-
-
-def _prompts(tokenizer: Any, n: int, length: int) -> list[list[dict[str, str]]]:
-    words = "the agent reads the task and answers with one tool call per turn".split()
-    rng = np.random.default_rng(0)
-    out = []
-    for i in range(n):
-        ids = tokenizer(f"Task {i}: " + " ".join(rng.choice(words, size=length)))["input_ids"][:length]
-        out.append([{"role": "user", "content": tokenizer.decode(ids)}])
-    return out
+from bench_vllm import _prompts  # the same prompts the vLLM benchmark times
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
