@@ -164,6 +164,20 @@ def test_snapshots_move_between_envs_sharing_one_server(env):
         other.close()
 
 
+def test_files_an_episode_leaves_beside_the_world_do_not_reach_the_next(env):
+    # ATTACH / VACUUM INTO write other files into the shared server's working dir while the
+    # world file stays as it was: the next episode (same bytes, so no rewrite) must not see them
+    # (another agent's junk could fill the disk quota and fail this one's writes).
+    junk = call("write_query", query="VACUUM INTO 'junk.db'")
+    outs = []
+    for _ in range(2):
+        env.reset(seed=5)
+        outs.append([(s[0], s[4]["signals"]) for s in play(env, [junk, junk])])
+    assert outs[0] == outs[1]  # same seed, same actions: same episode
+    # Not even the next call sees it: the world (what snapshots carry) is the one file.
+    assert [sig["exec_ok"] for _, sig in outs[0]] == [1.0, 1.0]
+
+
 def test_server_is_sandboxed(env, tmp_path):
     env.reset(seed=1)
     target = tmp_path / "escaped.db"

@@ -117,7 +117,9 @@ class _Server:
             world = self.server.session.read_file(_WORLD)
         except FileNotFoundError:
             world = b""
-        self.on_disk = world
+        # Anything beside the world (an ATTACHed or VACUUMed-INTO file, a left journal) is not
+        # the world: the next write must clear it, or it leaks into the next call's episode.
+        self.on_disk = world if os.listdir(self.server.session.host_dir) == [_WORLD] else None
         self.server.trim_log()
         return world
 

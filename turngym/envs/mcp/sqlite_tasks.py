@@ -17,19 +17,17 @@ from __future__ import annotations
 import random
 import re
 import sqlite3
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from turngym.core.errors import TaskError
 from turngym.core.task import Task
+from turngym.envs.tools.tasks import Call  # {"name": str, "arguments": {...}}, as in Tools-v0
 
 __all__ = ["SQLiteTask", "generate_sqlite_task", "sqlite_task_from_id", "build_database", "SQLITE_ID_PREFIX"]
 
 SQLITE_ID_PREFIX = "mcp/sqlite/"
 _ID = re.compile(r"^mcp/sqlite/(\d+)$")
-
-Call = Mapping[str, Any]  # {"name": str, "arguments": {...}}
 
 
 @dataclass(frozen=True)
