@@ -117,3 +117,31 @@ def test_the_swe_package_cannot_stop_its_grader_with_one_uid(one_uid):
             assert terminated and info["infra_error"] is None and got == reward, (obs, info.get("outcome"))
             assert info["signals"]["imports_ok"] == 1.0, info["outcome"]
             assert took < 15, took
+
+
+#: A right solution whose daemon sends SIGALRM to the namespace's init (the grader) nonstop.
+ALARM_SPAMMER = (
+    "import os, signal, time\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    end = time.time() + 3\n"
+    "    while time.time() < end:\n"
+    "        try:\n"
+    "            os.kill(1, signal.SIGALRM)\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "        time.sleep(0.001)\n"
+    "    os._exit(0)\n"
+    "def f(x):\n"
+    "    time.sleep(0.02)\n"
+    "    return x\n"
+)
+
+
+def test_a_solution_cannot_time_out_its_grader_with_sigalrm_with_one_uid(one_uid):
+    """The grader handles SIGALRM (its per-test timer), so as init it still receives one the
+    solution sends: only its own timer, run out, may end a test. Every test is judged on the
+    answers (all right here), not cut off at the moment the solution chose."""
+    tests = tuple((f"t{i}", f"f({i})", str(i)) for i in range(8))
+    (ev,) = evaluate_many(one_uid, [Problem("a", ALARM_SPAMMER, "f", tests)], per_test_s=0.5)
+    assert ev.n_passed == 8, (ev.n_passed, ev.load_error, ev.results)
