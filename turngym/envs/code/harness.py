@@ -643,8 +643,8 @@ class _Grader:
         global _alarm_armed
         self.deadline = time.monotonic() + seconds
         try:
-            _alarm_armed = True
             signal.setitimer(signal.ITIMER_REAL, seconds + _ALARM_SLACK_S)
+            _alarm_armed = True  # after the timer: a SIGALRM in between is not ours (it is due in seconds)
             fn()
             err = None
         except _Timeout:
