@@ -578,33 +578,37 @@ def test_a_worker_killed_from_outside_mid_step_is_an_infra_error(sandbox):
         env.close()
 
 
+#: A solution that leaves daemons SIGSTOPping every process they may, over and over (shared
+#: with ``test_one_uid_grader``).
+DAEMON_STOPPER = (
+    "import os, signal, time\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    for _ in range(3):\n"
+    "        if os.fork() == 0:\n"
+    "            break\n"
+    "    end = time.time() + 20\n"
+    "    while time.time() < end:\n"
+    "        try:\n"
+    "            os.kill(-1, signal.SIGSTOP)\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "        time.sleep(0.001)\n"
+    "    os._exit(0)\n"
+    "def f(x):\n"
+    "    return x\n"
+)
+
+
 def test_a_daemon_of_one_solution_cannot_stop_the_next_ones_in_a_batch(sandbox):
     """One batch run (evaluations, benchmarks): problem A's solution leaves daemons that
     SIGSTOP every process of its uid (the zygote that forks B's and C's processes). Between
     problems the grader kills everything of that uid but the zygote, and wakes the zygote:
     B and C are judged on their own code, promptly."""
-    stopper = (
-        "import os, signal, time\n"
-        "if os.fork() == 0:\n"
-        "    os.setsid()\n"
-        "    for _ in range(3):\n"
-        "        if os.fork() == 0:\n"
-        "            break\n"
-        "    end = time.time() + 20\n"
-        "    while time.time() < end:\n"
-        "        try:\n"
-        "            os.kill(-1, signal.SIGSTOP)\n"
-        "        except OSError:\n"
-        "            pass\n"
-        "        time.sleep(0.001)\n"
-        "    os._exit(0)\n"
-        "def f(x):\n"
-        "    return x\n"
-    )
     tests = tuple((f"t{i}", f"f({i})", str(i)) for i in range(5))
     good = "def f(x):\n    return x\n"
     t = time.monotonic()
-    evs = evaluate_many(sandbox, [Problem("a", stopper, "f", tests), Problem("b", good, "f", tests),
+    evs = evaluate_many(sandbox, [Problem("a", DAEMON_STOPPER, "f", tests), Problem("b", good, "f", tests),
                                   Problem("c", good, "f", tests)], per_test_s=0.5)
     took = time.monotonic() - t
     if isinstance(sandbox, BubblewrapSandbox) and evs and sandbox.splits_uids and os.geteuid() == 0:

@@ -16,6 +16,7 @@ import json
 import time
 
 import pytest
+from test_code_grader import DAEMON_STOPPER
 
 import turngym
 from turngym.envs.code.runner import Problem, evaluate_many
@@ -84,28 +85,10 @@ def test_a_solution_cannot_stop_its_grader_with_one_uid(one_uid, warm):
 def test_a_daemon_cannot_stop_the_next_solutions_of_a_batch_with_one_uid(one_uid):
     """Problem A leaves daemons that SIGSTOP everything they may, over and over: the grader (the
     namespace's init) kills them between problems and wakes the zygote; B and C pass promptly."""
-    stopper = (
-        "import os, signal, time\n"
-        "if os.fork() == 0:\n"
-        "    os.setsid()\n"
-        "    for _ in range(3):\n"
-        "        if os.fork() == 0:\n"
-        "            break\n"
-        "    end = time.time() + 20\n"
-        "    while time.time() < end:\n"
-        "        try:\n"
-        "            os.kill(-1, signal.SIGSTOP)\n"
-        "        except OSError:\n"
-        "            pass\n"
-        "        time.sleep(0.001)\n"
-        "    os._exit(0)\n"
-        "def f(x):\n"
-        "    return x\n"
-    )
     tests = tuple((f"t{i}", f"f({i})", str(i)) for i in range(5))
     good = "def f(x):\n    return x\n"
     t = time.monotonic()
-    evs = evaluate_many(one_uid, [Problem("a", stopper, "f", tests), Problem("b", good, "f", tests),
+    evs = evaluate_many(one_uid, [Problem("a", DAEMON_STOPPER, "f", tests), Problem("b", good, "f", tests),
                                   Problem("c", good, "f", tests)], per_test_s=0.5)
     took = time.monotonic() - t
     assert [e.n_passed for e in evs[1:]] == [5, 5], [(e.n_passed, e.load_error) for e in evs]
@@ -134,3 +117,31 @@ def test_the_swe_package_cannot_stop_its_grader_with_one_uid(one_uid):
             assert terminated and info["infra_error"] is None and got == reward, (obs, info.get("outcome"))
             assert info["signals"]["imports_ok"] == 1.0, info["outcome"]
             assert took < 15, took
+
+
+#: A right solution whose daemon sends SIGALRM to the namespace's init (the grader) nonstop.
+ALARM_SPAMMER = (
+    "import os, signal, time\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    end = time.time() + 3\n"
+    "    while time.time() < end:\n"
+    "        try:\n"
+    "            os.kill(1, signal.SIGALRM)\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "        time.sleep(0.001)\n"
+    "    os._exit(0)\n"
+    "def f(x):\n"
+    "    time.sleep(0.02)\n"
+    "    return x\n"
+)
+
+
+def test_a_solution_cannot_time_out_its_grader_with_sigalrm_with_one_uid(one_uid):
+    """The grader handles SIGALRM (its per-test timer), so as init it still receives one the
+    solution sends: only its own timer, run out, may end a test. Every test is judged on the
+    answers (all right here), not cut off at the moment the solution chose."""
+    tests = tuple((f"t{i}", f"f({i})", str(i)) for i in range(8))
+    (ev,) = evaluate_many(one_uid, [Problem("a", ALARM_SPAMMER, "f", tests)], per_test_s=0.5)
+    assert ev.n_passed == 8, (ev.n_passed, ev.load_error, ev.results)

@@ -90,8 +90,16 @@ class CandidateError(Exception):
     """The solution raised an exception that is not a builtin one (its type name is kept)."""
 
 
+#: Whether :meth:`_Grader._timed`'s timer is armed: a SIGALRM is ours only then.
+_alarm_armed = False
+
+
 def _on_alarm(signum, frame):
-    raise _Timeout()
+    # Only our own timer, run out, ends a test: with one uid the solution may send this process
+    # a SIGALRM (as a PID namespace's init it gets those, having a handler), which would end
+    # any test, or the grader itself between tests, at the moment the solution chose.
+    if _alarm_armed and signal.getitimer(signal.ITIMER_REAL)[0] == 0.0:
+        raise _Timeout()
 
 
 class _Sink:
@@ -632,9 +640,11 @@ class _Grader:
     def _timed(self, fn, seconds):
         """Run trusted test code with a deadline; its error text, or None if it passed."""
         self.fault = None
+        global _alarm_armed
         self.deadline = time.monotonic() + seconds
-        signal.setitimer(signal.ITIMER_REAL, seconds + _ALARM_SLACK_S)
         try:
+            signal.setitimer(signal.ITIMER_REAL, seconds + _ALARM_SLACK_S)
+            _alarm_armed = True  # after the timer: a SIGALRM in between is not ours (it is due in seconds)
             fn()
             err = None
         except _Timeout:
@@ -647,6 +657,7 @@ class _Grader:
             err = _format_error(exc, self.error_chars) if self.details else f"{type(exc).__name__} (details hidden)"
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+            _alarm_armed = False
         if err is None and self.fault is not None:  # the test code swallowed the solution's fault
             err = self.fault
         return err
