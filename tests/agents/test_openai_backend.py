@@ -296,3 +296,23 @@ def test_constrain_choices_through_agent_specs(monkeypatch) -> None:
         with pytest.raises(ConfigError, match="drop --constrain-choices"):
             make_agent(spec, constrain_choices=True)
     assert make_agent("oracle", constrain_choices=None).name  # None means "default", as the CLI passes it
+
+
+@pytest.mark.parametrize("body", [
+    {"choices": []},
+    {"error": "overloaded"},
+    ["not", "an", "object"],
+    {"choices": [["x"]]},
+    {"choices": [{"message": {"content": 123}, "finish_reason": "stop"}]},
+    {"choices": [{"message": {"content": ["<calc>1+1</calc>"]}, "finish_reason": "stop"}]},
+])
+def test_a_malformed_reply_is_the_agents_invalid_action_not_an_infra_error(body) -> None:
+    # an infra error drops the episode from every score: a served model must not hide its losses
+    # behind malformed answers, nor crash the run with a non-string content
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, json=body))
+    policy = OpenAIPolicy("http://bad.test/v1", max_retries=0, transport=transport)
+    [ep] = run_episodes(lambda: turngym.make("turngym/Math-v0", max_turns=2), policy, [0])
+    assert ep.infra_error is None and ep.turns and not any(t.action_valid for t in ep.turns)
+    assert summarize([ep]).scored_episodes == 1
+    [a] = policy.act([AgentInput([{"role": "user", "content": "hi"}], stop=("</calc>",))])
+    assert a.text == "" and "malformed_response" in a.meta and "infra_error" not in a.meta

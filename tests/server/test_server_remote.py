@@ -231,3 +231,41 @@ def test_serve_command_and_config_validation():
         from turngym.server.app import create_app
 
         create_app(["turngym/Maths-v0"])
+
+
+def test_a_lone_surrogate_action_is_judged_remotely_as_locally_not_an_infra_error():
+    # a lone surrogate is a valid Python str (JSON "\ud800" from a model server decodes to one) but
+    # no UTF-8: the frame could not be sent, the connection dropped and the agent's action ended
+    # its episode as an infra error (dropped from every score) instead of being judged
+    from turngym.server.protocol import dumps, loads
+
+    msg = {"op": "step", "action": "<calc>\ud800</calc> and \ud800 \u00e9"}
+    frame = dumps(msg)
+    frame.encode("utf-8")  # sendable
+    assert loads(frame) == msg
+    assert "\u00e9" in dumps({"a": "\u00e9"})  # a frame without surrogates stays unescaped
+
+    class Surrogates:
+        """Test double of an agent whose decoding yields lone surrogates: a bare one, then inside a tag."""
+
+        name = "surrogates"
+
+        def __init__(self):
+            self.calls = 0
+
+        def act(self, batch):
+            from turngym.agents import Action
+
+            self.calls += 1
+            return [Action("\ud800" if self.calls % 2 else "<calc>\ud800</calc>") for _ in batch]
+
+    def play(**kw):
+        [ep] = run_episodes(lambda: turngym.make("turngym/Math-v0", max_turns=2, **kw), Surrogates(), [0], batch_size=1)
+        return ep
+
+    with ServerThread(["turngym/Math-v0"]) as srv:
+        remote = play(remote=srv.url)
+    local = play()
+    assert remote.infra_error is None
+    assert [t.action_valid for t in remote.turns] == [t.action_valid for t in local.turns]
+    assert [t.observation for t in remote.turns] == [t.observation for t in local.turns]

@@ -6,7 +6,9 @@ options. Requests of one ``act`` batch run concurrently (at most ``concurrency``
 transient failures (connection errors, timeouts, 408/409/429/5xx) are retried with exponential
 backoff and jitter, honouring ``Retry-After``. When a request still fails, its action carries
 ``meta["infra_error"]`` and the rollout ends that episode *unscored* — a dead server is never
-scored as a wrong answer. Errors that retrying cannot fix (401, 404, 400: a wrong key, model
+scored as a wrong answer. A 200 answer without a well-formed reply (no choices, non-string
+content) is the agent's: an empty action flagged ``meta["malformed_response"]``, judged invalid by
+the env, never dropped as an infra error. Errors that retrying cannot fix (401, 404, 400: a wrong key, model
 name or URL) raise :class:`~turngym.core.errors.ConfigError` at once.
 
 Stop strings: the OpenAI API strips the matched stop string from the reply, but an action
@@ -175,11 +177,10 @@ class OpenAIPolicy:
         latency = time.perf_counter() - t0
         if data is None:
             return Action("", meta={"infra_error": error, "attempts": attempts, "latency_s": latency})
-        try:
-            choice = data["choices"][0]
-            text = choice["message"].get("content") or ""
-        except (KeyError, IndexError, TypeError, AttributeError):
-            return Action("", meta={"infra_error": f"malformed response: {str(data)[:200]}", "attempts": attempts})
+        choice = _first_choice(data)
+        if choice is None:  # the server answered, with no reply in it: the agent's failure, judged as an empty action
+            return Action("", meta={"malformed_response": str(data)[:200], "attempts": attempts, "latency_s": latency})
+        text = choice["message"].get("content") or ""
         finish = choice.get("finish_reason")
         meta: dict[str, Any] = {
             "finish_reason": finish,
@@ -237,6 +238,22 @@ def _retry_after(value: str | None) -> float | None:
         return max(0.0, float(value)) if value is not None else None
     except ValueError:
         return None
+
+
+def _first_choice(data: Any) -> dict[str, Any] | None:
+    """The reply's first choice when it is a well-formed chat completion (string or null content), else None.
+
+    A 200 answer is the agent's: a body without a usable reply must end as the agent's invalid
+    action, never as an ``infra_error`` (which drops the episode from every score, so a served
+    model could hide its losses behind malformed answers) nor as an exception (``content: 5``
+    crashed the whole run on ``text.endswith``).
+    """
+    try:
+        choice = data["choices"][0]
+        content = choice["message"].get("content")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return choice if isinstance(choice, dict) and (content is None or isinstance(content, str)) else None
 
 
 def _matched_stop(text: str, stops: Sequence[str], reported: Any) -> str | None:

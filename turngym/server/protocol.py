@@ -119,9 +119,16 @@ def dumps(obj: Any) -> str:
     if _orjson is not None:
         try:
             return _orjson.dumps(obj, default=jsonable, option=_orjson.OPT_SERIALIZE_NUMPY).decode()
-        except TypeError:  # ints beyond 64 bits and other rarities: the stdlib copes
+        except TypeError:  # ints beyond 64 bits, lone surrogates and other rarities: the stdlib copes
             pass
-    return json.dumps(obj, default=jsonable, ensure_ascii=False, allow_nan=True)
+    text = json.dumps(obj, default=jsonable, ensure_ascii=False, allow_nan=True)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (an agent's action can hold one) is no UTF-8: the
+        # frame could not be sent and the connection would drop (an infra error the agent caused);
+        # as a JSON escape it travels, and the stdlib's ``loads`` on the other side restores it
+        return json.dumps(obj, default=jsonable, ensure_ascii=True, allow_nan=True)
+    return text
 
 
 def loads(data: str | bytes) -> Any:
