@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym.cli_args import parse_kv
+from turngym.rollout.metrics import DEFAULT_MAX_INFRA_ERROR_RATE
 
 __all__ = ["main"]
 
@@ -140,10 +141,10 @@ def _setup_eval(p: argparse.ArgumentParser) -> None:
                    "one of them (openai: vLLM's structured_outputs choice; log-probs are of the constrained distribution; "
                    "to train that way: turngym train --constrain-choices)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
-    p.add_argument("--max-infra-error-rate", type=float, default=0.1, metavar="R",
+    p.add_argument("--max-infra-error-rate", type=float, default=DEFAULT_MAX_INFRA_ERROR_RATE, metavar="R",
                    help="fail (exit 3, after writing --out) when more than this share of episodes ended in an "
                    "infrastructure error (dead sandbox or server, an env bug): the scored rest would be a biased sample "
-                   "(default: 0.1; 1 = never)")
+                   f"(default: {DEFAULT_MAX_INFRA_ERROR_RATE}; 1 = never)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--out", type=Path, help="write episodes.jsonl, summary.json, report.md and report.html here")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr (it is shown by default, also with --json)")
