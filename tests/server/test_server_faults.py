@@ -258,3 +258,21 @@ def test_an_env_bug_is_a_clear_error_and_the_session_survives():
             env.step("<unencodable>")
         assert env.step("<calc>3*3</calc>")[0] == "<result>9</result>"
         env.close()
+
+
+def test_an_action_with_lone_surrogates_is_the_agents_own_transition_not_an_infra_error():
+    """An agent must not turn its action into an infra error (an unscored episode): lone
+    surrogates cannot be sent as raw UTF-8, so frames holding them go escaped, and the server
+    env answers exactly as the same env does in-process."""
+    actions = ["<answer>\ud800</answer>", "é\udfff中" * 3, "<calc>\ud800</calc>"]
+    assert loads(dumps({"action": actions[1]}).encode())["action"] == actions[1]  # valid UTF-8, same string back
+    with ServerThread([MATH]) as srv:
+        remote, local = RemoteEnv(srv.url, MATH), MathEnv()
+        for action in actions:
+            remote.reset(seed=0)
+            local.reset(seed=0)
+            *got, info = remote.step(action)
+            *want, want_info = local.step(action)
+            assert info.get("infra_error") is None, info["infra_error"]
+            assert (got, info["action_valid"]) == (want, want_info["action_valid"])
+        remote.close()

@@ -115,13 +115,24 @@ def jsonable(value: Any) -> Any:
 
 
 def dumps(obj: Any) -> str:
-    """Encode one frame (JSON text)."""
+    """Encode one frame (JSON text) that is valid UTF-8 whatever strings ``obj`` holds.
+
+    An agent's action (and the observation that echoes it) may hold lone surrogates
+    (``"\\ud800"``): as raw text they cannot be sent (the socket's UTF-8 encode raises and the
+    connection drops, an ``infra_error`` the agent provoked), so such a frame is sent with them
+    escaped (``\\ud800``), which :func:`loads` decodes back to the same string.
+    """
     if _orjson is not None:
         try:
             return _orjson.dumps(obj, default=jsonable, option=_orjson.OPT_SERIALIZE_NUMPY).decode()
-        except TypeError:  # ints beyond 64 bits and other rarities: the stdlib copes
+        except TypeError:  # ints beyond 64 bits, lone surrogates and other rarities: the stdlib copes
             pass
-    return json.dumps(obj, default=jsonable, ensure_ascii=False, allow_nan=True)
+    text = json.dumps(obj, default=jsonable, ensure_ascii=False, allow_nan=True)
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # lone surrogates: escape them (all non-ASCII is escaped, the rare case)
+        return json.dumps(obj, default=jsonable, ensure_ascii=True, allow_nan=True)
+    return text
 
 
 def loads(data: str | bytes) -> Any:
