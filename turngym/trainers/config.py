@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym.core.errors import ConfigError
+from turngym.rollout.metrics import DEFAULT_MAX_INFRA_ERROR_RATE
 
 __all__ = ["TrainConfig"]
 
@@ -191,7 +192,7 @@ class TrainConfig:
     value_coef: float = 0.5
     """Weight of the value loss in the total loss (with the shared head, how hard it pulls on the trunk)."""
 
-    max_infra_error_rate: float = 0.1
+    max_infra_error_rate: float = DEFAULT_MAX_INFRA_ERROR_RATE
     """The largest share of episodes ending in an infrastructure error (a dead sandbox or server, or
     an env bug: an exception out of ``env.step``) the run accepts, over all its RL rollouts so far
     and within each evaluation. Such episodes are dropped, never scored; past this share the
