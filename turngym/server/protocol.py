@@ -115,7 +115,13 @@ def jsonable(value: Any) -> Any:
 
 
 def dumps(obj: Any) -> str:
-    """Encode one frame (JSON text)."""
+    """Encode one frame (JSON text) that is valid UTF-8 whatever strings ``obj`` holds.
+
+    An agent's action (and the observation that echoes it) may hold lone surrogates
+    (``"\\ud800"``): as raw text they cannot be sent (the socket's UTF-8 encode raises and the
+    connection drops, an ``infra_error`` the agent provoked), so such a frame is sent with them
+    escaped (``\\ud800``), which :func:`loads` decodes back to the same string.
+    """
     if _orjson is not None:
         try:
             return _orjson.dumps(obj, default=jsonable, option=_orjson.OPT_SERIALIZE_NUMPY).decode()
