@@ -419,3 +419,15 @@ def test_smollm2_chat_template_round_trip_splices_the_sampled_ids() -> None:
         assert render_episode(ep, None).input_ids == seq
 
     asyncio.run(go())
+
+
+def test_outcome_info_cannot_override_the_checked_reward_and_success() -> None:
+    """``info`` is free-form; a key named ``reward``/``success`` in it (a NaN reward, a "no" that
+    ``bool()`` reads as a success) must not replace the validated fields in ``episode.outcome``."""
+    from turngym.proxy.capture import CapturedTurn, Session, parse_outcome, to_episodes
+
+    session = Session("forge/0", 0.0, 0.0)
+    session.record(CapturedTurn(0, [1, 2], [3], [-0.5], "a", "a", "eos"), None)
+    body = json.loads('{"reward": 0.0, "success": false, "info": {"reward": NaN, "success": "no", "note": "kept"}}')
+    [ep] = to_episodes(session, parse_outcome(body, 1), {})
+    assert ep.outcome == {"reward": 0.0, "success": False, "note": "kept"} and not ep.success

@@ -252,7 +252,7 @@ def to_episodes(session: Session, report: OutcomeReport, meta: Mapping[str, Any]
                 token_ids=list(ct.token_ids), logprobs=list(ct.logprobs), prompt_ids=list(ct.prompt_ids), node=j, parent=j - 1,
             ))
             prev_key = key
-        ep.outcome = {"reward": report.reward, "success": report.success, **report.info}
+        ep.outcome = {**report.info, "reward": report.reward, "success": report.success}  # info never overrides the checked fields
         episodes.append(ep)
     return episodes
 
