@@ -431,3 +431,25 @@ def test_outcome_info_cannot_override_the_checked_reward_and_success() -> None:
     body = json.loads('{"reward": 0.0, "success": false, "info": {"reward": NaN, "success": "no", "note": "kept"}}')
     [ep] = to_episodes(session, parse_outcome(body, 1), {})
     assert ep.outcome == {"reward": 0.0, "success": False, "note": "kept"} and not ep.success
+
+
+def test_hostile_request_shapes_are_refused_before_tokenizing_or_the_model(served) -> None:
+    """A prompt of megabytes is refused from its size (tokenizing it on the event loop stalled every
+    client ~30 s), and messages the chat template refuses are a 400, not an unhandled 500."""
+    server, _, _ = served
+    proxy = CaptureProxy(server.proxy.policy, ProxyConfig())
+
+    async def go() -> None:
+        huge = "a b " * 500_000  # 2 MB of text
+        with pytest.raises(ProxyError, match="bytes of text cannot fit") as err:
+            await proxy.chat({"model": "tiny", "messages": [{"role": "user", "content": huge}]}, "huge/0")
+        assert err.value.status == 400 and err.value.code == "context_length_exceeded"
+        with pytest.raises(ProxyError, match="bytes of text cannot fit"):
+            await proxy.completion({"model": "tiny", "prompt": [huge]}, "huge/1")
+        two = [{"role": "assistant", "content": "x"}, {"role": "assistant", "content": "y"}]
+        with pytest.raises(ProxyError, match="chat template refuses") as err:
+            await proxy.chat({"model": "tiny", "messages": two, "max_tokens": 2}, "tmpl/0")
+        assert err.value.status == 400
+
+    asyncio.run(go())
+    assert not proxy.store.open and proxy.stats()["errors"] == {"context_length_exceeded": 2, "render_error": 1}

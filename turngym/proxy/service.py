@@ -232,6 +232,8 @@ class CaptureProxy:
             self.meta["architecture"] = arch
         if self.config.out is not None:
             self.config.out.mkdir(parents=True, exist_ok=True)
+        self._token_bytes = max(map(len, self.tokenizer.get_vocab()), default=1)
+        """The longest token's spelling: no token covers more bytes of text (see :meth:`_refuse_oversized`)."""
         self.template_splices = self._probe_template()
         """Whether the chat template renders a conversation incrementally (only appends), so
         multi-turn episodes can reuse sampled ids; when not, every chat turn is an episode of its own."""
@@ -352,9 +354,22 @@ class CaptureProxy:
                                              "lower max_tokens", code="context_length_exceeded", param="messages"))
         return limit
 
+    def _refuse_oversized(self, texts: list[str]) -> None:
+        """Refuse, before tokenizing, a prompt whose text alone needs more tokens than the model has
+        positions: no token spells more than ``_token_bytes`` bytes, so such a text is surely too
+        long, and tokenizing megabytes on the event loop would stall every other client for seconds."""
+        positions = self.policy.max_positions
+        if positions is None:
+            return
+        size = sum(len(t.encode()) for t in texts)
+        if size > positions * self._token_bytes:
+            raise self._fail(ProxyError(400, f"the prompt's {size} bytes of text cannot fit the model's {positions} positions; "
+                                             "shorten the conversation", code="context_length_exceeded", param="messages"))
+
     # ------------------------------------------------------------------ threading
     def _thread_chat(self, session: Session | None, messages: list[dict[str, str]]) -> tuple[list[int], list[Any], int, str | None]:
         """Prompt ids for ``messages`` and the reason for a new segment (None: continue / first)."""
+        self._refuse_oversized([m["content"] for m in messages])
         last = session.last if session is not None else None
         reason: str | None = None
         if last is not None:
@@ -381,10 +396,15 @@ class CaptureProxy:
     def _render(self, messages: list[dict[str, str]], ids: list[Any]) -> Any:
         """The incremental rendering with sampled ids spliced in; None when the chat template is not
         prefix-stable (it rewrites earlier messages, e.g. strips past reasoning), so no splice exists."""
+        from jinja2 import TemplateError
+
         try:
             return self.renderer.render(messages, ids, add_generation_prompt=True)
         except RenderError:
             return None
+        except (TemplateError, ValueError) as exc:  # the template refuses a prefix (e.g. no user message before it)
+            raise self._fail(ProxyError(400, f"the model's chat template refuses these messages: {exc}",
+                                        code="render_error", param="messages")) from None
 
     def _template_ids(self, messages: list[dict[str, str]]) -> list[int]:
         """The prompt exactly as the chat template renders it (text, then tokenized once)."""
@@ -404,6 +424,7 @@ class CaptureProxy:
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]
         if isinstance(prompt, str):
+            self._refuse_oversized([prompt])
             text = prompt
             if last is not None and last.prompt_text is not None and prompt.startswith(last.prompt_text + last.sampled_text):
                 rest = prompt[len(last.prompt_text) + len(last.sampled_text) :]
