@@ -453,3 +453,22 @@ def test_hostile_request_shapes_are_refused_before_tokenizing_or_the_model(serve
 
     asyncio.run(go())
     assert not proxy.store.open and proxy.stats()["errors"] == {"context_length_exceeded": 2, "render_error": 1}
+
+
+def test_concurrent_first_requests_cannot_exceed_the_open_episode_cap(served) -> None:
+    """Every first request used to pass the cap check before any of them had opened its session."""
+    server, _, _ = served
+    proxy = CaptureProxy(server.proxy.policy, ProxyConfig(max_open_episodes=2))
+
+    async def one(i: int) -> str:
+        try:
+            await proxy.chat({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}, f"race/{i}")
+            return "ok"
+        except ProxyError as exc:
+            return exc.code
+
+    async def go() -> list[str]:
+        return await asyncio.gather(*(one(i) for i in range(6)))
+
+    assert sorted(asyncio.run(go())) == ["ok", "ok"] + ["too_many_episodes"] * 4
+    assert len(proxy.store.open) == 2 and not proxy._opening

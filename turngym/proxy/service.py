@@ -220,6 +220,9 @@ class CaptureProxy:
         self.finished: deque[Episode] = deque(maxlen=self.config.keep_finished)
         """The most recent finished episodes (``GET /turngym/episodes``); ``out/episodes.jsonl`` has them all."""
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._opening: set[str] = set()
+        """Episodes whose first request is being sampled: they count against ``max_open_episodes``
+        (else concurrent first requests all pass the check before any of them opens its session)."""
         self._batcher = _Batcher(policy.generate, self.config.max_batch_size)
         self.request_s = 0.0
         self._reaped = 0.0
@@ -291,7 +294,7 @@ class CaptureProxy:
             raise self._fail(ProxyError(409, f"episode {episode_id!r} is {why}; start a new episode with a new id",
                                         code="episode_closed"))
         session = self.store.get(episode_id)
-        if session is None and not self.store.can_open():
+        if session is None and not self.store.can_open(pending=len(self._opening)):
             raise self._fail(ProxyError(429, f"{self.config.max_open_episodes} episodes are open; report outcomes "
                                              "(or let them time out) before starting more", code="too_many_episodes"))
         return session
@@ -480,43 +483,48 @@ class CaptureProxy:
             session = self._open(eid)
             if session is not None:
                 session.last_seen = time.monotonic()  # in flight: not idle, not to be reaped meanwhile
-            if chat:
-                assert messages is not None
-                prompt, action_ids, reusable, reason = self._thread_chat(session, messages)
-                prompt_text = None
             else:
-                prompt, prompt_text, reusable, reason = self._thread_text(session, body.get("prompt"))
-                action_ids = None
-            limit = self._limit(body, len(prompt))
-            gen_t0 = time.perf_counter()
+                self._opening.add(eid)
             try:
-                gen = await self._batcher.submit(prompt, stops, reusable, limit)
-            except Exception as exc:
-                if session is not None:
-                    session.infra_error = f"{type(exc).__name__}: {exc}"
-                raise self._fail(ProxyError(500, f"the model failed to generate ({type(exc).__name__}: {exc}); the episode "
-                                                 "is marked as an infrastructure error", code="generation_failed")) from exc
-            gen_s = time.perf_counter() - gen_t0
-            text = gen.text
-            if gen.finish_reason == "stop" and gen.stop and gen.stop in text:
-                text = text[: text.index(gen.stop)]  # OpenAI returns the text before the stop string
-            why = self.store.closed_reason(eid)
-            if why is not None:  # reaped while sampling (a generation longer than the outcome timeout)
-                raise self._fail(ProxyError(409, f"episode {eid!r} was {why} while this request was sampled; start a new "
-                                                 "episode (or raise --outcome-timeout)", code="episode_closed"))
-            session = self.store.session(eid)
-            session.last_seen = time.monotonic()
-            if group and not session.group:
-                session.group = group[:256]
-            turn = CapturedTurn(
-                index=session.turns, prompt_ids=list(prompt), token_ids=list(gen.token_ids), logprobs=list(gen.logprobs),
-                text=text, sampled_text=gen.text, finish_reason=gen.finish_reason, messages=messages, action_ids=action_ids,
-                prompt_text=prompt_text,
-            )
-            had = len(session.segments)
-            seg = session.record(turn, reason)
-            if reason is not None and had:
-                self.store.branches[reason] += 1
+                if chat:
+                    assert messages is not None
+                    prompt, action_ids, reusable, reason = self._thread_chat(session, messages)
+                    prompt_text = None
+                else:
+                    prompt, prompt_text, reusable, reason = self._thread_text(session, body.get("prompt"))
+                    action_ids = None
+                limit = self._limit(body, len(prompt))
+                gen_t0 = time.perf_counter()
+                try:
+                    gen = await self._batcher.submit(prompt, stops, reusable, limit)
+                except Exception as exc:
+                    if session is not None:
+                        session.infra_error = f"{type(exc).__name__}: {exc}"
+                    raise self._fail(ProxyError(500, f"the model failed to generate ({type(exc).__name__}: {exc}); the episode "
+                                                     "is marked as an infrastructure error", code="generation_failed")) from exc
+                gen_s = time.perf_counter() - gen_t0
+                text = gen.text
+                if gen.finish_reason == "stop" and gen.stop and gen.stop in text:
+                    text = text[: text.index(gen.stop)]  # OpenAI returns the text before the stop string
+                why = self.store.closed_reason(eid)
+                if why is not None:  # reaped while sampling (a generation longer than the outcome timeout)
+                    raise self._fail(ProxyError(409, f"episode {eid!r} was {why} while this request was sampled; start a new "
+                                                     "episode (or raise --outcome-timeout)", code="episode_closed"))
+                session = self.store.session(eid)
+                session.last_seen = time.monotonic()
+                if group and not session.group:
+                    session.group = group[:256]
+                turn = CapturedTurn(
+                    index=session.turns, prompt_ids=list(prompt), token_ids=list(gen.token_ids), logprobs=list(gen.logprobs),
+                    text=text, sampled_text=gen.text, finish_reason=gen.finish_reason, messages=messages, action_ids=action_ids,
+                    prompt_text=prompt_text,
+                )
+                had = len(session.segments)
+                seg = session.record(turn, reason)
+                if reason is not None and had:
+                    self.store.branches[reason] += 1
+            finally:
+                self._opening.discard(eid)
         counts = self.store.counts
         counts["completions"] += 1
         counts["prompt_tokens"] += len(prompt)
