@@ -450,9 +450,15 @@ def test_hostile_request_shapes_are_refused_before_tokenizing_or_the_model(serve
         with pytest.raises(ProxyError, match="chat template refuses") as err:
             await proxy.chat({"model": "tiny", "messages": two, "max_tokens": 2}, "tmpl/0")
         assert err.value.status == 400
+        lone = json.loads('"\\ud800"')  # valid JSON, yet the tokenizer raised a TypeError on it (a 500)
+        for ask in (proxy.chat({"model": "tiny", "messages": [{"role": "user", "content": lone}]}, "sur/0"),
+                    proxy.completion({"model": "tiny", "prompt": lone}, "sur/1")):
+            with pytest.raises(ProxyError, match="surrogate"):
+                await ask
 
     asyncio.run(go())
-    assert not proxy.store.open and proxy.stats()["errors"] == {"context_length_exceeded": 2, "render_error": 1}
+    errors = proxy.stats()["errors"]
+    assert not proxy.store.open and errors == {"context_length_exceeded": 2, "render_error": 1, "invalid_text": 2}
 
 
 def test_concurrent_first_requests_cannot_exceed_the_open_episode_cap(served) -> None:

@@ -236,7 +236,7 @@ class CaptureProxy:
         if self.config.out is not None:
             self.config.out.mkdir(parents=True, exist_ok=True)
         self._token_bytes = max(map(len, self.tokenizer.get_vocab()), default=1)
-        """The longest token's spelling: no token covers more bytes of text (see :meth:`_refuse_oversized`)."""
+        """The longest token's spelling: no token covers more bytes of text (see :meth:`_check_text`)."""
         self.template_splices = self._probe_template()
         """Whether the chat template renders a conversation incrementally (only appends), so
         multi-turn episodes can reuse sampled ids; when not, every chat turn is an episode of its own."""
@@ -357,22 +357,25 @@ class CaptureProxy:
                                              "lower max_tokens", code="context_length_exceeded", param="messages"))
         return limit
 
-    def _refuse_oversized(self, texts: list[str]) -> None:
-        """Refuse, before tokenizing, a prompt whose text alone needs more tokens than the model has
-        positions: no token spells more than ``_token_bytes`` bytes, so such a text is surely too
-        long, and tokenizing megabytes on the event loop would stall every other client for seconds."""
+    def _check_text(self, texts: list[str]) -> None:
+        """Refuse, before tokenizing, text no tokenizer takes (a lone surrogate) or text that alone
+        needs more tokens than the model has positions: no token spells more than ``_token_bytes``
+        bytes, so such a text is surely too long, and tokenizing megabytes on the event loop would
+        stall every other client for seconds."""
+        try:
+            size = sum(len(t.encode()) for t in texts)
+        except UnicodeEncodeError:  # valid JSON ("\ud800"), but no tokenizer takes it (a TypeError: 500)
+            raise self._fail(ProxyError(400, "the prompt holds a lone UTF-16 surrogate (e.g. \\ud800): send valid Unicode text",
+                                        code="invalid_text", param="messages")) from None
         positions = self.policy.max_positions
-        if positions is None:
-            return
-        size = sum(len(t.encode()) for t in texts)
-        if size > positions * self._token_bytes:
+        if positions is not None and size > positions * self._token_bytes:
             raise self._fail(ProxyError(400, f"the prompt's {size} bytes of text cannot fit the model's {positions} positions; "
                                              "shorten the conversation", code="context_length_exceeded", param="messages"))
 
     # ------------------------------------------------------------------ threading
     def _thread_chat(self, session: Session | None, messages: list[dict[str, str]]) -> tuple[list[int], list[Any], int, str | None]:
         """Prompt ids for ``messages`` and the reason for a new segment (None: continue / first)."""
-        self._refuse_oversized([m["content"] for m in messages])
+        self._check_text([t for m in messages for t in (m["content"], m.get("name", ""))])
         last = session.last if session is not None else None
         reason: str | None = None
         if last is not None:
@@ -427,7 +430,7 @@ class CaptureProxy:
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]
         if isinstance(prompt, str):
-            self._refuse_oversized([prompt])
+            self._check_text([prompt])
             text = prompt
             if last is not None and last.prompt_text is not None and prompt.startswith(last.prompt_text + last.sampled_text):
                 rest = prompt[len(last.prompt_text) + len(last.sampled_text) :]
