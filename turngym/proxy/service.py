@@ -449,7 +449,7 @@ class CaptureProxy:
         if last is None:
             return ids, text, 0, None
         seq = last.sequence
-        if ids[: len(seq)] == seq and len(ids) > len(seq) - 1:
+        if ids[: len(seq)] == seq:
             return ids, text, len(seq) - 1, None
         return ids, text, 0, EDITED
 
