@@ -419,3 +419,62 @@ def test_smollm2_chat_template_round_trip_splices_the_sampled_ids() -> None:
         assert render_episode(ep, None).input_ids == seq
 
     asyncio.run(go())
+
+
+def test_outcome_info_cannot_override_the_checked_reward_and_success() -> None:
+    """``info`` is free-form; a key named ``reward``/``success`` in it (a NaN reward, a "no" that
+    ``bool()`` reads as a success) must not replace the validated fields in ``episode.outcome``."""
+    from turngym.proxy.capture import CapturedTurn, Session, parse_outcome, to_episodes
+
+    session = Session("forge/0", 0.0, 0.0)
+    session.record(CapturedTurn(0, [1, 2], [3], [-0.5], "a", "a", "eos"), None)
+    body = json.loads('{"reward": 0.0, "success": false, "info": {"reward": NaN, "success": "no", "note": "kept"}}')
+    [ep] = to_episodes(session, parse_outcome(body, 1), {})
+    assert ep.outcome == {"reward": 0.0, "success": False, "note": "kept"} and not ep.success
+
+
+def test_hostile_request_shapes_are_refused_before_tokenizing_or_the_model(served) -> None:
+    """A prompt of megabytes is refused from its size (tokenizing it on the event loop stalled every
+    client ~30 s), and messages the chat template refuses are a 400, not an unhandled 500."""
+    server, _, _ = served
+    proxy = CaptureProxy(server.proxy.policy, ProxyConfig())
+
+    async def go() -> None:
+        huge = "a b " * 500_000  # 2 MB of text
+        with pytest.raises(ProxyError, match="bytes of text cannot fit") as err:
+            await proxy.chat({"model": "tiny", "messages": [{"role": "user", "content": huge}]}, "huge/0")
+        assert err.value.status == 400 and err.value.code == "context_length_exceeded"
+        with pytest.raises(ProxyError, match="bytes of text cannot fit"):
+            await proxy.completion({"model": "tiny", "prompt": [huge]}, "huge/1")
+        two = [{"role": "assistant", "content": "x"}, {"role": "assistant", "content": "y"}]
+        with pytest.raises(ProxyError, match="chat template refuses") as err:
+            await proxy.chat({"model": "tiny", "messages": two, "max_tokens": 2}, "tmpl/0")
+        assert err.value.status == 400
+        lone = json.loads('"\\ud800"')  # valid JSON, yet the tokenizer raised a TypeError on it (a 500)
+        for ask in (proxy.chat({"model": "tiny", "messages": [{"role": "user", "content": lone}]}, "sur/0"),
+                    proxy.completion({"model": "tiny", "prompt": lone}, "sur/1")):
+            with pytest.raises(ProxyError, match="surrogate"):
+                await ask
+
+    asyncio.run(go())
+    errors = proxy.stats()["errors"]
+    assert not proxy.store.open and errors == {"context_length_exceeded": 2, "render_error": 1, "invalid_text": 2}
+
+
+def test_concurrent_first_requests_cannot_exceed_the_open_episode_cap(served) -> None:
+    """Every first request used to pass the cap check before any of them had opened its session."""
+    server, _, _ = served
+    proxy = CaptureProxy(server.proxy.policy, ProxyConfig(max_open_episodes=2))
+
+    async def one(i: int) -> str:
+        try:
+            await proxy.chat({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}, f"race/{i}")
+            return "ok"
+        except ProxyError as exc:
+            return exc.code
+
+    async def go() -> list[str]:
+        return await asyncio.gather(*(one(i) for i in range(6)))
+
+    assert sorted(asyncio.run(go())) == ["ok", "ok"] + ["too_many_episodes"] * 4
+    assert len(proxy.store.open) == 2 and not proxy._opening

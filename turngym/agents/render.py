@@ -304,7 +304,7 @@ def render_recorded(episode: Episode) -> TokenSample:
     for turn in episode.turns:
         if turn.prompt_ids is None or turn.token_ids is None:
             raise RenderError(f"turn {turn.index} of recorded episode {episode.episode_id!r} lacks its prompt or generated ids")
-        if turn.prompt_ids[: len(ids)] != ids or len(turn.prompt_ids) < len(ids):
+        if turn.prompt_ids[: len(ids)] != ids:
             raise RenderError(
                 f"turn {turn.index} of recorded episode {episode.episode_id!r}: its prompt does not extend the sequence "
                 "before it (prompt + generated ids of the previous turn); such a turn starts a new episode"

@@ -252,7 +252,7 @@ def to_episodes(session: Session, report: OutcomeReport, meta: Mapping[str, Any]
                 token_ids=list(ct.token_ids), logprobs=list(ct.logprobs), prompt_ids=list(ct.prompt_ids), node=j, parent=j - 1,
             ))
             prev_key = key
-        ep.outcome = {"reward": report.reward, "success": report.success, **report.info}
+        ep.outcome = {**report.info, "reward": report.reward, "success": report.success}  # info never overrides the checked fields
         episodes.append(ep)
     return episodes
 
@@ -285,8 +285,9 @@ class SessionStore:
     def closed_reason(self, episode_id: str) -> str | None:
         return self.closed.get(episode_id)
 
-    def can_open(self) -> bool:
-        return len(self.open) < self.max_open
+    def can_open(self, pending: int = 0) -> bool:
+        """Whether one more session fits, ``pending`` more being opened already."""
+        return len(self.open) + pending < self.max_open
 
     def session(self, episode_id: str, now: float | None = None) -> Session:
         now = time.monotonic() if now is None else now

@@ -7,12 +7,11 @@ the core dependencies alone.
 from __future__ import annotations
 
 import argparse
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
-from turngym.core.errors import ConfigError, InfraError
+from turngym.core.errors import ConfigError
+from turngym.server.testing import UvicornThread
 
 __all__ = ["ProxyThread", "build_proxy", "run_command", "setup_parser"]
 
@@ -29,43 +28,17 @@ def build_proxy(model: str = "tiny", *, out: str | Path | None = None, served_na
     return CaptureProxy(policy, cfg)
 
 
-class ProxyThread:
+class ProxyThread(UvicornThread):
     """Serve a :class:`~turngym.proxy.service.CaptureProxy` on a background thread (127.0.0.1):
     ``with ProxyThread(build_proxy("tiny")) as p:`` then point an OpenAI client at ``p.base_url``."""
 
     def __init__(self, proxy: Any, *, port: int | None = None, token: str | None = None) -> None:
-        import uvicorn
-
         from turngym.proxy.app import create_proxy_app
-        from turngym.server.testing import free_port
 
+        super().__init__(create_proxy_app(proxy, token=token), "proxy", port=port)
         self.proxy = proxy
-        self.app = create_proxy_app(proxy, token=token)
-        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.base_url = f"{self.url}/v1"
-        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="error",
-                                                    timeout_graceful_shutdown=5, lifespan="on"))
-        self._thread = threading.Thread(target=self.server.run, name=f"turngym-proxy-{self.port}", daemon=True)
-
-    def start(self, timeout: float = 20.0) -> ProxyThread:
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise InfraError(f"the proxy on port {self.port} did not start")
-            time.sleep(0.01)
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self.server.should_exit = True
-        self._thread.join(timeout)
-
-    def __enter__(self) -> ProxyThread:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def setup_parser(p: argparse.ArgumentParser) -> None:

@@ -220,6 +220,9 @@ class CaptureProxy:
         self.finished: deque[Episode] = deque(maxlen=self.config.keep_finished)
         """The most recent finished episodes (``GET /turngym/episodes``); ``out/episodes.jsonl`` has them all."""
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._opening: set[str] = set()
+        """Episodes whose first request is being sampled: they count against ``max_open_episodes``
+        (else concurrent first requests all pass the check before any of them opens its session)."""
         self._batcher = _Batcher(policy.generate, self.config.max_batch_size)
         self.request_s = 0.0
         self._reaped = 0.0
@@ -232,6 +235,8 @@ class CaptureProxy:
             self.meta["architecture"] = arch
         if self.config.out is not None:
             self.config.out.mkdir(parents=True, exist_ok=True)
+        self._token_bytes = max(map(len, self.tokenizer.get_vocab()), default=1)
+        """The longest token's spelling: no token covers more bytes of text (see :meth:`_check_text`)."""
         self.template_splices = self._probe_template()
         """Whether the chat template renders a conversation incrementally (only appends), so
         multi-turn episodes can reuse sampled ids; when not, every chat turn is an episode of its own."""
@@ -289,7 +294,7 @@ class CaptureProxy:
             raise self._fail(ProxyError(409, f"episode {episode_id!r} is {why}; start a new episode with a new id",
                                         code="episode_closed"))
         session = self.store.get(episode_id)
-        if session is None and not self.store.can_open():
+        if session is None and not self.store.can_open(pending=len(self._opening)):
             raise self._fail(ProxyError(429, f"{self.config.max_open_episodes} episodes are open; report outcomes "
                                              "(or let them time out) before starting more", code="too_many_episodes"))
         return session
@@ -352,9 +357,25 @@ class CaptureProxy:
                                              "lower max_tokens", code="context_length_exceeded", param="messages"))
         return limit
 
+    def _check_text(self, texts: list[str]) -> None:
+        """Refuse, before tokenizing, text no tokenizer takes (a lone surrogate) or text that alone
+        needs more tokens than the model has positions: no token spells more than ``_token_bytes``
+        bytes, so such a text is surely too long, and tokenizing megabytes on the event loop would
+        stall every other client for seconds."""
+        try:
+            size = sum(len(t.encode()) for t in texts)
+        except UnicodeEncodeError:  # valid JSON ("\ud800"), but no tokenizer takes it (a TypeError: 500)
+            raise self._fail(ProxyError(400, "the prompt holds a lone UTF-16 surrogate (e.g. \\ud800): send valid Unicode text",
+                                        code="invalid_text", param="messages")) from None
+        positions = self.policy.max_positions
+        if positions is not None and size > positions * self._token_bytes:
+            raise self._fail(ProxyError(400, f"the prompt's {size} bytes of text cannot fit the model's {positions} positions; "
+                                             "shorten the conversation", code="context_length_exceeded", param="messages"))
+
     # ------------------------------------------------------------------ threading
     def _thread_chat(self, session: Session | None, messages: list[dict[str, str]]) -> tuple[list[int], list[Any], int, str | None]:
         """Prompt ids for ``messages`` and the reason for a new segment (None: continue / first)."""
+        self._check_text([t for m in messages for t in (m["content"], m.get("name", ""))])
         last = session.last if session is not None else None
         reason: str | None = None
         if last is not None:
@@ -381,10 +402,15 @@ class CaptureProxy:
     def _render(self, messages: list[dict[str, str]], ids: list[Any]) -> Any:
         """The incremental rendering with sampled ids spliced in; None when the chat template is not
         prefix-stable (it rewrites earlier messages, e.g. strips past reasoning), so no splice exists."""
+        from jinja2 import TemplateError
+
         try:
             return self.renderer.render(messages, ids, add_generation_prompt=True)
         except RenderError:
             return None
+        except (TemplateError, ValueError) as exc:  # the template refuses a prefix (e.g. no user message before it)
+            raise self._fail(ProxyError(400, f"the model's chat template refuses these messages: {exc}",
+                                        code="render_error", param="messages")) from None
 
     def _template_ids(self, messages: list[dict[str, str]]) -> list[int]:
         """The prompt exactly as the chat template renders it (text, then tokenized once)."""
@@ -404,6 +430,7 @@ class CaptureProxy:
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]
         if isinstance(prompt, str):
+            self._check_text([prompt])
             text = prompt
             if last is not None and last.prompt_text is not None and prompt.startswith(last.prompt_text + last.sampled_text):
                 rest = prompt[len(last.prompt_text) + len(last.sampled_text) :]
@@ -422,7 +449,7 @@ class CaptureProxy:
         if last is None:
             return ids, text, 0, None
         seq = last.sequence
-        if ids[: len(seq)] == seq and len(ids) > len(seq) - 1:
+        if ids[: len(seq)] == seq:
             return ids, text, len(seq) - 1, None
         return ids, text, 0, EDITED
 
@@ -459,43 +486,48 @@ class CaptureProxy:
             session = self._open(eid)
             if session is not None:
                 session.last_seen = time.monotonic()  # in flight: not idle, not to be reaped meanwhile
-            if chat:
-                assert messages is not None
-                prompt, action_ids, reusable, reason = self._thread_chat(session, messages)
-                prompt_text = None
             else:
-                prompt, prompt_text, reusable, reason = self._thread_text(session, body.get("prompt"))
-                action_ids = None
-            limit = self._limit(body, len(prompt))
-            gen_t0 = time.perf_counter()
+                self._opening.add(eid)
             try:
-                gen = await self._batcher.submit(prompt, stops, reusable, limit)
-            except Exception as exc:
-                if session is not None:
-                    session.infra_error = f"{type(exc).__name__}: {exc}"
-                raise self._fail(ProxyError(500, f"the model failed to generate ({type(exc).__name__}: {exc}); the episode "
-                                                 "is marked as an infrastructure error", code="generation_failed")) from exc
-            gen_s = time.perf_counter() - gen_t0
-            text = gen.text
-            if gen.finish_reason == "stop" and gen.stop and gen.stop in text:
-                text = text[: text.index(gen.stop)]  # OpenAI returns the text before the stop string
-            why = self.store.closed_reason(eid)
-            if why is not None:  # reaped while sampling (a generation longer than the outcome timeout)
-                raise self._fail(ProxyError(409, f"episode {eid!r} was {why} while this request was sampled; start a new "
-                                                 "episode (or raise --outcome-timeout)", code="episode_closed"))
-            session = self.store.session(eid)
-            session.last_seen = time.monotonic()
-            if group and not session.group:
-                session.group = group[:256]
-            turn = CapturedTurn(
-                index=session.turns, prompt_ids=list(prompt), token_ids=list(gen.token_ids), logprobs=list(gen.logprobs),
-                text=text, sampled_text=gen.text, finish_reason=gen.finish_reason, messages=messages, action_ids=action_ids,
-                prompt_text=prompt_text,
-            )
-            had = len(session.segments)
-            seg = session.record(turn, reason)
-            if reason is not None and had:
-                self.store.branches[reason] += 1
+                if chat:
+                    assert messages is not None
+                    prompt, action_ids, reusable, reason = self._thread_chat(session, messages)
+                    prompt_text = None
+                else:
+                    prompt, prompt_text, reusable, reason = self._thread_text(session, body.get("prompt"))
+                    action_ids = None
+                limit = self._limit(body, len(prompt))
+                gen_t0 = time.perf_counter()
+                try:
+                    gen = await self._batcher.submit(prompt, stops, reusable, limit)
+                except Exception as exc:
+                    if session is not None:
+                        session.infra_error = f"{type(exc).__name__}: {exc}"
+                    raise self._fail(ProxyError(500, f"the model failed to generate ({type(exc).__name__}: {exc}); the episode "
+                                                     "is marked as an infrastructure error", code="generation_failed")) from exc
+                gen_s = time.perf_counter() - gen_t0
+                text = gen.text
+                if gen.finish_reason == "stop" and gen.stop and gen.stop in text:
+                    text = text[: text.index(gen.stop)]  # OpenAI returns the text before the stop string
+                why = self.store.closed_reason(eid)
+                if why is not None:  # reaped while sampling (a generation longer than the outcome timeout)
+                    raise self._fail(ProxyError(409, f"episode {eid!r} was {why} while this request was sampled; start a new "
+                                                     "episode (or raise --outcome-timeout)", code="episode_closed"))
+                session = self.store.session(eid)
+                session.last_seen = time.monotonic()
+                if group and not session.group:
+                    session.group = group[:256]
+                turn = CapturedTurn(
+                    index=session.turns, prompt_ids=list(prompt), token_ids=list(gen.token_ids), logprobs=list(gen.logprobs),
+                    text=text, sampled_text=gen.text, finish_reason=gen.finish_reason, messages=messages, action_ids=action_ids,
+                    prompt_text=prompt_text,
+                )
+                had = len(session.segments)
+                seg = session.record(turn, reason)
+                if reason is not None and had:
+                    self.store.branches[reason] += 1
+            finally:
+                self._opening.discard(eid)
         counts = self.store.counts
         counts["completions"] += 1
         counts["prompt_tokens"] += len(prompt)

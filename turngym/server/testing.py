@@ -15,11 +15,11 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from turngym.core.errors import InfraError
 
-__all__ = ["ServerThread", "free_port", "GilHoldingTestEnv"]
+__all__ = ["ServerThread", "UvicornThread", "free_port", "GilHoldingTestEnv"]
 
 
 def free_port() -> int:
@@ -112,7 +112,58 @@ def _where_visible(needle: bytes) -> list[str]:
     return found
 
 
-class ServerThread:
+_T = TypeVar("_T", bound="UvicornThread")
+
+
+class UvicornThread:
+    """An ASGI app under uvicorn on 127.0.0.1 in a daemon thread; ``stop()`` shuts it down
+    gracefully. The part the env server's and the capture proxy's in-process runners share.
+
+    Args:
+        app: the ASGI app.
+        what: names the server in the error raised when it does not start.
+        port: the port (default: a free one).
+        **options: more :class:`uvicorn.Config` options.
+    """
+
+    def __init__(self, app: Any, what: str, *, port: int | None = None, **options: Any) -> None:
+        import uvicorn
+
+        self.app, self._what = app, what
+        self.port = port or free_port()
+        cfg = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error", timeout_graceful_shutdown=5,
+                             lifespan="on", **options)
+        self.server = uvicorn.Server(cfg)
+        self._thread = threading.Thread(target=self.server.run, name=f"turngym-{what.replace(' ', '-')}-{self.port}", daemon=True)
+
+    def _startup_error(self) -> BaseException | None:
+        """Why the app failed to start, when it knows (raised instead of the generic error)."""
+        return None
+
+    def start(self: _T, timeout: float = 20.0) -> _T:
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                error = self._startup_error()
+                if error is not None:
+                    raise error
+                raise InfraError(f"the {self._what} on port {self.port} did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.server.should_exit = True
+        self._thread.join(timeout)
+
+    def __enter__(self: _T) -> _T:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class ServerThread(UvicornThread):
     """A uvicorn env server on 127.0.0.1 in a daemon thread; ``stop()`` shuts it down gracefully.
 
     Args:
@@ -129,47 +180,20 @@ class ServerThread:
         port: int | None = None,
         **config: Any,
     ) -> None:
-        import uvicorn
-
         from turngym.server.app import create_app
         from turngym.server.guard import uvicorn_options
         from turngym.server.serve import refuse_in_worker_bootstrap
 
         refuse_in_worker_bootstrap("ServerThread()")
 
-        self.app = create_app(tuple(env_ids or ()), factories=factories, **config)
-        self.port = port or free_port()
+        app = create_app(tuple(env_ids or ()), factories=factories, **config)
+        super().__init__(app, "test server", port=port, **uvicorn_options(app.state.manager.config))
         self.url = f"ws://127.0.0.1:{self.port}"
         self.http_url = f"http://127.0.0.1:{self.port}"
-        cfg = uvicorn.Config(
-            self.app, host="127.0.0.1", port=self.port, log_level="error",
-            timeout_graceful_shutdown=5, lifespan="on", **uvicorn_options(self.app.state.manager.config),
-        )
-        self.server = uvicorn.Server(cfg)
-        self._thread = threading.Thread(target=self.server.run, name=f"turngym-server-{self.port}", daemon=True)
 
     @property
     def manager(self) -> Any:
         return self.app.state.manager
 
-    def start(self, timeout: float = 20.0) -> ServerThread:
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                error = self.manager.startup_error
-                if error is not None:
-                    raise error
-                raise InfraError(f"the test server on port {self.port} did not start")
-            time.sleep(0.01)
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self.server.should_exit = True
-        self._thread.join(timeout)
-
-    def __enter__(self) -> ServerThread:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def _startup_error(self) -> BaseException | None:
+        return self.manager.startup_error
