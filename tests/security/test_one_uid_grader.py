@@ -16,7 +16,10 @@ import json
 import time
 
 import pytest
-from test_code_grader import DAEMON_STOPPER
+try:
+    from test_code_grader import DAEMON_STOPPER
+except ModuleNotFoundError:  # loaded by path from tests/docker (which reuses these cases): tests/security is not on sys.path
+    from tests.security.test_code_grader import DAEMON_STOPPER
 
 import turngym
 from turngym.envs.code.runner import Problem, evaluate_many
