@@ -16,6 +16,7 @@ import json
 import time
 
 import pytest
+
 try:
     from test_code_grader import DAEMON_STOPPER
 except ModuleNotFoundError:  # loaded by path from tests/docker (which reuses these cases): tests/security is not on sys.path
