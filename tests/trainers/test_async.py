@@ -184,7 +184,7 @@ def test_async_steps_count_and_bound_the_runs_infra_errors(tmp_path: Path) -> No
     episodes = run_episodes(lambda: turngym.make("turngym/Math-v0"), OracleAgent(), list(range(8)), env_id="turngym/Math-v0")
     for ep in episodes[:2]:
         ep.meta["infra_error"] = "sandbox died (test)"
-    config = TrainConfig(async_rollouts=True, steps=2, max_infra_error_rate=0.3)
+    config = TrainConfig(async_rollouts=True, async_worker="thread", steps=2, max_infra_error_rate=0.3)  # test doubles: in-process
     learner = _RecordingLearner()
     rollouts = AsyncRollouts(config, learner, lambda model: _SavedProducer(episodes), first=0,
                              screen=Trainer(config, tmp_path / "a", log=None)._screen)
@@ -194,7 +194,7 @@ def test_async_steps_count_and_bound_the_runs_infra_errors(tmp_path: Path) -> No
         rollouts.close()
     assert (row["infra_errors"], row["infra_error_rate"]) == (2, 0.25)
     assert [ep.episode_id for ep in learner.given[0]] == [ep.episode_id for ep in episodes[2:]]  # never scored
-    strict = TrainConfig(async_rollouts=True, steps=2, max_infra_error_rate=0.1)
+    strict = TrainConfig(async_rollouts=True, async_worker="thread", steps=2, max_infra_error_rate=0.1)
     rollouts = AsyncRollouts(strict, _RecordingLearner(), lambda model: _SavedProducer(episodes), first=0,
                              screen=Trainer(strict, tmp_path / "b", log=None)._screen)
     try:
@@ -224,3 +224,58 @@ def test_an_async_run_killed_mid_run_resumes_exactly(tmp_path: Path, straight: P
     a, b = _weights(straight), _weights(out)
     assert all(torch.equal(a[k], b[k]) for k in a)
 
+
+
+def test_the_worker_process_and_the_worker_thread_give_the_same_run(tmp_path: Path, straight: Path) -> None:
+    """``straight`` ran its worker in a process (the default); the threaded worker, same seed,
+    must produce the same rows and weights: the process changes where rollouts run, not what they are."""
+    assert _async().async_worker == "process"
+    out = tmp_path / "thread"
+    Trainer(_async(async_worker="thread"), out, progress=False, log=None).run()
+    assert _rows(out) == _rows(straight)
+    a, b = _weights(straight), _weights(out)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_dead_worker_process_stops_the_run_with_a_clear_error(tmp_path: Path) -> None:
+    from turngym.trainers.worker_process import WorkerDied
+
+    trainer: Trainer
+
+    def kill(name: str) -> None:
+        if name == "rl@2":  # step 2's batch (version 2) cannot exist yet: the worker waits for the learner
+            trainer.asynchronous.worker.proc.kill()
+
+    trainer = Trainer(_async(), tmp_path / "dies", progress=False, log=None, hook=kill)
+    with pytest.raises(WorkerDied, match=r"exit code -9\) before step 3"):
+        trainer.run()
+    assert trainer.asynchronous is None  # closed on the way out
+
+
+def test_a_failure_inside_the_worker_process_reaches_the_learner_with_its_traceback() -> None:
+    from turngym.trainers.worker_process import ProcessRolloutWorker, ProducerFactory
+
+    config = TrainConfig(async_rollouts=True, steps=2)
+    model = torch.nn.Linear(2, 2)
+    board = WeightBoard(keep=3)
+    board.publish(0, trainable_tensors(model))
+    worker = ProcessRolloutWorker(ProducerFactory(config, None), model, board, first=0, steps=2, lag=2, swap_call=2, threads=1)
+    try:
+        with pytest.raises(Exception, match="no chat template") as info:  # no tokenizer: the child's policy cannot be built
+            worker.next_batch(0)
+        assert any("in the rollout worker process" in note for note in getattr(info.value, "__notes__", []))
+    finally:
+        worker.stop()
+        worker.join(timeout=10)
+    assert not worker.is_alive()
+
+
+def test_a_worker_process_whose_policy_cannot_be_pickled_names_the_thread_fix() -> None:
+    from turngym.trainers.worker_process import ProcessRolloutWorker, ProducerFactory
+
+    model = torch.nn.Linear(2, 2)
+    model.hook = lambda: None  # a closure on the module: not picklable
+    board = WeightBoard(keep=3)
+    board.publish(0, trainable_tensors(model))
+    with pytest.raises(ConfigError, match="async_worker=thread"):
+        ProcessRolloutWorker(ProducerFactory(TrainConfig(), None), model, board, first=0, steps=1, lag=2, swap_call=2, threads=1)

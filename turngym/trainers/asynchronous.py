@@ -4,8 +4,11 @@ A synchronous step plays its episodes, then learns from them; the two never over
 ``TrainConfig(async_rollouts=True)`` (``turngym train --async``) a :class:`RolloutWorker` thread
 plays the episodes of step ``k + 1`` (and up to ``async_lag`` steps ahead) on its own copy of
 the weights while the learner updates on step ``k``'s, as verl's fully-async trainer, SkyRL,
-prime-rl and TRL's AsyncGRPOTrainer do. A thread is enough: torch releases the GIL inside its
-kernels, and with ``threads=1`` each side runs on its own core.
+prime-rl and TRL's AsyncGRPOTrainer do. By default the worker runs in a process of its own
+(:mod:`turngym.trainers.worker_process`): decoding a small model is mostly Python, and a worker
+*thread* took turns with the learner on the interpreter lock instead of overlapping with it
+(measured in ``docs/async.md``). ``async_worker="thread"`` keeps it in the learner's process
+(no start-up, no pickling; the same run, row for row).
 
 **Policy versions.** Version ``v`` is the weights after ``v`` updates. The learner publishes
 every version on a :class:`WeightBoard` (a copy of the trainable tensors); the worker reads them
@@ -85,6 +88,7 @@ class WeightBoard:
         self._versions: dict[int, dict[str, Any]] = {}
         self._keep = max(1, keep)
         self._closed = False
+        self._listeners: list[Callable[[int, dict[str, Any]], None]] = []
 
     def publish(self, version: int, tensors: dict[str, Any]) -> None:
         with self._cond:
@@ -92,6 +96,19 @@ class WeightBoard:
             for old in sorted(self._versions)[: -self._keep]:
                 del self._versions[old]
             self._cond.notify_all()
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(version, tensors)
+
+    def subscribe(self, listener: Callable[[int, dict[str, Any]], None]) -> None:
+        """Call ``listener(version, tensors)`` on every later publish (a worker process's pipe)."""
+        with self._cond:
+            self._listeners.append(listener)
+
+    def unsubscribe(self, listener: Callable[[int, dict[str, Any]], None]) -> None:
+        with self._cond:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
 
     def newest(self) -> int:
         with self._cond:
@@ -290,7 +307,8 @@ class AsyncRollouts:
         learner: the :class:`~turngym.trainers.learner.Learner` (its model is copied for the worker
             once LoRA is added and a checkpoint loaded).
         make_producer: builds a :class:`~turngym.trainers.producer.RolloutProducer` sampling with the
-            model it is given.
+            model it is given (``async_worker="process"``: in the worker process, so it must pickle:
+            :class:`~turngym.trainers.worker_process.ProducerFactory`).
         first: the first RL step still to play (0, or the resumed step).
         behaviour: versions older than ``first`` that the schedule still samples with (from the
             checkpoint; an uninterrupted run published them itself).
@@ -312,6 +330,12 @@ class AsyncRollouts:
         for version, tensors in sorted((behaviour or {}).items()):
             self.board.publish(version, tensors)
         self.board.publish(first, trainable_tensors(learner.model))
+        if config.async_worker == "process":
+            from turngym.trainers.worker_process import ProcessRolloutWorker
+
+            self.worker: Any = ProcessRolloutWorker(make_producer, learner.model, self.board, first=first, steps=config.steps,
+                                                    lag=config.async_lag, swap_call=config.async_swap_call, threads=config.threads)
+            return
         model = copy.deepcopy(learner.model).eval()
         producer = make_producer(model)
         policy = VersionedPolicy(model, self.board, lambda seed: producer.policy(seed=seed))

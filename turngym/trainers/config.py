@@ -150,9 +150,14 @@ class TrainConfig:
 
     async_rollouts: bool = False
     """Overlap rollouts with updates (``turngym train --async``, :mod:`turngym.trainers.asynchronous`):
-    a worker thread plays the next steps' episodes on its own copy of the weights while the learner
+    a rollout worker (``async_worker``) plays the next steps' episodes on its own copy of the weights while the learner
     updates; every turn records the policy version that sampled it, and the update corrects each
     token by the truncated importance ratio to the version that sampled it (``tis_cap``)."""
+    async_worker: str = "process"
+    """Where the rollout worker runs: ``"process"`` (its own interpreter: the worker and the learner
+    run in parallel, not taking turns on the GIL; start-up ~2–3 s and the policy pickled once) or
+    ``"thread"`` (in the learner's process; for tests, or when the model's kernels, which release
+    the GIL, dominate decoding). Both give the same run, row for row."""
     async_lag: int = 2
     """How many versions the worker's policy may trail the learner when it starts a step's batch
     (step ``k`` starts with version ``k − async_lag``): the bound of the queue of played batches.
@@ -270,6 +275,8 @@ class TrainConfig:
         if self.async_lag < 1 or self.async_swap_call < 0 or self.max_staleness < 0:
             raise ConfigError(f"need async_lag >= 1, async_swap_call >= 0 and max_staleness >= 0; got {self.async_lag}, "
                               f"{self.async_swap_call}, {self.max_staleness}")
+        if self.async_worker not in ("process", "thread"):
+            raise ConfigError(f"async_worker must be 'process' (the worker in its own interpreter) or 'thread', got {self.async_worker!r}")
         if self.async_is not in ("prefix", "token"):
             raise ConfigError(f"async_is must be 'prefix' (per-decision IS) or 'token' (per-token TIS), got {self.async_is!r}")
         if self.stale_policy not in ("is", "drop"):

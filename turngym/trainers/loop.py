@@ -195,10 +195,10 @@ class Trainer:
         return {**record, "rollout_s": round(t_rollout, 2), "step_s": round(time.perf_counter() - t0, 2)}
 
     def _start_async(self, first: int) -> AsyncRollouts:
-        def producer(model: Any) -> RolloutProducer:
-            return RolloutProducer(self.config, lambda: model, self.learner.tokenizer, model_path=self._model_path, log=self.log, bar=self._bar)
+        from turngym.trainers.worker_process import ProducerFactory
 
-        return AsyncRollouts(self.config, self.learner, producer, first=first, behaviour=self._behaviour, screen=self._screen)
+        return AsyncRollouts(self.config, self.learner, ProducerFactory(self.config, self.learner.tokenizer), first=first,
+                             behaviour=self._behaviour, screen=self._screen)
 
     def _screen(self, episodes: list[Any]) -> tuple[list[Any], dict[str, Any]]:
         """The episodes of an RL step that are scored (infrastructure failures and empty episodes
