@@ -243,11 +243,11 @@ def test_a_dead_worker_process_stops_the_run_with_a_clear_error(tmp_path: Path) 
     trainer: Trainer
 
     def kill(name: str) -> None:
-        if name == "rl@2":  # step 2's batch (version 2) cannot exist yet: the worker waits for the learner
+        if name == "rl@2":  # step 3's batch needs version 2, which cannot exist yet (step 2's may have arrived)
             trainer.asynchronous.worker.proc.kill()
 
     trainer = Trainer(_async(), tmp_path / "dies", progress=False, log=None, hook=kill)
-    with pytest.raises(WorkerDied, match=r"exit code -9\) before step 3"):
+    with pytest.raises(WorkerDied, match=r"exit code -9\) before step [23]'s episodes"):
         trainer.run()
     assert trainer.asynchronous is None  # closed on the way out
 
@@ -279,3 +279,39 @@ def test_a_worker_process_whose_policy_cannot_be_pickled_names_the_thread_fix() 
     board.publish(0, trainable_tensors(model))
     with pytest.raises(ConfigError, match="async_worker=thread"):
         ProcessRolloutWorker(ProducerFactory(TrainConfig(), None), model, board, first=0, steps=1, lag=2, swap_call=2, threads=1)
+
+
+def test_one_minibatch_takes_pi_old_from_the_update_pass_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off-policy (async, vLLM) with one minibatch and one epoch: the update's forward pass runs on
+    the unchanged weights, so its detached log-probs are π_old; the update equals the one with
+    π_old recomputed in a pass of its own, which it no longer runs."""
+    from turngym.trainers import engine
+    from turngym.trainers import learner as learner_module
+
+    trainer = Trainer(tiny_config(groups_per_step=4, group_size=4), tmp_path / "r", progress=False, log=None)
+    trainer._setup()
+    trainer._rl_setup()
+    episodes = [ep for ep in trainer.producer.step_episodes(0) if ep.turns]
+    model = trainer.learner.model
+    with torch.no_grad():  # the learner has moved on since these episodes were sampled: π_old ≠ π_behaviour
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(1)) * 0.02)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+
+    def update(**kw: object) -> tuple[dict, dict]:
+        model.load_state_dict(start)
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+        row = trainer.learner.learn(0, episodes, opt, off_policy=True, prefix_is=True)
+        return row, {k: v.clone() for k, v in model.state_dict().items()}
+
+    recompute = engine.recompute_logprobs
+    monkeypatch.setattr(engine, "recompute_logprobs", lambda *a, **k: pytest.fail("π_old recomputed in a pass of its own"))
+    fused_row, fused = update()
+    monkeypatch.setattr(engine, "recompute_logprobs", recompute)
+    monkeypatch.setattr(learner_module, "has_dropout", lambda model: True)  # forces the separate pass
+    row, weights = update()
+    assert fused_row["is_ratio_min"] < 0.99 or fused_row["is_ratio_max"] > 1.01  # the check is not vacuous
+    for key in ("is_ratio_mean", "is_ratio_min", "is_ratio_max", "tis_weight", "loss"):
+        assert fused_row[key] == pytest.approx(row[key], rel=1e-4, abs=1e-6), key
+    assert all(torch.allclose(fused[k], weights[k], atol=1e-6) for k in weights)
+    assert not all(torch.equal(fused[k], start[k]) for k in start)  # and the update did move the weights

@@ -316,11 +316,13 @@ class AsyncRollouts:
             fields (the trainer's ``max_infra_error_rate`` bound, run here in the learner's
             thread and in step order, so the run's count is the synchronous one); None: drop
             infrastructure failures and empty episodes, unbounded.
+        launched: a worker interpreter started earlier
+            (:func:`~turngym.trainers.worker_process.launch_worker`) for ``async_worker="process"``.
     """
 
     def __init__(self, config: Any, learner: Any, make_producer: Callable[[Any], Any], *, first: int,
                  behaviour: dict[int, dict[str, Any]] | None = None,
-                 screen: Callable[[list[Any]], tuple[list[Any], dict[str, Any]]] | None = None) -> None:
+                 screen: Callable[[list[Any]], tuple[list[Any], dict[str, Any]]] | None = None, launched: Any = None) -> None:
         import copy
 
         self.config = config
@@ -334,7 +336,8 @@ class AsyncRollouts:
             from turngym.trainers.worker_process import ProcessRolloutWorker
 
             self.worker: Any = ProcessRolloutWorker(make_producer, learner.model, self.board, first=first, steps=config.steps,
-                                                    lag=config.async_lag, swap_call=config.async_swap_call, threads=config.threads)
+                                                    lag=config.async_lag, swap_call=config.async_swap_call, threads=config.threads,
+                                                    launched=launched)
             return
         model = copy.deepcopy(learner.model).eval()
         producer = make_producer(model)

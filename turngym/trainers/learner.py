@@ -28,13 +28,24 @@ from turngym.core.errors import ConfigError
 from turngym.trainers.atomic import ArtifactError
 from turngym.trainers.config import TrainConfig
 
-__all__ = ["Learner", "by_length", "seeded_rng"]
+__all__ = ["Learner", "by_length", "has_dropout", "seeded_rng"]
 
 
 def seeded_rng(seed: int, *keys: int) -> np.random.Generator:
     """The generator of one named random draw of a run (``(seed, phase, step, ...)``): a resumed
     run draws exactly what the uninterrupted one drew, whatever ran before it."""
     return np.random.default_rng([seed, *keys])
+
+
+def has_dropout(model: Any) -> bool:
+    """Whether ``model``'s training-mode forward is random (a dropout module or a config rate > 0)."""
+    import torch
+
+    if any(isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0 for m in model.modules()):
+        return True
+    config = getattr(model, "config", None)
+    rates = vars(config).items() if config is not None and hasattr(config, "__dict__") else ()
+    return any(("dropout" in name or name.endswith("pdrop")) and isinstance(v, float) and v > 0 for name, v in rates)
 
 
 def by_length(indices: Any, samples: Sequence[Any], size: int) -> list[np.ndarray]:
@@ -213,7 +224,13 @@ class Learner:
         from turngym.trainers.asynchronous import prefix_behaviour
         from turngym.trainers.batch import collate, table_token_advantages, token_logprobs
         from turngym.trainers.critic import whiten
-        from turngym.trainers.engine import recompute_logprobs, sample_mismatch, tis_pg_loss, use_trainer_old
+        from turngym.trainers.engine import (
+            logprob_mismatch,
+            recompute_logprobs,
+            sample_mismatch,
+            tis_pg_loss,
+            use_trainer_old,
+        )
         from turngym.trainers.losses import clipped_pg_loss, kl_penalty
         from turngym.trainers.providers import fill_inputs
 
@@ -234,7 +251,13 @@ class Learner:
         self.last_batch = (episodes, np.split(adv, np.flatnonzero(table["last"])[:-1] + 1))
         tok_adv = table_token_advantages(samples, table, adv)
         engine_stats: dict[str, float] = {}
-        if off_policy:  # π_old is the learner's; the rollout's log-probs only weight the tokens (TIS)
+        # π_old is the learner's; the rollout's log-probs only weight the tokens (TIS). With one
+        # minibatch and one epoch the update's own forward pass runs on the unchanged weights, so
+        # its detached log-probs *are* π_old: no second pass over the batch (a quarter of an async
+        # step's learner time, measured). Dropout would make that pass a perturbed π_old: recompute.
+        fused_old = off_policy and cfg.minibatches == 1 and cfg.ppo_epochs == 1 and not has_dropout(self.model)
+        seen_old: list[tuple[Any, Any]] = []
+        if off_policy and not fused_old:
             trainer_old = recompute_logprobs(self.model, samples, self.pad_id, self.device, micro_batch_size=cfg.micro_batch_size,
                                              autocast=self.autocast)
             engine_stats = sample_mismatch(samples, trainer_old, cap=cfg.tis_cap)
@@ -260,8 +283,14 @@ class Learner:
                             value_loss, vdiag = self.critic.loss(self.model, batch, [critic_targets[i] for i in chunk])
                             stats.setdefault("value_loss", []).append(float(value_loss.item()))
                             stats.setdefault("value_clip_frac", []).append(vdiag["value_clip_frac"])
-                    if off_policy:
+                    if fused_old:
+                        engine_logp = batch.old_logp_next
+                        batch.old_logp_next = logp.detach().to(engine_logp.dtype)
+                        where = batch.mask_next > 0
+                        seen_old.append((batch.old_logp_next[where].double().cpu(), engine_logp[where].double().cpu()))
+                    elif off_policy:
                         engine_logp = use_trainer_old(batch, [trainer_old[i] for i in chunk])
+                    if off_policy:
                         if prefix_is:
                             engine_logp = prefix_behaviour(batch.old_logp_next, engine_logp, batch.mask_next)
                         pg, diag = tis_pg_loss(logp, batch.old_logp_next, engine_logp, batch.adv_next, batch.mask_next,
@@ -289,6 +318,9 @@ class Learner:
                 if self.critic is not None:
                     stats.setdefault("critic_grad_norm", []).append(self.critic.step())
 
+        if seen_old:
+            trainer, engine = torch.cat([t for t, _ in seen_old]), torch.cat([e for _, e in seen_old])
+            engine_stats = logprob_mismatch(trainer, engine, torch.ones_like(trainer), cap=cfg.tis_cap)
         returns = np.array([ep.total_reward for ep in episodes])
         return {
             "phase": "rl",

@@ -99,6 +99,8 @@ class Trainer:
         self.producer: RolloutProducer | None = None
         """Plays the run's episodes (built with the learner)."""
         self.asynchronous: AsyncRollouts | None = None
+        self._launched: Any = None
+        """The worker interpreter started at the run's beginning (``async_worker="process"``) until the worker takes it."""
         """The rollout worker and its weight board while an ``async_rollouts`` run's RL loop runs."""
         self._behaviour: dict[int, Any] = {}
         self._infra_seen = 0
@@ -197,8 +199,9 @@ class Trainer:
     def _start_async(self, first: int) -> AsyncRollouts:
         from turngym.trainers.worker_process import ProducerFactory
 
+        launched, self._launched = self._launched, None
         return AsyncRollouts(self.config, self.learner, ProducerFactory(self.config, self.learner.tokenizer), first=first,
-                             behaviour=self._behaviour, screen=self._screen)
+                             behaviour=self._behaviour, screen=self._screen, launched=launched)
 
     def _screen(self, episodes: list[Any]) -> tuple[list[Any], dict[str, Any]]:
         """The episodes of an RL step that are scored (infrastructure failures and empty episodes
@@ -322,13 +325,29 @@ class Trainer:
 
     def _run(self) -> TrainResult:
         cfg = self.config
-        rd = self.rundir
         start_time = time.perf_counter()
         point = self._begin()
         self._prepare()
         phase = point.commit.phase if point else "started"
         if point is not None and phase == "finished":
             return self._already_finished(point, start_time)
+        if cfg.async_rollouts and cfg.async_worker == "process":  # its interpreter imports while we warm up
+            from turngym.trainers.worker_process import launch_worker
+
+            self._launched = launch_worker()
+        try:
+            return self._train(point, phase, start_time)
+        finally:
+            if self.asynchronous is not None:
+                self.asynchronous.close()
+                self.asynchronous = None
+            if self._launched is not None:
+                self._launched.close()
+                self._launched = None
+
+    def _train(self, point: ResumePoint | None, phase: str, start_time: float) -> TrainResult:
+        cfg = self.config
+        rd = self.rundir
         self.tracker = open_tracker(cfg.report_to, self.out, fresh=point is None, config=cfg.to_dict())
 
         if phase == "started":
@@ -345,13 +364,17 @@ class Trainer:
         if phase in ("started", "warm_started"):
             if phase == "warm_started":
                 self.log(f"resuming {self.out}: the warm start is saved; evaluating it")
+            first = 0
+            if cfg.async_rollouts:  # the worker plays step 0 with version 0 (the warm start) while it is evaluated
+                opt = self._rl_setup()
+                self.asynchronous = self._start_async(first)
             self._event("eval@0")
             before = self.evaluate() if self.known_before is None else self.known_before
             self._metric({"phase": "eval", "step": 0, "success": before, "label": "warm start"})
             self._event("eval logged@0")
             self.log(f"success rate of the warm-started policy: {before:.1%} ({cfg.eval_episodes} episodes)")
-            opt = self._rl_setup()
-            first = 0
+            if not cfg.async_rollouts:
+                opt = self._rl_setup()
             self._save_checkpoint(0, opt, before)
         else:
             assert point is not None and point.commit.success_before is not None
@@ -359,15 +382,13 @@ class Trainer:
             self._load_checkpoint(point, opt)
             first, before = point.commit.step, point.commit.success_before
             self.log(f"resuming {self.out} at step {first}/{cfg.steps}")
+            if cfg.async_rollouts:
+                self.asynchronous = self._start_async(first)
 
-        if cfg.async_rollouts:  # the worker plays ahead from here on (and stops with the loop, however it ends)
-            self.asynchronous = self._start_async(first)
-        try:
-            self._rl_loop(first, opt, before)
-        finally:
-            if self.asynchronous is not None:
-                self.asynchronous.close()
-                self.asynchronous = None
+        self._rl_loop(first, opt, before)
+        if self.asynchronous is not None:  # the worker is done: it stops before the final evaluation
+            self.asynchronous.close()
+            self.asynchronous = None
 
         self._event(f"eval@{cfg.steps}")
         after = self.evaluate()

@@ -38,7 +38,7 @@ from typing import Any
 
 from turngym.core.errors import ConfigError
 
-__all__ = ["ProcessRolloutWorker", "ProducerFactory", "WorkerDied"]
+__all__ = ["LaunchedWorker", "ProcessRolloutWorker", "ProducerFactory", "WorkerDied", "launch_worker"]
 
 
 class WorkerDied(RuntimeError):
@@ -105,6 +105,65 @@ class _Sender(threading.Thread):
         self.conn.close()
 
 
+class LaunchedWorker:
+    """A worker interpreter started ahead of need: it imports torch, transformers and turngym
+    (2–3 s on a CPU) while the trainer warms up and evaluates, then waits for its run.
+
+    Dropped without a run (:meth:`close`, or the trainer dying), the child reads the end of its
+    pipe and exits.
+    """
+
+    def __init__(self) -> None:
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))  # the learner's import path, as spawn does
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "turngym.trainers.worker_process", str(to_child_r), str(from_child_w)],
+                                         pass_fds=(to_child_r, from_child_w), env=env, stdin=subprocess.DEVNULL)
+        except BaseException:
+            for fd in (to_child_w, from_child_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(to_child_r)
+            os.close(from_child_w)
+        self._outbox: Connection | None = Connection(to_child_w, readable=False)
+        self._inbox: Connection | None = Connection(from_child_r, writable=False)
+
+    def take_outbox(self) -> Connection:
+        conn, self._outbox = self._outbox, None
+        if conn is None:
+            raise ConfigError("this launched worker was already given a run")
+        return conn
+
+    def take_inbox(self) -> Connection:
+        conn, self._inbox = self._inbox, None
+        if conn is None:
+            raise ConfigError("this launched worker was already given a run")
+        return conn
+
+    @property
+    def taken(self) -> bool:
+        return self._outbox is None
+
+    def close(self) -> None:
+        """Let an unused worker go (a run that ended before its RL loop)."""
+        for conn in (self._outbox, self._inbox):
+            if conn is not None:
+                conn.close()
+        self._outbox = self._inbox = None
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def launch_worker() -> LaunchedWorker:
+    """Start a rollout worker interpreter now, to be given its run later."""
+    return LaunchedWorker()
+
+
 class ProcessRolloutWorker:
     """The learner's handle on the worker process (the interface of the threaded worker).
 
@@ -115,9 +174,11 @@ class ProcessRolloutWorker:
             holds now, and every later one, are sent to the child.
         first, steps, lag, swap_call: the schedule (:class:`~turngym.trainers.asynchronous.RolloutWorker`).
         threads: torch CPU threads in the child (the run's ``threads``; 0: torch's default).
+        launched: the interpreter :func:`launch_worker` started earlier (None: start one now).
     """
 
-    def __init__(self, factory: Any, model: Any, board: Any, *, first: int, steps: int, lag: int, swap_call: int, threads: int) -> None:
+    def __init__(self, factory: Any, model: Any, board: Any, *, first: int, steps: int, lag: int, swap_call: int, threads: int,
+                 launched: LaunchedWorker | None = None) -> None:
         import torch
 
         buf = io.BytesIO()
@@ -128,19 +189,12 @@ class ProcessRolloutWorker:
         except Exception as exc:  # a model or tokenizer with unpicklable parts (hooks, closures)
             raise ConfigError(f"the rollout worker process needs the policy and tokenizer pickled, and this one is not "
                               f"({type(exc).__name__}: {exc}): use the worker thread instead (--set async_worker=thread)") from exc
-        to_child_r, to_child_w = os.pipe()
-        from_child_r, from_child_w = os.pipe()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))  # the learner's import path, as spawn does
-        try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "turngym.trainers.worker_process", str(to_child_r), str(from_child_w)],
-                                         pass_fds=(to_child_r, from_child_w), env=env, stdin=subprocess.DEVNULL)
-        finally:
-            os.close(to_child_r)
-            os.close(from_child_w)
+        launched = launched or launch_worker()
+        self.proc = launched.proc
         self.steps = steps
         self.batches: queue.Queue[Any] = queue.Queue()
-        self._sender = _Sender(Connection(to_child_w, readable=False), "turngym-weights-sender")
-        self._inbox = Connection(from_child_r, writable=False)
+        self._sender = _Sender(launched.take_outbox(), "turngym-weights-sender")
+        self._inbox = launched.take_inbox()
         self._receiver = threading.Thread(target=self._receive, name="turngym-batch-receiver", daemon=True)
         self._sender.start()
         self._receiver.start()
@@ -259,8 +313,17 @@ def _child(inbox: Connection, outbox: Connection) -> int:
 def _main(argv: list[str]) -> int:
     inbox = Connection(int(argv[0]), writable=False)
     outbox = Connection(int(argv[1]), readable=False)
+    import torch  # noqa: F401  (the imports a run needs, while the trainer still warms up: see LaunchedWorker)
+    import transformers  # noqa: F401
+
+    import turngym.agents.hf  # noqa: F401
+    import turngym.trainers.asynchronous  # noqa: F401
+    import turngym.trainers.producer  # noqa: F401
+
     try:
         return _child(inbox, outbox)
+    except EOFError:  # launched, then let go without a run
+        return 0
     finally:
         outbox.close()
 
