@@ -286,3 +286,32 @@ def test_runs_start_as_soon_as_their_own_warm_start_is_ready() -> None:
     # one job at a time: in order, a key's first before its runs
     assert [(k, key) for k, key, _ in _pipeline(first | {"slow": (time.sleep, (0.0,))}, then, jobs=1)] == [
         ("first", "fast"), ("then", "fast"), ("first", "slow"), ("then", "slow"), ("then", "ready")]
+
+
+def test_movement_section_reads_the_step_diagnostics_and_the_halves_of_the_curve() -> None:
+    """Two seeds of 4 steps (16 episodes each): the diagnostics are the mean over the 8 steps; the
+    first half is steps 1-2 of both seeds (0+4+2+2 = 8 of 64 successes), the second steps 3-4 (24/64)."""
+    from turngym.study.report import _movement_section
+
+    def curve(successes: list[int], kl: float) -> list[dict]:
+        return [{"step": i + 1, "success": k / 16, "episodes": 16, "approx_kl": kl, "ratio_std": 0.1, "clip_frac": 0.01,
+                 "grad_norm": 0.2, "zero_adv_frac": 0.5} for i, k in enumerate(successes)]
+
+    runs = [{"env": "math", "arm": "gigpo", "seed": 0, "curve": curve([0, 4, 6, 6], 0.002)},
+            {"env": "math", "arm": "gigpo", "seed": 1, "curve": curve([2, 2, 6, 6], 0.004)},
+            {"env": "math", "arm": "grpo", "seed": 0, "curve": [{"step": 1, "success": 0.5, "episodes": 16}]}]  # logged before approx_kl
+    summary: dict = {}
+    md = "\n".join(_movement_section(runs, summary))
+    row = summary["movement"]["math/gigpo"]
+    assert row["approx_kl"] == pytest.approx(0.003) and row["seeds"] == 2 and row["steps"] == 4
+    assert row["success_first_half"] == pytest.approx(8 / 64) and row["success_second_half"] == pytest.approx(24 / 64)
+    assert "| math/gigpo | 2 × 4 | 3.00e-03 | 0.100 | 0.010 | 0.200 | 0.500 | 12.5 [6, 23] | 37.5 [27, 50] |" in md
+    assert "math/grpo" not in summary["movement"]
+    assert _movement_section(runs[2:], {}) == []  # an older study's report gains no empty section
+
+
+def test_a_multi_paragraph_note_stays_inside_the_quote(tmp_path) -> None:
+    (tmp_path / "study_config.json").write_text(json.dumps(StudyConfig(envs=("math",), seeds=1).to_dict()))
+    (tmp_path / "note.md").write_text("The diagnosis.\n\n| lr | kl |\n|---|---|\n| 1e-3 | 0.003 |\n")
+    text = write_report(tmp_path, command="turngym study credit").read_text()
+    assert "> **Note.** The diagnosis.\n>\n> | lr | kl |\n> |---|---|\n> | 1e-3 | 0.003 |\n" in text

@@ -201,8 +201,9 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
     summary: dict[str, Any] = {"wall_seconds": wall, "runs": len(runs), "claims": {}}
     md: list[str] = ["# Credit-assignment claims in miniature", ""]
     md += [f"Regenerate everything (runs, metrics, this report): `{command}`", ""]
-    if note:
-        md += [f"> **Note.** {note}", ""]
+    if note:  # every line of a multi-paragraph note (tables, lists) stays inside the quote
+        first, *rest = note.splitlines()
+        md += [f"> **Note.** {first}", *[f"> {line}".rstrip() for line in rest], ""]
     model = cfg.get("model", "tiny")
     model_words = "tiny 0.5M-parameter model" if model == "tiny" else f"pretrained `{model}` with LoRA on its last {cfg.get('lora_layers') or 'all'} layers"
     md += [f"Wall time: {wall / 60:.1f} min on this machine (2 shared CPU cores, {model_words}, {cfg.get('threads', 1)} torch thread(s) per run, "
@@ -232,6 +233,7 @@ def write_report(out: Path, *, command: str, note: str = "") -> Path:
     summary["results"] = rows
     if model != "tiny":
         md += _pretrained_section(cfg, runs, summary, out)
+    md += _movement_section(runs, summary)
 
     # ---- claim 1
     md += ["## Claim 1 — GiGPO beats GRPO on household and shop", "",
@@ -525,6 +527,48 @@ def _pretrained_section(cfg: dict[str, Any], runs: list[dict[str, Any]], summary
     summary["pretrained_heldout"] = out
     png = _heldout_bars(out, out_dir / "heldout.png") if out else None
     return md + [""] + ([f"![held-out success]({png})", ""] if png else [])
+
+
+MOVEMENT = ("approx_kl", "ratio_std", "clip_frac", "grad_norm", "zero_adv_frac")
+"""Per-step RL diagnostics of :func:`_movement_section` (``approx_kl`` and ``ratio_std``: :func:`turngym.trainers.losses.policy_movement`)."""
+
+
+def _movement_section(runs: list[dict[str, Any]], summary: dict[str, Any]) -> list[str]:
+    """How far the RL steps moved each arm's policy and where its training curve stands: the
+    per-step diagnostics averaged over steps and seeds, and training success of the first and the
+    second half of the steps (episodes pooled over seeds). Empty for runs logged before
+    ``approx_kl`` existed, so older studies' reports are unchanged."""
+    rows: dict[str, Any] = {}
+    for key in sorted({(r["env"], r["arm"]) for r in runs}):
+        ar = [r for r in runs if (r["env"], r["arm"]) == key and any("approx_kl" in c for c in r.get("curve", []))]
+        if not ar:
+            continue
+        steps = [c for r in ar for c in r["curve"]]
+        row: dict[str, Any] = {"seeds": len(ar), "steps": max(len(r["curve"]) for r in ar)}
+        row |= {m: float(np.mean([c[m] for c in steps if m in c])) for m in MOVEMENT if any(m in c for c in steps)}
+        for half, pick in (("first", lambda i, n: i < n // 2), ("second", lambda i, n: i >= n // 2)):
+            eps = [(c["success"], c.get("episodes", 0)) for r in ar for i, c in enumerate(r["curve"]) if pick(i, len(r["curve"]))]
+            n = sum(e for _, e in eps)
+            row[f"success_{half}_half"] = sum(s * e for s, e in eps) / max(n, 1)
+            row[f"episodes_{half}_half"] = n
+        rows["/".join(key)] = row
+    if not rows:
+        return []
+    summary["movement"] = rows
+    md = ["## How far the RL steps moved the policy", "",
+          "Per RL step, averaged over the steps and seeds of an arm: *approx KL* = k3 estimate of KL(π_old ‖ π_θ) over the action "
+          "tokens and *ratio std* = the spread of π_θ / π_old (both ≈ 0 on a step's first minibatch, which is on-policy: with "
+          "`minibatches > 1` they measure how far the step's earlier minibatches moved the policy), *clip* = share of tokens "
+          "the PPO clip cut, *zero adv* = share of turns whose advantage is exactly 0 (no gradient). *Training success* = the "
+          "sampled (temperature 1) training episodes of the first and the second half of the steps, pooled over seeds, with "
+          "95% Wilson intervals: where the curve stands.", "",
+          "| env / arm | seeds × steps | approx KL | ratio std | clip | grad norm | zero adv | training success, 1st half | 2nd half |",
+          "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in rows.items():
+        cells = [f"{r[m]:.2e}" if m == "approx_kl" and m in r else (f"{r[m]:.3f}" if m in r else "—") for m in MOVEMENT]
+        md.append(f"| {name} | {r['seeds']} × {r['steps']} | " + " | ".join(cells)
+                  + f" | {_pct_ci(r['success_first_half'], r['episodes_first_half'])} | {_pct_ci(r['success_second_half'], r['episodes_second_half'])} |")
+    return md + [""]
 
 
 def _heldout_bars(rows: dict[str, dict[str, Any]], path: Path) -> str | None:

@@ -236,11 +236,13 @@ def tis_pg_loss(
     ``L = −mean_t w_t · min(ρ_t A_t, clip(ρ_t, 1 − ε_low, 1 + ε_high) A_t)`` with
     ``ρ_t = π_θ / π_old`` (``old_logp``: the trainer's recompute before the update) and
     ``w_t = min(π_old / π_engine, cap)``. The token mean is over the whole batch, as
-    :func:`turngym.trainers.losses.clipped_pg_loss`; with ``w ≡ 1`` the two are identical.
+    :func:`turngym.trainers.losses.clipped_pg_loss`; with ``w ≡ 1`` the two are identical. Its
+    movement diagnostics (``ratio_std``, ``approx_kl``) are against the trainer's ``π_old``, not the
+    engine's: how far this step's update moved the learner, not the engine mismatch.
     """
     import torch
 
-    from turngym.trainers.losses import masked_mean
+    from turngym.trainers.losses import masked_mean, policy_movement
 
     w = tis_weights(old_logp, engine_logp, mask, cap)
     ratio = torch.exp(logp - old_logp)
@@ -250,7 +252,7 @@ def tis_pg_loss(
     with torch.no_grad():
         diag = {
             "clip_frac": masked_mean((unclipped != clipped).float(), mask).item(),
-            "ratio": masked_mean(ratio, mask).item(),
+            **policy_movement(logp, old_logp, mask),
             "tis_weight": masked_mean(w, mask).item(),
         }
     return loss, diag

@@ -264,7 +264,8 @@ class Learner:
         self.model.train()
         if self.critic is not None:
             self.critic.train()
-        stats: dict[str, list[float]] = {"loss": [], "pg_loss": [], "kl": [], "clip_frac": [], "ratio": [], "grad_norm": [], "tis_weight": []}
+        stats: dict[str, list[float]] = {"loss": [], "pg_loss": [], "kl": [], "clip_frac": [], "ratio": [], "ratio_std": [], "approx_kl": [],
+                                         "grad_norm": [], "tis_weight": []}
         order = np.arange(len(samples))
         for epoch in range(cfg.ppo_epochs):
             seeded_rng(cfg.seed, 3, step, epoch).shuffle(order)
@@ -312,6 +313,8 @@ class Learner:
                     stats["pg_loss"].append(float(pg.item()))
                     stats["clip_frac"].append(diag["clip_frac"])
                     stats["ratio"].append(diag["ratio"])
+                    stats["ratio_std"].append(diag["ratio_std"])
+                    stats["approx_kl"].append(diag["approx_kl"])
                 norm = torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm)
                 stats["grad_norm"].append(float(norm))
                 opt.step()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["clipped_pg_loss", "kl_penalty", "masked_mean", "token_nll"]
+__all__ = ["clipped_pg_loss", "kl_penalty", "masked_mean", "policy_movement", "token_nll"]
 
 
 def masked_mean(values: Any, mask: Any) -> Any:
@@ -25,7 +25,8 @@ def clipped_pg_loss(logp: Any, old_logp: Any, advantages: Any, mask: Any, *, cli
     ``ρ_t = exp(log π_θ − log π_old)``. With one update per rollout ρ = 1 and this is plain
     REINFORCE with the given advantages. ``clip_high > clip_low`` is DAPO's clip-higher.
 
-    Returns the loss and diagnostics (clip fraction, mean ratio).
+    Returns the loss and diagnostics: the clip fraction and :func:`policy_movement`'s mean ratio,
+    its spread and the approximate KL(π_old ‖ π_θ).
     """
     import torch
 
@@ -35,8 +36,32 @@ def clipped_pg_loss(logp: Any, old_logp: Any, advantages: Any, mask: Any, *, cli
     loss = -masked_mean(torch.minimum(unclipped, clipped), mask)
     with torch.no_grad():
         clip_frac = masked_mean((unclipped != clipped).float(), mask).item()
-        mean_ratio = masked_mean(ratio, mask).item()
-    return loss, {"clip_frac": clip_frac, "ratio": mean_ratio}
+    return loss, {"clip_frac": clip_frac, **policy_movement(logp, old_logp, mask)}
+
+
+def policy_movement(logp: Any, old_logp: Any, mask: Any) -> dict[str, float]:
+    """How far π_θ has moved from the rollout's π_old on the masked tokens, from the ratios the
+    loss computes anyway (no extra forward pass).
+
+    ``ratio`` = mean ρ, ``ratio_std`` = its standard deviation over tokens, ``approx_kl`` = the
+    k3 estimate of KL(π_old ‖ π_θ), mean of ``(ρ − 1) − log ρ`` (Schulman, "Approximating KL
+    divergence"; ≥ 0 token by token). With one minibatch and one epoch the update is on-policy and
+    all three read ρ ≡ 1 (``ratio_std`` = ``approx_kl`` = 0) whatever the learning rate; with
+    ``minibatches > 1`` or ``ppo_epochs > 1`` every later minibatch is scored by weights the earlier
+    ones already changed, so these numbers measure how far one RL step moves the policy — the
+    diagnosis of an update too small to matter (ratio ≈ 1) or too large (approx_kl ≫ 0.01).
+    """
+    import torch
+
+    with torch.no_grad():
+        log_ratio = (logp - old_logp).float()
+        ratio = torch.exp(log_ratio)
+        mean = masked_mean(ratio, mask)
+        return {
+            "ratio": mean.item(),
+            "ratio_std": masked_mean((ratio - mean) ** 2, mask).sqrt().item(),
+            "approx_kl": masked_mean((ratio - 1.0) - log_ratio, mask).item(),
+        }
 
 
 def kl_penalty(logp: Any, ref_logp: Any, mask: Any) -> Any:
