@@ -86,7 +86,7 @@ def _arm(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--jobs", type=int, default=1, help="runs at a time (each async run uses two threads)")
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time (each async run uses two processes)")
     p.add_argument("--out", type=Path, default=Path("runs/bench_async"))
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="TrainConfig field for both arms")
     p.add_argument("--async-set", action="append", default=[], metavar="FIELD=VALUE", help="TrainConfig field for the async arm")

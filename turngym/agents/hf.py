@@ -210,8 +210,8 @@ def draw(probs: Any, generator: Any) -> Any:
     On a CPU by the inverse CDF: a float64 cumulative sum, one uniform per row, a binary search
     (``right=True``: a zero-probability entry is never drawn). ``torch.multinomial`` draws a
     single sample by an exponential race, an exponential variate (a log) for every entry of the
-    vocabulary; on a CPU that was 18% of a tiny-model rollout and 4–30× the inverse CDF's time
-    (``benchmarks/bench_hf_decode.py``). On an accelerator the race is cheap and runs inside
+    vocabulary; on a CPU that was 18% of a tiny-model rollout and ~4× the inverse CDF's time
+    (``benchmarks/bench_sampler.py``). On an accelerator the race is cheap and runs inside
     the captured CUDA graphs: kept there.
     """
     import torch
