@@ -38,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     for n, vocab in ((128, 4096), (16, 49152), (256, 49152)):
         probs = torch.softmax(torch.randn(n, vocab, generator=torch.Generator().manual_seed(0)) * 3, dim=-1)
         g = torch.Generator().manual_seed(0)
-        multinomial = _time(lambda: torch.multinomial(probs, 1, generator=g), args.repeats)
-        inverse_cdf = _time(lambda: draw(probs, g), args.repeats)
+        multinomial = _time(lambda probs=probs, g=g: torch.multinomial(probs, 1, generator=g), args.repeats)
+        inverse_cdf = _time(lambda probs=probs, g=g: draw(probs, g), args.repeats)
         rows.append({"rows": n, "vocab": vocab, "multinomial_ms": round(multinomial, 3), "draw_ms": round(inverse_cdf, 3),
                      "speedup": round(multinomial / inverse_cdf, 2)})
     if args.json:

@@ -315,3 +315,26 @@ def test_one_minibatch_takes_pi_old_from_the_update_pass_itself(tmp_path: Path, 
         assert fused_row[key] == pytest.approx(row[key], rel=1e-4, abs=1e-6), key
     assert all(torch.allclose(fused[k], weights[k], atol=1e-6) for k in weights)
     assert not all(torch.equal(fused[k], start[k]) for k in start)  # and the update did move the weights
+
+
+def test_the_worker_process_keeps_its_pipes_from_every_process_it_starts() -> None:
+    """The learner unpickles what comes down the worker's pipe, so no process an env starts (a
+    sandbox, an agent's code) may inherit it: the worker marks both ends close-on-exec first."""
+    import time
+
+    from turngym.trainers.worker_process import LaunchedWorker
+
+    launched = LaunchedWorker()
+    fds = launched.proc.args[-2:]
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            flags = [int(next(line.split()[1] for line in open(f"/proc/{launched.proc.pid}/fdinfo/{fd}") if line.startswith("flags:")), 8)
+                     for fd in fds]
+            if all(f & 0o2000000 for f in flags):  # O_CLOEXEC
+                break
+            assert time.monotonic() < deadline, f"the worker's pipes stay inheritable (flags {[oct(f) for f in flags]})"
+            time.sleep(0.05)
+    finally:
+        launched.close()
+    assert launched.proc.returncode == 0  # let go without a run: it exits cleanly

@@ -208,6 +208,15 @@ class AsyncBatch:
     error: BaseException | None = None
 
 
+def checked(batch: AsyncBatch, step: int) -> AsyncBatch:
+    """``batch`` if it is step ``step``'s episodes; the worker's error, raised here, if it failed."""
+    if batch.error is not None:
+        raise batch.error
+    if batch.step != step:
+        raise ConfigError(f"the rollout worker produced step {batch.step} when the learner expected {step}")
+    return batch
+
+
 class RolloutWorker(threading.Thread):
     """Plays steps ``first .. steps − 1`` in order on its own model, ``lag`` steps ahead at most.
 
@@ -266,11 +275,7 @@ class RolloutWorker(threading.Thread):
             except queue.Empty:
                 if not self.is_alive():
                     raise ConfigError("the rollout worker stopped without producing a batch") from None
-        if batch.error is not None:
-            raise batch.error
-        if batch.step != step:
-            raise ConfigError(f"the rollout worker produced step {batch.step} when the learner expected {step}")
-        return batch, time.perf_counter() - t0
+        return checked(batch, step), time.perf_counter() - t0
 
     def stop(self) -> None:
         self._halt.set()
@@ -317,7 +322,7 @@ class AsyncRollouts:
             thread and in step order, so the run's count is the synchronous one); None: drop
             infrastructure failures and empty episodes, unbounded.
         launched: a worker interpreter started earlier
-            (:func:`~turngym.trainers.worker_process.launch_worker`) for ``async_worker="process"``.
+            (:class:`~turngym.trainers.worker_process.LaunchedWorker`) for ``async_worker="process"``.
     """
 
     def __init__(self, config: Any, learner: Any, make_producer: Callable[[Any], Any], *, first: int,

@@ -332,9 +332,9 @@ class Trainer:
         if point is not None and phase == "finished":
             return self._already_finished(point, start_time)
         if cfg.async_rollouts and cfg.async_worker == "process":  # its interpreter imports while we warm up
-            from turngym.trainers.worker_process import launch_worker
+            from turngym.trainers.worker_process import LaunchedWorker
 
-            self._launched = launch_worker()
+            self._launched = LaunchedWorker()
         try:
             return self._train(point, phase, start_time)
         finally:

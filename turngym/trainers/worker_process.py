@@ -37,8 +37,9 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from turngym.core.errors import ConfigError
+from turngym.trainers.asynchronous import checked
 
-__all__ = ["LaunchedWorker", "ProcessRolloutWorker", "ProducerFactory", "WorkerDied", "launch_worker"]
+__all__ = ["LaunchedWorker", "ProcessRolloutWorker", "ProducerFactory", "WorkerDied"]
 
 
 class WorkerDied(RuntimeError):
@@ -130,21 +131,12 @@ class LaunchedWorker:
         self._outbox: Connection | None = Connection(to_child_w, readable=False)
         self._inbox: Connection | None = Connection(from_child_r, writable=False)
 
-    def take_outbox(self) -> Connection:
-        conn, self._outbox = self._outbox, None
-        if conn is None:
+    def take(self) -> tuple[Connection, Connection]:
+        """Its two pipe ends (to the worker, from the worker), handed over once: the worker's run owns them."""
+        if self._outbox is None or self._inbox is None:
             raise ConfigError("this launched worker was already given a run")
-        return conn
-
-    def take_inbox(self) -> Connection:
-        conn, self._inbox = self._inbox, None
-        if conn is None:
-            raise ConfigError("this launched worker was already given a run")
-        return conn
-
-    @property
-    def taken(self) -> bool:
-        return self._outbox is None
+        pipes, self._outbox, self._inbox = (self._outbox, self._inbox), None, None
+        return pipes
 
     def close(self) -> None:
         """Let an unused worker go (a run that ended before its RL loop)."""
@@ -159,11 +151,6 @@ class LaunchedWorker:
             self.proc.wait()
 
 
-def launch_worker() -> LaunchedWorker:
-    """Start a rollout worker interpreter now, to be given its run later."""
-    return LaunchedWorker()
-
-
 class ProcessRolloutWorker:
     """The learner's handle on the worker process (the interface of the threaded worker).
 
@@ -174,7 +161,7 @@ class ProcessRolloutWorker:
             holds now, and every later one, are sent to the child.
         first, steps, lag, swap_call: the schedule (:class:`~turngym.trainers.asynchronous.RolloutWorker`).
         threads: torch CPU threads in the child (the run's ``threads``; 0: torch's default).
-        launched: the interpreter :func:`launch_worker` started earlier (None: start one now).
+        launched: the interpreter a :class:`LaunchedWorker` started earlier (None: start one now).
     """
 
     def __init__(self, factory: Any, model: Any, board: Any, *, first: int, steps: int, lag: int, swap_call: int, threads: int,
@@ -189,12 +176,12 @@ class ProcessRolloutWorker:
         except Exception as exc:  # a model or tokenizer with unpicklable parts (hooks, closures)
             raise ConfigError(f"the rollout worker process needs the policy and tokenizer pickled, and this one is not "
                               f"({type(exc).__name__}: {exc}): use the worker thread instead (--set async_worker=thread)") from exc
-        launched = launched or launch_worker()
+        launched = launched or LaunchedWorker()
         self.proc = launched.proc
         self.steps = steps
         self.batches: queue.Queue[Any] = queue.Queue()
-        self._sender = _Sender(launched.take_outbox(), "turngym-weights-sender")
-        self._inbox = launched.take_inbox()
+        outbox, self._inbox = launched.take()
+        self._sender = _Sender(outbox, "turngym-weights-sender")
         self._receiver = threading.Thread(target=self._receive, name="turngym-batch-receiver", daemon=True)
         self._sender.start()
         self._receiver.start()
@@ -229,11 +216,7 @@ class ProcessRolloutWorker:
             raise WorkerDied(f"the rollout worker process ended (exit code {code}) before step {step + 1}'s episodes: its stderr above says why")
         if isinstance(batch, BaseException):
             raise batch
-        if batch.error is not None:
-            raise batch.error
-        if batch.step != step:
-            raise ConfigError(f"the rollout worker produced step {batch.step} when the learner expected {step}")
-        return batch, time.perf_counter() - t0
+        return checked(batch, step), time.perf_counter() - t0
 
     def stop(self) -> None:
         if not self._stopped:
@@ -313,6 +296,8 @@ def _child(inbox: Connection, outbox: Connection) -> int:
 def _main(argv: list[str]) -> int:
     inbox = Connection(int(argv[0]), writable=False)
     outbox = Connection(int(argv[1]), readable=False)
+    for conn in (inbox, outbox):  # the learner unpickles what comes down this pipe: no process an env starts may hold it
+        os.set_inheritable(conn.fileno(), False)
     import torch  # noqa: F401  (the imports a run needs, while the trainer still warms up: see LaunchedWorker)
     import transformers  # noqa: F401
 
