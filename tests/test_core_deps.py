@@ -118,7 +118,7 @@ def test_the_blocker_blocks_the_extras_and_keeps_the_core():
 # Every sub-command (and the nested ones) whose --help must work on the core dependencies.
 _HELP_ARGV = [["--help"], ["envs", "--help"], ["play", "--help"], ["eval", "--help"], ["serve", "--help"],
               ["sandbox", "--help"], ["train", "--help"], ["view", "--help"], ["study", "--help"],
-              ["study", "credit", "--help"], ["proxy", "--help"]]
+              ["study", "credit", "--help"], ["proxy", "--help"], ["new-env", "--help"]]
 
 
 def test_every_subcommand_help_works_with_only_the_core_dependencies():

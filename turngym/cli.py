@@ -28,16 +28,34 @@ def _run_envs(args: argparse.Namespace) -> int:
     import turngym
 
     envs = turngym.list_envs()
+    infos = {env_id: turngym.env_info(env_id) for env_id in envs}
     if args.json:
-        rows = []
-        for env_id, desc in envs.items():
-            info = turngym.env_info(env_id)
-            rows.append({"id": env_id, "family": info.family, "max_turns": info.max_turns, "description": desc})
+        rows = [{"id": env_id, "family": info.family, "max_turns": info.max_turns, "description": envs[env_id],
+                 "package": info.package} for env_id, info in infos.items()]
         print(json.dumps(rows, indent=2))
         return 0
     width = max(map(len, envs), default=0)
     for env_id, desc in envs.items():
-        print(f"{env_id:<{width}}  {desc}")
+        package = infos[env_id].package
+        print(f"{env_id:<{width}}  {desc}" + ("" if package == "turngym" else f"  [{package}]"))
+    return 0
+
+
+# ---------------------------------------------------------------------------------- new-env
+def _setup_new_env(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", help="the env's name, e.g. reach or my-reach (package turngym-NAME, id NAME/Name-v0)")
+    p.add_argument("--where", type=Path, default=Path("."), help="folder to create the package in (default: here)")
+    p.add_argument("--overwrite", action="store_true", help="replace the files of an existing package folder")
+
+
+def _run_new_env(args: argparse.Namespace) -> int:
+    from turngym.scaffold import EnvPackage, new_env
+
+    root = new_env(args.name, args.where, overwrite=args.overwrite)
+    pkg = EnvPackage.from_name(args.name)
+    print(f"created {root} ({pkg.env_id}, package {pkg.dist}). Next:\n"
+          f"  cd {root} && pip install -e '.[test]' && python -m pytest -q\n"
+          f"  turngym eval {pkg.env_id} --agent oracle --episodes 8")
     return 0
 
 
@@ -464,7 +482,9 @@ def _run_study(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
-    "envs": ("list registered environments", _setup_envs, _run_envs),
+    "envs": ("list registered environments (built-in, from installed env packages, and --import)", _setup_envs, _run_envs),
+    "new-env": ("scaffold an env package (env, tasks, oracle, tests) that registers by entry point", _setup_new_env,
+                _run_new_env),
     "play": ("step an environment by hand in the terminal", _setup_play, _run_play),
     "eval": ("evaluate an agent on an environment", _setup_eval, _run_eval),
     "serve": ("serve environments over WebSocket/HTTP (turngym and OpenEnv protocols)", _setup_serve, _run_serve),
@@ -477,14 +497,43 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
 }
 
 
+_IMPORT_HELP = ("import MODULE first (repeatable): an env registered in your own code becomes visible to every "
+                "command and to the processes it starts (sets $TURNGYM_IMPORT; the current folder is searched)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="turngym", description="Multi-turn text environments with per-turn signals.")
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE", help=_IMPORT_HELP)
+    common = argparse.ArgumentParser(add_help=False)  # --import also after the command: `turngym eval ID --import m`
+    common.add_argument("--import", dest="sub_imports", action="append", default=[], metavar="MODULE", help=_IMPORT_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (help_, setup, run) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_, description=help_)
+        p = sub.add_parser(name, help=help_, description=help_, parents=[common])
         setup(p)
         p.set_defaults(_run=run)
     return parser
+
+
+def _use_imports(modules: Sequence[str]) -> None:
+    """Make ``modules`` importable and imported in this process and every process it starts.
+
+    The registry imports ``$TURNGYM_IMPORT``'s modules before its first lookup; child processes
+    (env servers, the async rollout worker) inherit it, and the current folder, where a user's
+    module usually is, goes on ``sys.path`` and ``PYTHONPATH`` (a console script has neither).
+    """
+    import os
+
+    from turngym.core.registry import IMPORT_ENV_VAR
+
+    if not modules:
+        return
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join([here, *[p for p in paths if p != here]])
+    named = [m for m in os.environ.get(IMPORT_ENV_VAR, "").split(",") if m]
+    os.environ[IMPORT_ENV_VAR] = ",".join(dict.fromkeys([*named, *modules]))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -493,6 +542,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     try:
+        _use_imports([*args.imports, *args.sub_imports])
         return args._run(args)
     except TurngymError as exc:
         print(f"error: {exc}", file=sys.stderr)

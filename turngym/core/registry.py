@@ -5,6 +5,15 @@ Ids follow gymnasium's ``namespace/Name-vN`` form and are registered with gymnas
 Entry points are ``"module:Class"`` strings: registering an env imports nothing, which keeps
 ``import turngym`` fast and free of heavy dependencies (no torch, no bm25s).
 
+Envs from other packages. A package registers its envs through the entry-point group
+``turngym.envs`` (the convention gymnasium 0.26 used for ``gymnasium.envs``): each entry
+point names a module (imported) or a ``module:function`` (called) that calls :func:`register`;
+``turngym new-env NAME`` scaffolds such a package. They are loaded with the built-in envs, the
+first time an id is looked up or listed, in every process (env servers, rollout workers) alike,
+and :class:`EnvInfo` records the distribution that registered each id. Code that is not
+installed as a package is named by ``$TURNGYM_IMPORT`` (comma-separated modules, imported the
+same way; ``turngym --import MODULE`` sets it, so child processes see the same envs).
+
 The difference between the two ``make``s: gymnasium wraps the env (order enforcing, passive
 checker); :func:`make` returns the turngym env itself, so ``snapshot()``/``restore()`` and
 ``oracle_action()`` are directly reachable.
@@ -15,6 +24,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import importlib.metadata
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,9 +35,17 @@ import gymnasium as gym
 
 from turngym.core.errors import RegistrationError, UnknownEnvError
 
-__all__ = ["EnvInfo", "env_info", "list_envs", "load_entry_point", "make", "register", "set_remote_factory", "unregister"]
+__all__ = [
+    "ENTRY_POINT_GROUP", "IMPORT_ENV_VAR", "EnvInfo", "env_info", "list_envs", "load_entry_point", "make", "register",
+    "set_remote_factory", "unregister",
+]
 
-_ID_RE = re.compile(r"^turngym/[A-Z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*-v\d+$")
+ENTRY_POINT_GROUP = "turngym.envs"
+"""The entry-point group through which installed packages register envs."""
+IMPORT_ENV_VAR = "TURNGYM_IMPORT"
+"""Comma-separated modules imported before the first lookup (``turngym --import MODULE``)."""
+
+_ID_RE = re.compile(r"^[a-z][a-z0-9_]*/[A-Z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*-v\d+$")
 _ENTRY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -40,9 +59,15 @@ class EnvInfo:
     max_turns: int
     family: str
     kwargs: dict[str, Any] = field(default_factory=dict)
+    package: str = "turngym"
+    """Who registered the id: the distribution of an entry point, else the entry point's top-level
+    package (``turngym`` for the built-in envs)."""
 
 
 _REGISTRY: dict[str, EnvInfo] = {}
+_registering_package: str | None = None  # set while an entry point of another package registers
+_plugins_loaded = False
+_imported: set[str] = set()  # modules of $TURNGYM_IMPORT already imported
 
 #: ``make(id, remote=url)`` seam: the core knows only a factory ``(url, env_id, **kwargs) -> env``.
 #: The env server's client installs it (:func:`set_remote_factory`, on import of its module,
@@ -70,7 +95,7 @@ def register(
     """Register an env id (idempotent for an identical registration).
 
     Args:
-        id: ``turngym/Name-vN``.
+        id: ``namespace/Name-vN`` (``turngym/`` for the built-in envs; a package uses its own).
         entry_point: ``"package.module:ClassName"``, imported lazily on ``make``.
         description: one line shown by ``turngym envs``.
         max_turns: the default turn budget (passed to the env as ``max_turns``).
@@ -78,10 +103,11 @@ def register(
         kwargs: default constructor arguments; ``make(id, **overrides)`` overrides them.
     """
     if not _ID_RE.match(id):
-        raise RegistrationError(f"env id {id!r} must look like 'turngym/Name-v0'")
+        raise RegistrationError(f"env id {id!r} must look like 'turngym/Name-v0' (namespace/Name-vN)")
     if not _ENTRY_RE.match(entry_point):
         raise RegistrationError(f"entry point {entry_point!r} must look like 'package.module:ClassName'")
-    info = EnvInfo(id, entry_point, description, max_turns, family, dict(kwargs or {}))
+    info = EnvInfo(id, entry_point, description, max_turns, family, dict(kwargs or {}),
+                   _registering_package or entry_point.split(".")[0].split(":")[0])
     old = _REGISTRY.get(id)
     if old is not None:
         if old == info:
@@ -105,7 +131,11 @@ def _unknown(env_id: str) -> UnknownEnvError:
         hits = difflib.get_close_matches(env_id.split("/")[-1].lower(), list(lowered), n=3, cutoff=0.4)
         close = [lowered[h] for h in hits]
     hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-    return UnknownEnvError(f"no env registered as {env_id!r}.{hint} Run `turngym envs` to list them.")
+    return UnknownEnvError(
+        f"no env registered as {env_id!r}.{hint} Run `turngym envs` to list them; an env of your own registers "
+        f"when its package is installed (entry point group {ENTRY_POINT_GROUP!r}) or its module is imported "
+        f"(`turngym --import MODULE ...` or ${IMPORT_ENV_VAR}=MODULE)."
+    )
 
 
 def env_info(env_id: str) -> EnvInfo:
@@ -152,4 +182,57 @@ def list_envs() -> dict[str, str]:
 
 
 def _ensure_builtin_envs() -> None:
-    import turngym.envs  # noqa: F401  (registers every family on first import)
+    importlib.import_module("turngym.envs")  # registers every built-in family on first import
+    if not _plugins_loaded:
+        load_plugins()
+    _import_modules()
+
+
+def load_plugins() -> list[str]:
+    """Load every ``turngym.envs`` entry point (once per process), then ``$TURNGYM_IMPORT``'s modules.
+
+    A plugin that fails to load raises :class:`RegistrationError` naming the package and the
+    fix: a broken third-party package must not look like a missing env.
+
+    Returns:
+        The entry points loaded (``distribution:value``).
+    """
+    global _plugins_loaded, _registering_package
+    _plugins_loaded = True
+    loaded: list[str] = []
+    for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        dist = ep.dist.name if ep.dist is not None else ep.name
+        _registering_package = dist
+        try:
+            target = ep.load()
+            if callable(target) and ":" in ep.value:
+                target()
+        except Exception as exc:
+            raise RegistrationError(
+                f"the env package {dist!r} failed to register its envs (entry point {ep.name} = {ep.value!r} "
+                f"in group {ENTRY_POINT_GROUP!r}): {type(exc).__name__}: {exc}. Fix or uninstall it (pip uninstall {dist})."
+            ) from exc
+        finally:
+            _registering_package = None
+        loaded.append(f"{dist}:{ep.value}")
+    _import_modules()
+    return loaded
+
+
+def _import_modules() -> None:
+    """Import the modules ``$TURNGYM_IMPORT`` names that this process has not imported yet."""
+    global _registering_package
+    for module in filter(None, (m.strip() for m in os.environ.get(IMPORT_ENV_VAR, "").split(","))):
+        if module in _imported:
+            continue
+        _imported.add(module)
+        _registering_package = module
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise RegistrationError(
+                f"cannot import {module!r} named by ${IMPORT_ENV_VAR} (or --import): {exc}. Put the module on "
+                "PYTHONPATH (run from its folder) or install its package."
+            ) from exc
+        finally:
+            _registering_package = None
