@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from turngym.core.answers import missing_answers
 from turngym.core.env import Transition
 from turngym.core.errors import ConfigError
 from turngym.core.hashing import state_hash
@@ -20,6 +21,7 @@ from turngym.core.spec import RewardSpec, Signal
 from turngym.envs.mcp.client import ToolReply
 from turngym.envs.mcp.env import CallOutcome, MCPEnv, MCPState
 from turngym.envs.mcp.sqlite_tasks import (
+    ANSWER_KINDS,
     SQLITE_ID_PREFIX,
     SQLiteTask,
     build_database,
@@ -27,7 +29,7 @@ from turngym.envs.mcp.sqlite_tasks import (
     sqlite_task_from_id,
 )
 from turngym.envs.mcp.sqlite_world import World, progress, read_world
-from turngym.envs.tools.verifier import call_key, missing_answers
+from turngym.envs.tools.verifier import call_key
 
 __all__ = ["MCPSQLiteEnv", "SQLiteState", "SERVER_MAIN"]
 
@@ -302,7 +304,7 @@ class MCPSQLiteEnv(MCPEnv[SQLiteTask, SQLiteState]):
         st, task = self.state, self.current_task
         goal = self._worlds(task)[2]
         match = st.view.key == goal.key
-        missing = missing_answers(task.answers, text)
+        missing = missing_answers(task.answers, text, kinds=ANSWER_KINDS, context=task.prompt)
         answered = 1.0 - len(missing) / len(task.answers) if task.answers else 1.0
         success = match and not missing
         return Transition(
