@@ -20,6 +20,7 @@ from turngym.core.hashing import state_hash
 from turngym.core.spec import RewardSpec, Signal
 from turngym.envs.mcp.client import ToolReply
 from turngym.envs.mcp.env import CallOutcome, MCPEnv, MCPState
+from turngym.envs.mcp.server import DEADLINE_ENV, MCPServer
 from turngym.envs.mcp.sqlite_tasks import (
     ANSWER_KINDS,
     SQLITE_ID_PREFIX,
@@ -33,8 +34,24 @@ from turngym.envs.tools.verifier import call_key
 
 __all__ = ["MCPSQLiteEnv", "SQLiteState", "SERVER_MAIN"]
 
-#: How the sandbox starts ``mcp-server-sqlite`` (its console script's entry point, by import).
-SERVER_MAIN = "import sys; from mcp_server_sqlite import main; sys.argv[0] = 'mcp-server-sqlite'; main()"
+#: How the sandbox starts ``mcp-server-sqlite``: its console script's entry point, by import,
+#: after giving every SQLite connection the server opens (one per call) a progress handler that
+#: interrupts the statement past the env's call deadline (:data:`DEADLINE_ENV`). The deadline is
+#: kept inside the server's own work: a query that never ends is answered ("interrupted") in time,
+#: instead of hanging the server until the client kills and restarts it.
+SERVER_MAIN = (
+    "import os, sqlite3, sys, time\n"
+    f"_connect, _budget = sqlite3.connect, float(os.environ.get({DEADLINE_ENV!r}, '5'))\n"
+    "def _connect_with_deadline(*args, **kwargs):\n"
+    "    con = _connect(*args, **kwargs)\n"
+    "    end = time.monotonic() + _budget\n"
+    "    con.set_progress_handler(lambda: time.monotonic() > end, 10000)\n"
+    "    return con\n"
+    "sqlite3.connect = _connect_with_deadline\n"
+    "from mcp_server_sqlite import main\n"
+    "sys.argv[0] = 'mcp-server-sqlite'\n"
+    "main()\n"
+)
 
 SYSTEM_PROMPT = """\
 You are an assistant that works on a SQLite database through tools. Each of your messages is either tool calls or a reply to the user.
@@ -117,8 +134,8 @@ class MCPSQLiteEnv(MCPEnv[SQLiteTask, SQLiteState]):
     | answers_given | 0–1 | the reply | share of the requested facts in the reply |
 
     ## Starting State
-    The task's database; the server (started on the first reset, kept across episodes)
-    reopens the file on every call.
+    The task's database; the env's own server (started on the first reset, kept across its
+    episodes, its scratch dirs checked after every call) reopens the file on every call.
 
     ## Episode End
     Terminated by the reply; truncated after ``max_turns`` messages (default 12). An
@@ -127,7 +144,7 @@ class MCPSQLiteEnv(MCPEnv[SQLiteTask, SQLiteState]):
 
     ## Arguments
     ``tasks`` (a fixed list of :class:`SQLiteTask` or ids), ``call_timeout_s`` (5),
-    ``start_timeout_s``, ``restart_each_episode`` (False), plus the base class's.
+    ``start_timeout_s``, ``restart_each_episode`` (False), ``share_server`` (False), plus the base class's.
 
     >>> import turngym
     >>> env = turngym.make("turngym/MCP-SQLite-v0")
@@ -211,7 +228,10 @@ class MCPSQLiteEnv(MCPEnv[SQLiteTask, SQLiteState]):
     default_max_turns = 12
     task_type = SQLiteTask
     system_prompt = SYSTEM_PROMPT
-    excluded_tools = {"append_insight": "its memo lives in the server's memory, outside the checked database"}
+    server = MCPServer(
+        command=(sys.executable, "-S", "-c", SERVER_MAIN, "--db-path", "{world}"),
+        excluded_tools={"append_insight": "its memo lives in the server's memory, outside the checked database"},
+    )
 
     def __init__(self, *, tasks: Sequence[SQLiteTask | str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -241,11 +261,7 @@ class MCPSQLiteEnv(MCPEnv[SQLiteTask, SQLiteState]):
         return entry[1], entry[2], entry[3]
 
     # -- MCPEnv hooks ---------------------------------------------------------------------------
-    @classmethod
-    def server_argv(cls, world_path: str) -> list[str]:
-        return [sys.executable, "-S", "-c", SERVER_MAIN, "--db-path", world_path]
-
-    def _check_installed(self) -> None:
+    def check_installed(self) -> None:
         fix = 'pip install -e ".[mcp]" (or: pip install "mcp>=1.6,<2" mcp-server-sqlite)'
         if importlib.util.find_spec("mcp_server_sqlite") is None:
             raise ConfigError(f"{type(self).__name__} needs the mcp-server-sqlite package: {fix}")
