@@ -107,3 +107,9 @@ def test_listing_every_city_answers_nothing(env):
             env.step(json.dumps(c))
         _, reward, term, _, info = env.step(reply)
         assert term and reward == want, info["outcome"]
+
+
+def test_ci_installs_the_pinned_server_where_the_env_looks():
+    ci = open(os.path.join(os.path.dirname(__file__), "..", "..", ".ci", "run"), encoding="utf-8").read()
+    prefix = '"${TURNGYM_CACHE:-$HOME/.cache/turngym}/mcp/npm/' + f'{PACKAGE.replace("/", "+")}@{VERSION}"'
+    assert f'"{PACKAGE}@{VERSION}"' in ci and prefix in ci
