@@ -1,9 +1,8 @@
 """``turngym/MCP-Memory-v0``: keep a knowledge graph through the published ``@modelcontextprotocol/server-memory``.
 
-The whole env is the declaration below (:class:`~turngym.envs.mcp.world_env.MCPWorldEnv` does the
-episode): the node server in the sandbox with its ``node_modules`` bound read-only, the graph's
-JSONL file as the world (read by the env outside the server after every call), generated tasks.
-Install the server once with ``python -m turngym.envs.mcp.memory_env --install`` (npm).
+The env is the declaration below (:class:`~turngym.envs.mcp.world_env.MCPWorldEnv` plays the episode):
+the node server sandboxed with its ``node_modules`` read-only, the graph's JSONL file as the world (read
+outside the server after every call). Install it once: ``python -m turngym.envs.mcp.memory_env --install``.
 """
 
 from __future__ import annotations
@@ -24,11 +23,10 @@ PACKAGE, VERSION = "@modelcontextprotocol/server-memory", "2026.8.31"
 
 
 class MCPMemoryEnv(MCPWorldEnv):
-    """Change and query a knowledge graph (people, organizations, ``works_at``) via server-memory.
+    """Change and query a knowledge graph (people, organizations, ``works_at``) via server-memory's own tools.
 
-    Tools: the server's own (``create_entities``, ``add_observations``, ``delete_entities``, ``read_graph``,
-    ``open_nodes``, ...). Signals and outcome: :data:`~turngym.envs.mcp.world_env.WORLD_REWARD_SPEC`;
-    progress is the item diff of the graph file against the goal graph. Tasks: ``mcp/memory/SEED``.
+    Signals and outcome: :data:`~turngym.envs.mcp.world_env.WORLD_REWARD_SPEC` (progress: the item diff of
+    the graph file against the goal graph). Tasks: ``mcp/memory/SEED`` (:mod:`.memory_tasks`).
     """
 
     server = MCPServer(

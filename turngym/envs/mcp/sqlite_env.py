@@ -32,7 +32,7 @@ from turngym.envs.mcp.sqlite_tasks import (
 from turngym.envs.mcp.sqlite_world import World, progress, read_world
 from turngym.envs.tools.verifier import call_key
 
-__all__ = ["MCPSQLiteEnv", "SQLiteState", "SERVER_MAIN"]
+__all__ = ["MCPSQLiteEnv", "SQLiteState", "SERVER_MAIN", "sqlite_server"]
 
 #: How the sandbox starts ``mcp-server-sqlite``: its console script's entry point, by import,
 #: after giving every SQLite connection the server opens (one per call) a progress handler that
@@ -66,6 +66,19 @@ Reply: <tool_response> {"name": "read_query", "content": "[{'n': 2}]"} </tool_re
 You: 2 projects are paused."""
 
 #: What mcp-server-sqlite's answers start with when the tool failed (it never sets isError).
+def sqlite_server(python: str = sys.executable, site_packages: str | None = None) -> MCPServer:
+    """``mcp-server-sqlite`` run by ``python``; ``site_packages``: where that interpreter finds the
+    server and its ``mcp<2`` (a venv of its own), shown read-only and put first on its path -- so
+    turngym's client may use ``mcp`` 2.x while the server keeps the 1.x API it was written for."""
+    env = {} if site_packages is None else {"PYTHONPATH": site_packages}
+    return MCPServer(
+        command=(python, "-S", "-c", SERVER_MAIN, "--db-path", "{world}"),
+        env=env,
+        ro_binds=() if site_packages is None else (site_packages,),
+        excluded_tools={"append_insight": "its memo lives in the server's memory, outside the checked database"},
+    )
+
+
 _ERROR_PREFIXES = ("Error:", "Database error:")
 _GOAL_CACHE = 256
 #: The server's tools that only read: a new read is how an agent learns the database.
@@ -228,10 +241,7 @@ class MCPSQLiteEnv(MCPEnv[SQLiteTask, SQLiteState]):
     default_max_turns = 12
     task_type = SQLiteTask
     system_prompt = SYSTEM_PROMPT
-    server = MCPServer(
-        command=(sys.executable, "-S", "-c", SERVER_MAIN, "--db-path", "{world}"),
-        excluded_tools={"append_insight": "its memo lives in the server's memory, outside the checked database"},
-    )
+    server = sqlite_server()
 
     def __init__(self, *, tasks: Sequence[SQLiteTask | str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -262,6 +272,8 @@ class MCPSQLiteEnv(MCPEnv[SQLiteTask, SQLiteState]):
 
     # -- MCPEnv hooks ---------------------------------------------------------------------------
     def check_installed(self) -> None:
+        if self.server_spec.command[:1] != (sys.executable,):
+            return  # the server runs on another interpreter (its own venv): its packages are its own
         fix = 'pip install -e ".[mcp]" (or: pip install "mcp>=1.6,<2" mcp-server-sqlite)'
         if importlib.util.find_spec("mcp_server_sqlite") is None:
             raise ConfigError(f"{type(self).__name__} needs the mcp-server-sqlite package: {fix}")
