@@ -83,13 +83,53 @@ class CallOutcome:
     failed: bool
 
 
+class _FairLock:
+    """A reentrant lock granted in arrival order.
+
+    ``threading.RLock`` lets the releasing thread take the lock again at once, so an env that
+    calls in a loop could keep a shared server's neighbours waiting for many of its calls; with
+    tickets, a waiting env is next.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._next = self._serving = self._depth = 0
+        self._owner: int | None = None
+
+    def acquire(self) -> bool:
+        me = threading.get_ident()
+        with self._cond:
+            if self._owner == me:
+                self._depth += 1
+                return True
+            ticket, self._next = self._next, self._next + 1
+            while ticket != self._serving:
+                self._cond.wait()
+            self._owner, self._depth = me, 1
+        return True
+
+    def release(self) -> None:
+        with self._cond:
+            self._depth -= 1
+            if self._depth == 0:
+                self._owner = None
+                self._serving += 1
+                self._cond.notify_all()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 class _Server:
     """A sandboxed server, the lock its users take, and whose world its file holds now."""
 
     def __init__(self, server: SandboxedServer) -> None:
         self.server = server
         self.pid = os.getpid()  # a forked child must not use (or kill) its parent's server
-        self.lock = threading.RLock()
+        self.lock = _FairLock()
         self.on_disk: bytes | None = None
         self.offered: dict[str, Tool] = {}
 
@@ -246,17 +286,19 @@ class MCPEnv(TurngymEnv[TaskT, StateT], Generic[TaskT, StateT]):
         server learns the deadline when it starts: a changed ``call_timeout_s`` restarts it)."""
         return {DEADLINE_ENV: f"{max(0.05, 0.8 * self.call_timeout_s):g}"}
 
-    def _acquire_server(self, fresh: bool) -> _Server:
-        """This env's server, running: its own (restarted when ``fresh`` and ``restart_each_episode``)
-        or the shared one."""
+    def _acquire_server(self, fresh: bool, start: bool = True) -> _Server:
+        """This env's server: its own (restarted when ``fresh`` and ``restart_each_episode``) or the
+        shared one; running unless not ``start`` (a step's calls start it under the lock, each
+        call taking one turn of it)."""
         if self._server is not None and self._server.pid != os.getpid():
             self._server = None  # inherited through fork: the parent's
         if not self.share_server:
             if self._server is None:
                 self._server = self._new_server()
                 self._finalizer = weakref.finalize(self, self._server.close)
-            with self._server.lock:
-                self._server.ensure(self.excluded_tools, restart=fresh and self.restart_each_episode)
+            if start:
+                with self._server.lock:
+                    self._server.ensure(self.excluded_tools, restart=fresh and self.restart_each_episode)
             return self._server
         if self._server is None:
             key = (type(self).__qualname__, repr(self.server_spec), self.start_timeout_s, self.call_timeout_s)
@@ -265,8 +307,9 @@ class MCPEnv(TurngymEnv[TaskT, StateT], Generic[TaskT, StateT]):
                 if server is None:
                     server = _SHARED[key] = self._new_server()
             self._server = server
-        with self._server.lock:
-            self._server.ensure(self.excluded_tools)
+        if start:
+            with self._server.lock:
+                self._server.ensure(self.excluded_tools)
         return self._server
 
     def close(self) -> None:
@@ -325,7 +368,7 @@ class MCPEnv(TurngymEnv[TaskT, StateT], Generic[TaskT, StateT]):
                 errors.append(f"call {i} ({c.name}): {problem}")
         if errors:
             return self._invalid("Invalid tool call(s):\n" + "\n".join(errors), "; ".join(errors), forbidden=forbidden)
-        server = self._acquire_server(fresh=False)
+        server = self._acquire_server(fresh=False, start=False)
         world = self.state.world
         outcomes = []
         for c in calls:
