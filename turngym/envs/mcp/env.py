@@ -1,18 +1,26 @@
 """The MCP env base: a real MCP server's tools are the action grammar; its world is checked.
 
 :class:`MCPEnv` owns what every MCP family shares, and a family (``sqlite_env.py``) adds the
-tasks, the reading of its world and the verdicts:
+tasks, the reading of its world and the verdicts (or uses :class:`~turngym.envs.mcp.world_env.MCPWorldEnv`,
+which has them for one-file worlds):
 
-* **the server** — started in a bubblewrap session on the first ``reset`` (not at
-  construction: ``make(id).reward_spec`` starts nothing) and, by default, *shared* by every
-  env of its class in the process: a server start costs seconds (an interpreter importing
-  the SDK), a call milliseconds. Sharing is exact because the world is one file of the
-  session's working dir, the server reopens it on every call, and an env writes its own
-  world there (under the server's lock) before its calls run and reads it back after them:
-  each env's world is its state's bytes, never the file. The server is restarted when it
-  died or hung; ``restart_each_episode=True`` gives an env a private server started afresh
-  on every ``reset`` instead. (A family whose server keeps state in memory must exclude the
-  tools that touch it, or use private servers.)
+* **the server** — declared by the family as an :class:`~turngym.envs.mcp.server.MCPServer`
+  (command, world file, read-only binds, resident memory vs address space, environment,
+  excluded tools), started in a bubblewrap session on the first ``reset`` (not at
+  construction: ``make(id).reward_spec`` starts nothing). **Each env has its own server**,
+  kept across its episodes (a start costs seconds, a call milliseconds): a hostile episode
+  cannot hold a lock another env waits on, nor leave anything another env sees. The world is
+  one file of the session's working dir, which the server reopens on every call; the env
+  writes its own world there before its calls and reads it back after them, so each env's
+  world is its state's bytes, never the file, and anything beside the world file is cleared
+  before the next call. A file left in the server's ``/tmp`` or ``/dev/shm`` (``VACUUM INTO
+  '/tmp/x'``) replaces the server before its next call: no file outlives its episode outside
+  the world. The call deadline reaches the server (:data:`~turngym.envs.mcp.server.DEADLINE_ENV`),
+  which should stop its own work in time (MCP-SQLite: SQLite's progress handler).
+  ``restart_each_episode=True`` restarts the server on every ``reset``; ``share_server=True``
+  shares one per process among envs that trust each other, serialized per call by a fair
+  lock (a neighbour is at most one call ahead). A family whose server keeps state in memory
+  must exclude the tools that touch it, or restart per episode.
 * **the grammar** — ``tools/list`` of the server, in OpenAI format, minus the tools the family
   excludes (and says why); calls are parsed exactly as in ``turngym/Tools-v0``
   (:func:`turngym.envs.tools.parsing.parse_message`: a JSON call, a JSON list of calls, or
@@ -23,8 +31,8 @@ tasks, the reading of its world and the verdicts:
   once on a restarted server with the world put back as it was before the call: if the
   restart fails, or the retry succeeds, the fault was the infrastructure's (an
   ``infra_error``, or nothing the agent sees); if the same call fails again on a healthy
-  server, it is the call's doing (a query that never ends) and the agent is told the call did
-  not complete and changed nothing.
+  server, it is the call's doing (a query the server cannot stop) and the agent is told the
+  call did not complete and changed nothing.
 * **state** — the world file's bytes after every call, read on the host by the session's
   link-safe reader; ``snapshot`` holds them, ``restore`` only installs them (they reach the
   file before the next call).
