@@ -23,10 +23,42 @@ PACKAGE, VERSION = "@modelcontextprotocol/server-memory", "2026.8.31"
 
 
 class MCPMemoryEnv(MCPWorldEnv):
-    """Change and query a knowledge graph (people, organizations, ``works_at``) via server-memory's own tools.
+    """Change and query a knowledge graph through the published ``@modelcontextprotocol/server-memory``.
 
-    Signals and outcome: :data:`~turngym.envs.mcp.world_env.WORLD_REWARD_SPEC` (progress: the item diff of
-    the graph file against the goal graph). Tasks: ``mcp/memory/SEED`` (:mod:`.memory_tasks`).
+    ## Description
+    The user asks for changes to a small knowledge graph (people, organizations, ``works_at``
+    relations, facts as observations) and/or a fact from it. The agent acts only through the
+    node server's own tools (``create_entities``, ``add_observations``, ``delete_entities``,
+    ``read_graph``, ``open_nodes``, ...), sandboxed; after every call message the env reads the
+    graph's JSONL file itself, outside the server, and diffs it against the goal graph.
+
+    ## Task Distribution
+    Generated from a seed (:func:`~.memory_tasks.generate_memory_task`): 4-6 people, 3 organizations;
+    0-2 changes on distinct people plus an optional question (never neither). Ids ``mcp/memory/SEED``.
+
+    ## Action Space
+    Tools-v0's grammar over the server's tool list: ``{"name": ..., "arguments": {...}}``, a JSON
+    list of calls, or ``<tool_call>`` blocks; a message with no call is the reply.
+
+    ## Observation
+    On reset: the offered tools and the request. After calls: one ``<tool_response>`` per call.
+
+    ## Rewards
+    Outcome (on the reply): 1 if the graph equals the goal graph and the reply holds every
+    requested fact (bounded: :mod:`turngym.core.answers`), else 0.
+
+    | signal | range | emitted when | meaning |
+    |---|---|---|---|
+    | call_valid | 0–1 | call messages | every call parsed, names an offered tool and matches its schema |
+    | exec_ok | 0–1 | call messages | fraction of the calls the server ran without an error |
+    | forbidden_action | 0–1 | call messages | a tool not offered was called |
+    | progress | 0–1 | every turn | graph-diff potential: 1 - d(graph, goal) / d(start, goal) over items |
+    | state_match | 0–1 | the reply | the graph equals the goal graph |
+    | answers_given | 0–1 | the reply | share of the requested facts in the reply |
+
+    ## Episode End
+    Terminated by the reply; truncated after ``max_turns`` messages (default 12); a server that
+    cannot be (re)started ends it with ``info["infra_error"]``, unscored.
     """
 
     server = MCPServer(
