@@ -21,6 +21,10 @@ while another env of the process sends endless recursive CTEs (4 per message, ``
   bystander: hostile (own)  the default: every env has its own server; target p99 <= 100 ms
   bystander: hostile (shared)  ``share_server=True``: a neighbour's call (interrupted inside the
                             server at 0.8 x its deadline) can be ahead of each bystander call
+
+Figures (2 shared, loaded cores, -n 30 --bystander-s 20): bystander alone p50 7.6 / p99 42.5 ms;
+hostile neighbour, own servers 12.8 / 60.9 ms (target p99 <= 100 ms); shared 1631 / 1973 ms (one
+hostile call of 1.6 s ahead). Before (one shared server, a lock over each whole message): 11.8 s.
 """
 
 from __future__ import annotations
