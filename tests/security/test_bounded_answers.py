@@ -13,6 +13,7 @@ import pytest
 import turngym
 from turngym.core.answers import ANSWER_SLACK, missing_answers
 from turngym.envs.mcp.sqlite_tasks import _FIRST, _LAST, ANSWER_KINDS, generate_sqlite_task
+from turngym.envs.tools.oracle import oracle_message
 from turngym.envs.tools.tasks import ORDER_STATUSES, generate_store_task
 
 ALL_NAMES = ", ".join(f"{f} {last}" for f in _FIRST for last in _LAST)
@@ -85,3 +86,11 @@ def test_store_hedges_score_nothing_and_the_oracle_still_does(status):
         assert reward == want, (use_hedge, info["outcome"])
         assert (info["signals"]["answers_given"] if turn == len(env.unwrapped.current_task.turns) - 1 else 1.0) >= want
     env.close()
+
+
+def test_oracle_replies_score_on_every_store_turn():
+    for seed in range(500):
+        t = generate_store_task(seed)
+        for k, answers in enumerate(t.answers):
+            reply = oracle_message(t, k, 1)
+            assert missing_answers(answers, reply, kinds=(ORDER_STATUSES,), context=t.turns[k]) == [], (t.id, k)
