@@ -15,6 +15,7 @@ import pytest
 import turngym
 from turngym.agents import OracleAgent, RandomAgent
 from turngym.envs.mcp.env import close_shared_servers
+from turngym.envs.mcp.server import MCPServer
 from turngym.envs.mcp.sqlite_env import MCPSQLiteEnv
 from turngym.envs.mcp.sqlite_tasks import build_database, generate_sqlite_task, sqlite_task_from_id
 from turngym.envs.mcp.sqlite_world import diff_count, progress, read_world
@@ -140,8 +141,8 @@ def test_signals_follow_the_database(env):
     assert steps[-1][2] and steps[-1][4]["outcome"]["success"]
 
 
-def test_snapshots_move_between_envs_sharing_one_server(env):
-    other = turngym.make(ENV_ID)
+def test_snapshots_move_between_envs_sharing_one_server():
+    env, other = turngym.make(ENV_ID, share_server=True), turngym.make(ENV_ID, share_server=True)
     try:
         task = next(generate_sqlite_task(s) for s in range(100) if generate_sqlite_task(s).writes)
         env.reset(options={"task": task})
@@ -162,6 +163,8 @@ def test_snapshots_move_between_envs_sharing_one_server(env):
         assert a[-1][4]["outcome"]["success"]
     finally:
         other.close()
+        env.close()
+        close_shared_servers()
 
 
 def test_files_an_episode_leaves_beside_the_world_do_not_reach_the_next(env):
@@ -210,16 +213,8 @@ def _kill_sandbox(pid):
     raise AssertionError(f"the sandbox {pid} did not die")
 
 
-class _BreakableEnv(MCPSQLiteEnv):
-    """The real server, whose *next* start can be made to fail (an infrastructure fault)."""
-
-    broken = False
-
-    @classmethod
-    def server_argv(cls, world_path):
-        if cls.broken:
-            return [sys.executable, "-S", "-c", "raise SystemExit('the server is broken')"]
-        return super().server_argv(world_path)
+#: A server that cannot start (an infrastructure fault), swapped in for the next restart.
+BROKEN = MCPServer(command=(sys.executable, "-S", "-c", "raise SystemExit('the server is broken')"))
 
 
 def _sandboxes():
@@ -240,7 +235,7 @@ def _sandboxes():
 
 def test_blame_dead_server_hung_call_unstartable_server():
     """One private server through the three failures (one test: each restart costs a start)."""
-    env = _BreakableEnv(restart_each_episode=True, call_timeout_s=1.0)
+    env = MCPSQLiteEnv(restart_each_episode=True, call_timeout_s=1.0)
     try:
         others = _sandboxes()
         env.reset(seed=4)
@@ -252,31 +247,40 @@ def test_blame_dead_server_hung_call_unstartable_server():
         # 1b. the server is killed *during* a (slow) write: restarted on the world as it was
         # before the call, the call retried; the agent sees one clean result, applied once
         salaries = call("read_query", query="SELECT id, salary FROM employees ORDER BY id")
+        env.call_timeout_s = 30.0  # the server restarts knowing the new deadline (before this read)
         before = env.step(salaries)[0]
         # ~2 s in SQLite at idle: the killer (at 0.2 s) must land mid-call on a fast machine too (1M rows took 0.18 s)
         slow = ("UPDATE employees SET salary = salary + 1 WHERE (SELECT count(*) FROM (WITH RECURSIVE c(x) AS "
                 "(SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10000000) SELECT x FROM c)) > 0")
-        env.call_timeout_s = 30.0
         (pid,) = _sandboxes() - others
         killer = threading.Timer(0.2, _kill_sandbox, (pid,))
         killer.start()
         obs, reward, term, trunc, info = env.step(call("write_query", query=slow))
         killer.join()
-        env.call_timeout_s = 1.0
         assert info["infra_error"] is None and info["signals"]["exec_ok"] == 1.0 and env.recovered_calls == 1
+        env.call_timeout_s = 1.0
         after = env.step(salaries)[0]
         assert after != before and after.count("salary") == before.count("salary")
         bumped = json.loads(json.loads(after.split("\n")[1])["content"].replace("'", '"'))
         base = json.loads(json.loads(before.split("\n")[1])["content"].replace("'", '"'))
         assert [r["salary"] for r in bumped] == [r["salary"] + 1 for r in base]
-        # 2. a query that never ends hangs the server twice, on healthy servers: the agent's call
+        # 2. a query that never ends is interrupted inside the server at the call's deadline: the
+        # agent's failed call, answered in time, with no restart
+        starts = env._server.server.starts
         endless = "SELECT count(*) FROM (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c)"
+        t0 = time.monotonic()
         obs, reward, term, trunc, info = env.step(call("read_query", query=endless))
-        assert info["infra_error"] is None and info["action_valid"] and "did not complete" in obs
-        assert info["signals"]["exec_ok"] == 0.0 and not term
-        assert "employees" in env.step(call("list_tables"))[0]  # the server works again
+        assert time.monotonic() - t0 < env.call_timeout_s + 0.5
+        assert info["infra_error"] is None and info["action_valid"] and "interrupted" in obs
+        assert info["signals"]["exec_ok"] == 0.0 and not term and env._server.server.starts == starts
+        # 2b. a server that stops answering (SIGSTOP) is killed at the deadline and the call retried
+        (pid,) = _sandboxes() - others
+        for p in tree_pids(pid):
+            os.kill(p, signal.SIGSTOP)
+        obs, reward, term, trunc, info = env.step(call("list_tables"))
+        assert info["infra_error"] is None and "employees" in obs and env.recovered_calls == 2
         # 3. the server dies and cannot be started again: the infrastructure's failure
-        _BreakableEnv.broken = True
+        env._server.server.spec = BROKEN
         _kill_sandbox(*(_sandboxes() - others))
         obs, reward, term, trunc, info = env.step(call("list_tables"))
         assert info["infra_error"] and "broken" in info["infra_error"]
@@ -284,7 +288,6 @@ def test_blame_dead_server_hung_call_unstartable_server():
         with pytest.raises(turngym.core.errors.InfraError):
             env.reset(seed=2)  # a private server is restarted per episode: it cannot start now
     finally:
-        _BreakableEnv.broken = False
         env.close()
 
 

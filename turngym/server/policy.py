@@ -108,7 +108,8 @@ ENV_ARGS: dict[str, dict[str, Arg]] = {
         "difficulties": _list_of(_int(1, 3), 3),
         "show_admissible": _BOOL,
     },
-    # restart_each_episode stays the operator's call: a client could make every session start a server
+    # restart_each_episode / share_server stay the operator's call: a client could make every episode start a
+    # server, or share one with another client's sessions (each session's env has its own MCP server process)
     "mcp": {"call_timeout_s": _float(0.5, 30.0)},
     "search": {
         "kb_seed": _SEED,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import importlib.metadata
 import threading
 from collections.abc import Mapping
 from concurrent.futures import Future
@@ -61,6 +62,19 @@ class ToolReply:
     is_error: bool
 
 
+def _sdk_major() -> int:
+    """The installed ``mcp`` SDK's major version (1 and 2 differ in names, not in the protocol)."""
+    try:
+        return int(importlib.metadata.version("mcp").split(".")[0])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return 1
+
+
+def _field(obj: Any, camel: str, snake: str) -> Any:
+    """A result field under its 1.x (camelCase) or 2.x (snake_case) name."""
+    return getattr(obj, snake) if hasattr(obj, snake) else getattr(obj, camel, None)
+
+
 def _import_mcp() -> Any:
     try:
         import mcp
@@ -80,7 +94,7 @@ def mcp_tools_to_openai(tools: Any) -> dict[str, dict[str, Any]]:
     """
     out: dict[str, dict[str, Any]] = {}
     for t in tools:
-        params = dict(t.inputSchema or {})
+        params = dict(_field(t, "inputSchema", "input_schema") or {})
         params.setdefault("type", "object")
         params.setdefault("properties", {})
         params.setdefault("required", [])
@@ -112,6 +126,8 @@ class MCPClient:
         start_timeout_s: float = 30.0,
     ) -> None:
         mcp, self._stdio_client = _import_mcp()
+        self._v2 = _sdk_major() >= 2
+        self._mcp = mcp
         self._params = mcp.StdioServerParameters(command=command, args=list(args), env=dict(env or {}), cwd=cwd)
         self._session_cls = mcp.ClientSession
         self._errlog = errlog
@@ -149,9 +165,14 @@ class MCPClient:
                     tools: list[Any] = []
                     cursor = None
                     while True:
-                        page = await session.list_tools(cursor) if cursor else await session.list_tools()
+                        if not cursor:
+                            page = await session.list_tools()
+                        elif self._v2:
+                            page = await session.list_tools(params=self._mcp.types.PaginatedRequestParams(cursor=cursor))
+                        else:
+                            page = await session.list_tools(cursor)
                         tools.extend(page.tools)
-                        cursor = page.nextCursor
+                        cursor = _field(page, "nextCursor", "next_cursor")
                         if not cursor:
                             break
                     self._session = session
@@ -198,7 +219,9 @@ class MCPClient:
         session = self._session
         if session is None or not self.alive:
             raise ServerLost("the MCP server is not running")
-        coro = session.call_tool(name, dict(arguments), read_timeout_seconds=datetime.timedelta(seconds=timeout_s))
+        # 1.x takes the read timeout as a timedelta, 2.x as seconds
+        timeout: Any = float(timeout_s) if self._v2 else datetime.timedelta(seconds=timeout_s)
+        coro = session.call_tool(name, dict(arguments), read_timeout_seconds=timeout)
         fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             result = fut.result(timeout=timeout_s + 1.0)
@@ -209,7 +232,7 @@ class MCPClient:
             if _is_timeout(exc):
                 raise CallTimeout(f"{name}: no answer within {timeout_s:g} s") from None
             raise ServerLost(f"{name}: the MCP server stopped answering ({_describe(exc)})") from None
-        return ToolReply(text=_text_of(result.content), is_error=bool(result.isError))
+        return ToolReply(text=_text_of(result.content), is_error=bool(_field(result, "isError", "is_error")))
 
 
 def _text_of(content: Any) -> str:

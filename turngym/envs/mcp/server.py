@@ -24,44 +24,101 @@ import shlex
 import shutil
 import signal
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from turngym.envs.mcp.client import MCPClient, ServerLost
 from turngym.sandbox import BubblewrapSandbox, Limits, LocalSession, WorkdirSnapshot
 from turngym.sandbox.local import sandbox_env
+from turngym.sandbox.watchdog import tree_pids
 
-__all__ = ["SandboxedServer", "SERVER_LIMITS"]
+__all__ = ["MCPServer", "SandboxedServer", "SERVER_LIMITS", "DEADLINE_ENV"]
 
 #: A server lives for many calls: CPU is capped per call by the env's deadline, not by
 #: ``RLIMIT_CPU`` (which would count the server's whole life); the world is small.
 SERVER_LIMITS = Limits(wall_s=3600, cpu_s=100_000, memory_mb=1024, file_size_mb=16, disk_mb=32, processes=32)
 
+#: The environment variable that tells a server the env's per-call deadline in seconds (a server
+#: that can stop its own work in time -- SQLite's progress handler -- answers instead of hanging).
+DEADLINE_ENV = "TURNGYM_CALL_DEADLINE_S"
+
 _FD = "3"
+_WORLD_MARK = "{world}"
+
+
+@dataclass(frozen=True)
+class MCPServer:
+    """How to run one MCP server over stdio in the sandbox: everything a family declares.
+
+    Attributes:
+        command: the server's command line inside the sandbox; ``{world}`` in any item is
+            replaced by the world file's path there (e.g. ``("node", ".../dist/index.js")``).
+        world_file: the world's file name in the server's one writable directory.
+        env: environment variables of the server (``{world}`` replaced too); the sandbox's
+            minimal environment (``PATH``, ``HOME``, ``TMPDIR``, Python's) is underneath, and
+            :data:`DEADLINE_ENV` is set to the env's call deadline.
+        ro_binds: host directories the server reads (a ``node_modules``, a venv): shown
+            read-only at the same paths.
+        memory_mb: resident memory of the whole sandbox (its cgroup, or a polling watchdog).
+        address_space_mb: ``RLIMIT_AS`` per process. Interpreters reserve far more virtual
+            memory than they use: node's V8 dies at start under ~1.3 GB, so node servers need
+            a few GB here while ``memory_mb`` stays small.
+        processes: processes/threads of the sandbox (node starts ~10 threads).
+        excluded_tools: tools never offered, each with the reason (calling one is forbidden).
+    """
+
+    command: tuple[str, ...]
+    world_file: str = "world"
+    env: Mapping[str, str] = field(default_factory=dict)
+    ro_binds: tuple[str, ...] = ()
+    memory_mb: int = 1024
+    address_space_mb: int = 1024
+    processes: int = 32
+    excluded_tools: Mapping[str, str] = field(default_factory=dict)
+
+    def argv(self, workdir: str) -> list[str]:
+        """The command line for a sandbox whose writable dir is ``workdir``."""
+        return [a.replace(_WORLD_MARK, f"{workdir}/{self.world_file}") for a in self.command]
+
+    def environ(self, workdir: str) -> dict[str, str]:
+        """The server's own environment variables for ``workdir``."""
+        return {k: v.replace(_WORLD_MARK, f"{workdir}/{self.world_file}") for k, v in self.env.items()}
+
+    def limits(self) -> Limits:
+        """The sandbox's limits (resident memory is ``memory_mb``)."""
+        return SERVER_LIMITS.replace(memory_mb=self.memory_mb, processes=self.processes)
+
+    def rlimits(self) -> Limits:
+        """The per-process rlimits (the address space is ``address_space_mb``)."""
+        return self.limits().replace(memory_mb=self.address_space_mb)
 
 
 class SandboxedServer:
     """Start, stop and restart one MCP server whose writable world is a sandbox session.
 
     Args:
-        argv: the server's command line, given the working dir as the sandbox shows it.
-        sandbox: the bubblewrap sandbox (default: a new one, closed with this object).
-        limits: the session's limits (see :data:`SERVER_LIMITS`).
+        spec: the server's command, binds, limits and environment.
+        sandbox: the bubblewrap sandbox (default: a new one with the spec's binds, closed with this object).
+        extra_env: more environment variables (the env's call deadline).
         start_timeout_s: deadline for start-up and the tool listing.
     """
 
     def __init__(
         self,
-        argv: Callable[[str], Sequence[str]],
+        spec: MCPServer,
         *,
         sandbox: BubblewrapSandbox | None = None,
-        limits: Limits = SERVER_LIMITS,
+        extra_env: Mapping[str, str] | None = None,
         start_timeout_s: float = 30.0,
     ) -> None:
-        self._argv = argv
+        self.spec = spec
+        self.limits = spec.limits()
+        #: More environment variables, read at every (re)start.
+        self.extra_env = dict(extra_env or {})
         self._own_sandbox = sandbox is None
-        self.sandbox = sandbox if sandbox is not None else BubblewrapSandbox(limits)
-        self.limits = limits
+        self.sandbox = sandbox if sandbox is not None else BubblewrapSandbox(self.limits, ro_binds=spec.ro_binds)
+        limits = self.limits
         self.start_timeout_s = start_timeout_s
         self.session: LocalSession = self.sandbox.open_session(limits)
         self._private = tempfile.mkdtemp(prefix="turngym-mcp-")
@@ -77,8 +134,9 @@ class SandboxedServer:
         self.stop()
         sb, session = self.sandbox, self.session
         session.prepare(self.limits)
-        env = {**sandbox_env(session.workdir), **sb.python.env()}
-        full, fds = sb.launch(session, list(self._argv(session.workdir)), self.limits)
+        env = {**sandbox_env(session.workdir), **sb.python.env(), **self.spec.environ(session.workdir),
+               **self.extra_env}
+        full, fds = sb.launch(session, self.spec.argv(session.workdir), self.limits, rlimits=self.spec.rlimits())
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self._private, "server.pid"))
         try:
@@ -139,6 +197,24 @@ class SandboxedServer:
                 return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
         except (OSError, IndexError):
             return False
+
+    def scratch_used(self) -> bool:
+        """Whether the server's private ``/tmp`` or ``/dev/shm`` holds anything (``VACUUM INTO
+        '/tmp/x'``): they live as long as the sandbox, so a file there would outlive the call's
+        episode. Read from the host through a sandboxed process's root (listing only, no
+        link followed); a sandbox that cannot be inspected counts as used."""
+        pid = self._pid() if self.client is not None else None
+        if pid is None:
+            return False
+        own = os.readlink("/proc/self/ns/mnt")
+        for p in tree_pids(pid):
+            try:
+                if os.readlink(f"/proc/{p}/ns/mnt") == own:
+                    continue
+                return any(os.listdir(f"/proc/{p}/root{d}") for d in ("/tmp", "/dev/shm"))
+            except OSError:
+                continue
+        return True
 
     def kill(self) -> None:
         """SIGKILL the running server's sandbox (a hung server: no polite shutdown)."""

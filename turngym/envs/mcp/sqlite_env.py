@@ -13,13 +13,16 @@ from typing import Any
 
 import numpy as np
 
+from turngym.core.answers import missing_answers
 from turngym.core.env import Transition
 from turngym.core.errors import ConfigError
 from turngym.core.hashing import state_hash
 from turngym.core.spec import RewardSpec, Signal
 from turngym.envs.mcp.client import ToolReply
 from turngym.envs.mcp.env import CallOutcome, MCPEnv, MCPState
+from turngym.envs.mcp.server import DEADLINE_ENV, MCPServer
 from turngym.envs.mcp.sqlite_tasks import (
+    ANSWER_KINDS,
     SQLITE_ID_PREFIX,
     SQLiteTask,
     build_database,
@@ -27,12 +30,28 @@ from turngym.envs.mcp.sqlite_tasks import (
     sqlite_task_from_id,
 )
 from turngym.envs.mcp.sqlite_world import World, progress, read_world
-from turngym.envs.tools.verifier import call_key, missing_answers
+from turngym.envs.tools.verifier import call_key
 
-__all__ = ["MCPSQLiteEnv", "SQLiteState", "SERVER_MAIN"]
+__all__ = ["MCPSQLiteEnv", "SQLiteState", "SERVER_MAIN", "sqlite_server"]
 
-#: How the sandbox starts ``mcp-server-sqlite`` (its console script's entry point, by import).
-SERVER_MAIN = "import sys; from mcp_server_sqlite import main; sys.argv[0] = 'mcp-server-sqlite'; main()"
+#: How the sandbox starts ``mcp-server-sqlite``: its console script's entry point, by import,
+#: after giving every SQLite connection the server opens (one per call) a progress handler that
+#: interrupts the statement past the env's call deadline (:data:`DEADLINE_ENV`). The deadline is
+#: kept inside the server's own work: a query that never ends is answered ("interrupted") in time,
+#: instead of hanging the server until the client kills and restarts it.
+SERVER_MAIN = (
+    "import os, sqlite3, sys, time\n"
+    f"_connect, _budget = sqlite3.connect, float(os.environ.get({DEADLINE_ENV!r}, '5'))\n"
+    "def _connect_with_deadline(*args, **kwargs):\n"
+    "    con = _connect(*args, **kwargs)\n"
+    "    end = time.monotonic() + _budget\n"
+    "    con.set_progress_handler(lambda: time.monotonic() > end, 10000)\n"
+    "    return con\n"
+    "sqlite3.connect = _connect_with_deadline\n"
+    "from mcp_server_sqlite import main\n"
+    "sys.argv[0] = 'mcp-server-sqlite'\n"
+    "main()\n"
+)
 
 SYSTEM_PROMPT = """\
 You are an assistant that works on a SQLite database through tools. Each of your messages is either tool calls or a reply to the user.
@@ -47,6 +66,19 @@ Reply: <tool_response> {"name": "read_query", "content": "[{'n': 2}]"} </tool_re
 You: 2 projects are paused."""
 
 #: What mcp-server-sqlite's answers start with when the tool failed (it never sets isError).
+def sqlite_server(python: str = sys.executable, site_packages: str | None = None) -> MCPServer:
+    """``mcp-server-sqlite`` run by ``python``; ``site_packages``: where that interpreter finds the
+    server and its ``mcp<2`` (a venv of its own), shown read-only and put first on its path -- so
+    turngym's client may use ``mcp`` 2.x while the server keeps the 1.x API it was written for."""
+    env = {} if site_packages is None else {"PYTHONPATH": site_packages}
+    return MCPServer(
+        command=(python, "-S", "-c", SERVER_MAIN, "--db-path", "{world}"),
+        env=env,
+        ro_binds=() if site_packages is None else (site_packages,),
+        excluded_tools={"append_insight": "its memo lives in the server's memory, outside the checked database"},
+    )
+
+
 _ERROR_PREFIXES = ("Error:", "Database error:")
 _GOAL_CACHE = 256
 #: The server's tools that only read: a new read is how an agent learns the database.
@@ -115,8 +147,8 @@ class MCPSQLiteEnv(MCPEnv[SQLiteTask, SQLiteState]):
     | answers_given | 0–1 | the reply | share of the requested facts in the reply |
 
     ## Starting State
-    The task's database; the server (started on the first reset, kept across episodes)
-    reopens the file on every call.
+    The task's database; the env's own server (started on the first reset, kept across its
+    episodes, its scratch dirs checked after every call) reopens the file on every call.
 
     ## Episode End
     Terminated by the reply; truncated after ``max_turns`` messages (default 12). An
@@ -125,7 +157,7 @@ class MCPSQLiteEnv(MCPEnv[SQLiteTask, SQLiteState]):
 
     ## Arguments
     ``tasks`` (a fixed list of :class:`SQLiteTask` or ids), ``call_timeout_s`` (5),
-    ``start_timeout_s``, ``restart_each_episode`` (False), plus the base class's.
+    ``start_timeout_s``, ``restart_each_episode`` (False), ``share_server`` (False), plus the base class's.
 
     >>> import turngym
     >>> env = turngym.make("turngym/MCP-SQLite-v0")
@@ -209,7 +241,7 @@ class MCPSQLiteEnv(MCPEnv[SQLiteTask, SQLiteState]):
     default_max_turns = 12
     task_type = SQLiteTask
     system_prompt = SYSTEM_PROMPT
-    excluded_tools = {"append_insight": "its memo lives in the server's memory, outside the checked database"}
+    server = sqlite_server()
 
     def __init__(self, *, tasks: Sequence[SQLiteTask | str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -239,11 +271,9 @@ class MCPSQLiteEnv(MCPEnv[SQLiteTask, SQLiteState]):
         return entry[1], entry[2], entry[3]
 
     # -- MCPEnv hooks ---------------------------------------------------------------------------
-    @classmethod
-    def server_argv(cls, world_path: str) -> list[str]:
-        return [sys.executable, "-S", "-c", SERVER_MAIN, "--db-path", world_path]
-
-    def _check_installed(self) -> None:
+    def check_installed(self) -> None:
+        if self.server_spec.command[:1] != (sys.executable,):
+            return  # the server runs on another interpreter (its own venv): its packages are its own
         fix = 'pip install -e ".[mcp]" (or: pip install "mcp>=1.6,<2" mcp-server-sqlite)'
         if importlib.util.find_spec("mcp_server_sqlite") is None:
             raise ConfigError(f"{type(self).__name__} needs the mcp-server-sqlite package: {fix}")
@@ -302,7 +332,7 @@ class MCPSQLiteEnv(MCPEnv[SQLiteTask, SQLiteState]):
         st, task = self.state, self.current_task
         goal = self._worlds(task)[2]
         match = st.view.key == goal.key
-        missing = missing_answers(task.answers, text)
+        missing = missing_answers(task.answers, text, kinds=ANSWER_KINDS, context=task.prompt)
         answered = 1.0 - len(missing) / len(task.answers) if task.answers else 1.0
         success = match and not missing
         return Transition(

@@ -24,7 +24,9 @@ from turngym.core.errors import TaskError
 from turngym.core.task import Task
 from turngym.envs.tools.tasks import Call  # {"name": str, "arguments": {...}}, as in Tools-v0
 
-__all__ = ["SQLiteTask", "generate_sqlite_task", "sqlite_task_from_id", "build_database", "SQLITE_ID_PREFIX"]
+__all__ = [
+    "SQLiteTask", "generate_sqlite_task", "sqlite_task_from_id", "build_database", "SQLITE_ID_PREFIX", "ANSWER_KINDS",
+]
 
 SQLITE_ID_PREFIX = "mcp/sqlite/"
 _ID = re.compile(r"^mcp/sqlite/(\d+)$")
@@ -73,6 +75,15 @@ _DEPTS = ["Sales", "Research", "Support", "Finance", "Legal", "Design"]
 _CITIES = ["Springfield", "Riverton", "Lakeside", "Fairview", "Bayside"]
 _TOPICS = ["website", "audit", "launch", "migration", "survey", "hiring", "catalog", "billing"]
 _STATUSES = ["active", "active", "paused", "done", "cancelled"]
+#: The vocabularies a text answer is drawn from (its kind, for the bounded-answer rule of
+#: :mod:`turngym.core.answers`): every name the generator can make, not only the world's.
+ANSWER_KINDS = (
+    frozenset(f"{f} {last}" for f in _FIRST for last in _LAST),
+    frozenset(_DEPTS),
+    frozenset(_CITIES),
+    frozenset(_TOPICS),
+    frozenset(_STATUSES),
+)
 
 _SCHEMA = (
     "CREATE TABLE departments (name TEXT PRIMARY KEY, budget INTEGER NOT NULL)",

@@ -21,7 +21,7 @@ from turngym.envs.tools.parsing import Reply, parse_message
 from turngym.envs.tools.schema import Tool, check_structure, oversized_integer, validate_arguments
 from turngym.envs.tools.state import FlatState, flat_key
 from turngym.envs.tools.store import STORE_TOOLS, StoreBackend
-from turngym.envs.tools.tasks import STORE_ID_PREFIX, ToolsTask, generate_store_task, store_task_from_id
+from turngym.envs.tools.tasks import ORDER_STATUSES, STORE_ID_PREFIX, ToolsTask, generate_store_task, store_task_from_id
 from turngym.envs.tools.verifier import GoldTrace, call_key, missing_answers, missing_results, progress, replay_gold
 
 __all__ = ["ToolsEnv", "ToolsState", "SOURCES", "make_backend"]
@@ -469,7 +469,7 @@ class ToolsEnv(TurngymEnv[ToolsTask, ToolsState | None]):
         if task.check_results:
             missing = missing_results(gold.results[k], st.results)
         else:
-            missing = missing_answers(task.answers[k], message)
+            missing = missing_answers(task.answers[k], message, kinds=(ORDER_STATUSES,), context=task.turns[k])
         answered = 1.0 - len(missing) / len(required) if required else 1.0
         if task.gold[k]:
             passed = state_match and not missing and st.calls_in_turn > 0

@@ -24,7 +24,7 @@ from typing import Any
 from turngym.core.errors import TaskError
 from turngym.core.task import Task
 
-__all__ = ["ToolsTask", "generate_store_task", "store_task_from_id", "STORE_ID_PREFIX"]
+__all__ = ["ToolsTask", "generate_store_task", "store_task_from_id", "STORE_ID_PREFIX", "ORDER_STATUSES"]
 
 STORE_ID_PREFIX = "tools/store/"
 _STORE_ID = re.compile(r"^tools/store/(\d+)$")
@@ -90,6 +90,8 @@ _KINDS = [
     "kettle",
 ]
 _STATUSES = ["pending", "pending", "shipped", "delivered", "delivered", "cancelled"]
+#: Every status an order can have (the kind of a status answer: a reply naming them all answers nothing).
+ORDER_STATUSES = frozenset({*_STATUSES, "refunded", "return_requested"})
 
 
 def _address(rng: random.Random) -> str:

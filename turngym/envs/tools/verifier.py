@@ -18,11 +18,11 @@ have (BFCL notices only if the change is still visible at the next checked turn)
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from turngym.core.answers import missing_answers
 from turngym.envs.tools.backend import Backend
 from turngym.envs.tools.state import FlatState, diff_count
 from turngym.envs.tools.tasks import ToolsTask
@@ -33,7 +33,6 @@ __all__ = [
     "call_key",
     "missing_results",
     "missing_answers",
-    "max_reply_numbers",
     "progress",
 ]
 
@@ -109,49 +108,6 @@ def missing_results(gold_results: Sequence[str], agent_results: Sequence[str]) -
             pool[r] -= 1
         else:
             missing.append(r)
-    return missing
-
-
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
-def max_reply_numbers(answers: Sequence[str]) -> int:
-    """How many distinct numbers a reply may state before its numbers stop counting as answers.
-
-    A reply is graded by whether each required fact appears in it, so a reply that lists every
-    number from 0 to 10,000 would "give" any numeric answer: an agent paid for answers learns to
-    hedge that way. A fair reply states the answers and a little context (ids, units)."""
-    return 2 * len(answers) + 8
-
-
-def missing_answers(answers: Sequence[str], message: str) -> list[str]:
-    """Required facts absent from the agent's reply (case-insensitive; numbers by value).
-
-    Numbers count only from a reply that states at most :func:`max_reply_numbers` distinct ones.
-
-    >>> missing_answers(["shipped", "45.50"], "Your order was Shipped; you paid $45.5.")
-    []
-    >>> missing_answers(["delivered"], "It is on its way.")
-    ['delivered']
-    >>> missing_answers(["45"], " ".join(map(str, range(1000))))  # hedging: every number at once
-    ['45']
-    """
-    text = message.lower()
-    numbers = None
-    missing = []
-    for ans in answers:
-        try:
-            value = float(ans)
-        except ValueError:
-            if ans.lower() not in text:
-                missing.append(ans)
-            continue
-        if numbers is None:
-            numbers = {float(n.replace(",", "")) for n in _NUMBER.findall(text)}
-            if len(numbers) > max_reply_numbers(answers):
-                numbers = set()
-        if not any(abs(value - n) < 1e-6 for n in numbers):
-            missing.append(ans)
     return missing
 
 

@@ -1,0 +1,96 @@
+"""Free-text graders are bounded: a reply naming more candidates than the answer has scores nothing.
+
+The attack (issue 38, item 1): on a question-only MCP-SQLite task, a reply listing all 140
+first x last name pairs, with no tool call, scored reward 1.0 because text answers were matched by
+substring. The rule of :mod:`turngym.core.answers` covers every env that grades free text:
+MCP-SQLite, Tools-v0 / Tools-Store (order statuses and amounts) and MCP-Memory.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import turngym
+from turngym.core.answers import ANSWER_SLACK, missing_answers
+from turngym.envs.mcp.sqlite_tasks import _FIRST, _LAST, ANSWER_KINDS, generate_sqlite_task
+from turngym.envs.tools.oracle import oracle_message
+from turngym.envs.tools.tasks import ORDER_STATUSES, generate_store_task
+
+ALL_NAMES = ", ".join(f"{f} {last}" for f in _FIRST for last in _LAST)
+
+
+def test_rule_counts_candidates_of_the_answers_kind():
+    names = [["Ava Kim", "Ben Rossi", "Chloe Silva", "Dev Novak", "Elena Haddad"]]
+    assert missing_answers(["Ben Rossi"], "It is Ben Rossi.", kinds=names) == []
+    # answer + slack candidates still score; one more and nothing does
+    within = ", ".join(names[0][: 1 + 1 + ANSWER_SLACK - 1])
+    assert missing_answers(["Ben Rossi"], within, kinds=names) == []
+    assert missing_answers(["Ben Rossi"], ", ".join(names[0]), kinds=names) == ["Ben Rossi"]
+    # numbers are one kind: every distinct number counts, except those the user's request gave
+    assert missing_answers(["3"], "0 1 2 3 4 5 6 7 8 9") == ["3"]
+    assert missing_answers(["45.50"], "Order O1003 (2 items) cost 45.5.", context="order O1003") == []
+    # another kind's mentions do not count against this one
+    assert missing_answers(["3"], "3 people: Ava Kim, Ben Rossi, Chloe Silva, Dev Novak", kinds=names) == []
+
+
+def test_listing_every_name_pair_forges_nothing_on_mcp_sqlite_seed_4():
+    pytest.importorskip("mcp_server_sqlite")
+    env = turngym.make("turngym/MCP-SQLite-v0")
+    try:
+        env.reset(seed=0, options={"task": "mcp/sqlite/4"})
+        task = env.unwrapped.current_task
+        assert task.answers and not task.writes and task.answers[0] in ALL_NAMES  # a question-only task
+        _, reward, terminated, _, info = env.step(ALL_NAMES)
+        assert terminated and reward == 0.0 and not info["outcome"]["success"]
+        assert info["signals"]["answers_given"] == 0.0
+        env.reset(seed=0, options={"task": "mcp/sqlite/4"})
+        _, reward, *_ = env.step(f"The highest-paid employee there is {task.answers[0]}.")
+        assert reward == 1.0
+    finally:
+        env.close()
+
+
+def test_honest_sqlite_replies_score_on_every_task():
+    for seed in range(2000):
+        t = generate_sqlite_task(seed)
+        if t.answers:
+            honest = "Done: " + ", ".join(t.answers) + "."
+            assert missing_answers(t.answers, honest, kinds=ANSWER_KINDS, context=t.prompt) == [], t.id
+            assert missing_answers(t.answers, ALL_NAMES + " " + " ".join(map(str, range(100))),
+                                   kinds=ANSWER_KINDS, context=t.prompt) == list(t.answers), t.id
+
+
+def _store_task_with(answer_is_status: bool) -> tuple[str, int]:
+    for seed in range(500):
+        t = generate_store_task(seed)
+        for k, answers in enumerate(t.answers):
+            if answers and (answers[0] in ORDER_STATUSES) == answer_is_status:
+                return t.id, k
+    raise AssertionError("no such store task")
+
+
+@pytest.mark.parametrize("status", [True, False], ids=["status", "amount"])
+def test_store_hedges_score_nothing_and_the_oracle_still_does(status):
+    task_id, turn = _store_task_with(status)
+    env = turngym.make("turngym/Tools-Store-v0")
+    hedge = ", ".join(sorted(ORDER_STATUSES)) if status else " ".join(f"{c / 100:.2f}" for c in range(0, 100_000, 7))
+    for use_hedge, want in ((True, 0.0), (False, 1.0)):
+        env.reset(seed=0, options={"task": task_id})
+        while True:
+            action = env.unwrapped.oracle_action()
+            if use_hedge and env.unwrapped.state.turn == turn and not action.startswith("["):
+                action = hedge
+            _, reward, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                break
+        assert reward == want, (use_hedge, info["outcome"])
+        assert (info["signals"]["answers_given"] if turn == len(env.unwrapped.current_task.turns) - 1 else 1.0) >= want
+    env.close()
+
+
+def test_oracle_replies_score_on_every_store_turn():
+    for seed in range(500):
+        t = generate_store_task(seed)
+        for k, answers in enumerate(t.answers):
+            reply = oracle_message(t, k, 1)
+            assert missing_answers(answers, reply, kinds=(ORDER_STATUSES,), context=t.turns[k]) == [], (t.id, k)
