@@ -132,7 +132,7 @@ def test_tokens_page_of_a_scripted_episode_shows_no_tokens(eval_dir: Path) -> No
 @pytest.fixture(scope="module")
 def tree_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("view_tree") / "tree_episodes.jsonl"
-    eps = run_tree(lambda: turngym.make(ENV, max_turns=4), RandomAgent(seed=1), [1, 2], branching=(3, 2), env_id=ENV).episodes
+    eps = run_tree(lambda: turngym.make(ENV, max_turns=4), RandomAgent(seed=3), [1, 2], branching=(3, 2), env_id=ENV).episodes
     assert len({ep.total_reward for ep in eps}) > 1  # outcomes that differ, so node values differ
     save_episodes(eps, out)
     return out

@@ -9,8 +9,11 @@ are exactly those of an in-process rollout for the same seeds and policy; privil
 agent's generator included.
 
 A dead actor (a node lost) is an infrastructure error, not a crash: its in-flight episodes
-end with ``info["infra_error"]``, its later episodes are recorded unscored with
-``meta["infra_error"]``, and the other actors carry on. An env that raises in ``step`` (an
+end with ``info["infra_error"]``, its slots are retired (:meth:`RayStepper.alive`), and the
+episodes queued behind them go to the live actors' slots, so a lost node costs only what it was
+playing. Every remote call has a deadline (``call_timeout_s``): an actor that does not answer in
+time (a hung node, a stopped process) is killed and counted dead like one that crashed, so a
+lockstep turn never waits longer than that. An env that raises in ``step`` (an
 env bug) is caught inside the actor (:func:`~turngym.core.infra.guarded_step`): that episode
 ends as an infra error with its traceback, the actor's other slots step on.
 
@@ -21,6 +24,7 @@ ends as an infra error with its traceback, the actor's other slots step on.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -45,12 +49,13 @@ def _build(env: str | Callable[[], Any], env_kwargs: Mapping[str, Any] | None) -
     return env()
 
 
-def _get(ref: Any) -> Any:
-    """``ray.get``, raising what the env raised (an env's ``InfraError`` is the env's, not Ray's)."""
+def _get(ref: Any, timeout: float | None) -> Any:
+    """``ray.get`` with a deadline, raising what the env raised (an env's ``InfraError`` is the env's,
+    not Ray's); a call past its deadline raises ``GetTimeoutError``."""
     import ray
 
     try:
-        return ray.get(ref)
+        return ray.get(ref, timeout=timeout)
     except ray.exceptions.RayTaskError as exc:
         if isinstance(exc.cause, Exception):
             raise exc.cause from None
@@ -109,9 +114,10 @@ class EnvWorker:
 class ActorEnv:
     """What a policy sees as ``AgentInput.env``: a proxy to one env in an actor."""
 
-    def __init__(self, worker: Any, slot: int, describe: Mapping[str, Any]) -> None:
+    def __init__(self, worker: Any, slot: int, describe: Mapping[str, Any], timeout: float | None = None) -> None:
         self.worker = worker
         self.slot = slot
+        self.timeout = timeout
         self.system_prompt: str = describe["system_prompt"]
         self.stop_strings: tuple[str, ...] = tuple(describe.get("stop_strings", ()))
         self.max_new_tokens: int | None = describe.get("max_new_tokens")
@@ -131,16 +137,19 @@ class ActorEnv:
         return self
 
     def call(self, method: str, *args: Any) -> Any:
-        """``worker.method(*args)``; a dead actor raises :class:`InfraError` (and stays dead)."""
+        """``worker.method(*args)``; a dead or unanswering actor raises :class:`InfraError` (and stays dead)."""
         import ray
 
         if self.dead:
             raise InfraError(self.dead)
         try:
-            return _get(getattr(self.worker, method).remote(*args))
+            return _get(getattr(self.worker, method).remote(*args), self.timeout)
         except ray.exceptions.RayActorError as exc:
             self.dead = f"env worker died: {exc}"
-            raise InfraError(self.dead) from None
+        except ray.exceptions.GetTimeoutError:
+            self.dead = f"env worker did not answer {method} within {self.timeout:g} s (killed)"
+            ray.kill(self.worker, no_restart=True)
+        raise InfraError(self.dead)
 
     def oracle_action(self) -> str:
         try:
@@ -166,6 +175,9 @@ class RayStepper(Stepper):
         num_workers: env actors (at most one per slot).
         env_kwargs: constructor overrides when ``env`` is an id.
         worker_options: Ray actor options (``num_cpus``, ``resources``, ``runtime_env``…).
+        call_timeout_s: deadline of every remote call (a reset, one turn's steps on an actor,
+            a snapshot); an actor past it is killed and its slots retired. Size it above the
+            slowest env step (SWE tests, MCP calls); None waits for Ray's failure detector.
 
     Ray is initialised locally when no cluster is connected (``ray.init()`` first to join one).
     """
@@ -177,9 +189,13 @@ class RayStepper(Stepper):
         num_workers: int = 2,
         env_kwargs: Mapping[str, Any] | None = None,
         worker_options: Mapping[str, Any] | None = None,
+        call_timeout_s: float | None = 300.0,
     ) -> None:
         if num_workers < 1:
             raise ConfigError(f"num_workers must be >= 1, got {num_workers}")
+        if call_timeout_s is not None and call_timeout_s <= 0:
+            raise ConfigError(f"call_timeout_s must be > 0 (or None), got {call_timeout_s}")
+        self.call_timeout_s = call_timeout_s
         if env_kwargs and not isinstance(env, str):
             raise ConfigError("env_kwargs apply to an env id; bind them into the factory instead")
         self.env_spec = env
@@ -201,12 +217,15 @@ class RayStepper(Stepper):
         self.workers = [
             actor_cls.remote(self.env_spec, len(range(w, n_slots, n)), self.env_kwargs) for w in range(n)
         ]
-        describe = ray.get(self.workers[0].describe.remote())
+        describe = _get(self.workers[0].describe.remote(), self.call_timeout_s)
         self.zeros = describe["reward_spec"].zeros()
-        self.proxies = [ActorEnv(self.workers[s % n], s // n, describe) for s in range(n_slots)]
+        self.proxies = [ActorEnv(self.workers[s % n], s // n, describe, self.call_timeout_s) for s in range(n_slots)]
 
     def env(self, slot: int) -> ActorEnv:
         return self.proxies[slot]
+
+    def alive(self, slot: int) -> bool:
+        return not self.proxies[slot].dead
 
     def reset(self, slot: int, seed: int | None, options: dict[str, Any] | None) -> tuple[str, dict[str, Any], str | None]:
         proxy = self.proxies[slot]
@@ -227,20 +246,27 @@ class RayStepper(Stepper):
             if not self.proxies[items[0][0]].dead
         }
         out: dict[int, StepResult] = {}
+        deadline = None if self.call_timeout_s is None else time.monotonic() + self.call_timeout_s
         for w, items in by_worker.items():
             slots = [s for s, _ in items]
             try:
                 if w not in refs:
                     raise InfraError(self.proxies[slots[0]].dead or "env worker died")
-                results, choices = zip(*_get(refs[w]), strict=True)
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                results, choices = zip(*_get(refs[w], left), strict=True)
                 for s, c in zip(slots, choices, strict=True):
                     self.proxies[s].choices = c
-            except (InfraError, ray.exceptions.RayActorError) as exc:
+            except (InfraError, ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
                 why = self.proxies[slots[0]].dead or f"env worker died: {exc}"
+                if isinstance(exc, ray.exceptions.GetTimeoutError):
+                    why = f"env worker did not answer step within {self.call_timeout_s:g} s (killed)"
+                    ray.kill(self.workers[w], no_restart=True)
+                for p in self.proxies:  # every slot of that actor is gone, not only those stepped now
+                    if p.worker is self.workers[w]:
+                        p.dead = p.dead or why
                 results = []
                 for s in slots:
                     p = self.proxies[s]
-                    p.dead = why
                     p.choices = None
                     # the runner records the last state key it saw
                     results.append(infra_step(why, turn=p.turn + 1, state_key="", signals=self.zeros))

@@ -19,6 +19,7 @@ are the same wherever the envs run.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -227,27 +228,34 @@ def run_episodes(
     if not jobs:
         return []
     node_counter: dict[str, int] = {}
-    next_job = 0
+    queue = deque(range(len(jobs)))  # jobs not started yet; a dead slot's job goes back to the front
     # slot -> (job index, episode, previous state key, last node id)
     active: dict[int, tuple[int, Episode, str, int]] = {}
+    dead: dict[int, str] = {}  # retired slots and why
 
     def finish(j: int, ep: Episode) -> None:
         results[j] = ep
         if on_episode is not None:
             on_episode(ep)
 
+    def unscored(j: int, why: str, tb: str | None = None) -> None:
+        s, g = jobs[j]
+        finish(j, unscored_episode(group_id(env_id, seeds[s]), g, env_id, seeds[s], why, tb))
+
     def start(slot: int) -> None:
-        nonlocal next_job
-        while next_job < len(jobs):
-            j = next_job
-            next_job += 1
+        while queue:
+            j = queue.popleft()
             s, g = jobs[j]
             options = {"task": tasks[s]} if tasks is not None else None
             try:
                 obs, info, gold = stepper.reset(slot, seeds[s], options)
             except Exception as exc:  # a remote env's server is gone, an env bug: record it, go on
                 why, tb = reset_failure(exc)
-                finish(j, unscored_episode(group_id(env_id, seeds[s]), g, env_id, seeds[s], why, tb))
+                if not stepper.alive(slot):  # the slot is gone for good: retire it, the job waits for a live one
+                    dead[slot] = why
+                    queue.appendleft(j)
+                    return
+                unscored(j, why, tb)
                 continue
             group = group_id(env_id, seeds[s], None if tasks is None else info.get("task_id", s))
             ep = new_episode(
@@ -288,6 +296,8 @@ def run_episodes(
                     start(slot)
                 else:
                     active[slot] = (j, ep, turn.state_key, node)
+        for j in queue:  # every slot died: what is left cannot be played here
+            unscored(j, f"no live env slot left ({len(dead)} retired; the last: {list(dead.values())[-1]})")
     finally:
         stepper.close()
     return [ep for ep in results if ep is not None]

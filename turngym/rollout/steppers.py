@@ -14,7 +14,9 @@ same episodes on every stepper, and a new place to run envs is one small class.
 * :class:`~turngym.rollout.ray_stepper.RayStepper` — envs in Ray actors (``turngym[ray]``).
 
 Contract: :meth:`Stepper.reset` raises :class:`~turngym.core.errors.InfraError` when the env's
-infrastructure is gone (the runner records an unscored episode); :meth:`Stepper.step` never
+infrastructure is gone. If :meth:`Stepper.alive` then says the slot is gone for good (a dead Ray
+actor), the runner retires the slot and hands its episode back to the queue for a live slot;
+otherwise it records an unscored episode and goes on. :meth:`Stepper.step` never
 raises for one, it returns :func:`~turngym.core.infra.infra_step` for that slot instead.
 :meth:`Stepper.step` does not raise for an env *bug* either: an exception out of one env's
 ``step`` ends that episode as an infra error with the traceback in
@@ -78,6 +80,13 @@ class Stepper(abc.ABC):
     @abc.abstractmethod
     def step(self, actions: Sequence[tuple[int, str]]) -> list[StepResult]:
         """Step each ``(slot, action)``; one result per item, in order (infra failures as infra steps)."""
+
+    def alive(self, slot: int) -> bool:
+        """False once ``slot``'s envs are gone for good (its Ray actor died): the runner retires it.
+
+        A slot whose reset failed but that may serve again (an env server restarting) stays alive.
+        """
+        return True
 
     def snapshot(self, slot: int) -> Any:
         """The env state of ``slot`` (tree rollouts), restorable with :meth:`restore`."""
