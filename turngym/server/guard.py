@@ -1,9 +1,11 @@
 """The server's door: who may connect, for how long, and how many at once.
 
 * :class:`TokenGuard` (ASGI middleware): with a token configured, every HTTP request and
-  WebSocket handshake must carry it (``Authorization: Bearer TOKEN``, or ``?token=TOKEN``
-  for clients that cannot set headers); the health checks stay open so orchestrators can
-  probe. Tokens are compared in constant time.
+  WebSocket handshake must carry it (``Authorization: Bearer TOKEN``; ``?token=TOKEN`` for
+  clients that cannot set headers; or as the password of HTTP Basic auth, which WebSocket
+  clients send for a URL's user info — ``ws://turngym:TOKEN@host:port`` — and is the only way
+  OpenEnv's client, which takes a URL and nothing else, can carry a token); the health checks
+  stay open so orchestrators can probe. Tokens are compared in constant time.
 * :class:`GuardedH11Protocol` (uvicorn's HTTP protocol, extended): a connection that has
   not sent complete request headers within ``header_timeout_s`` is cut (slowloris), and a
   connection arriving while the server already holds ``connection_limit`` connections, or
@@ -17,6 +19,7 @@ The WebSocket first-frame deadline and the accounting of idle sockets toward
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import logging
@@ -46,6 +49,11 @@ def _presented(scope: Scope) -> bytes | None:
     for name, value in scope.get("headers") or ():
         if name == b"authorization" and value[:7].lower() == b"bearer ":
             return value[7:].strip()
+        if name == b"authorization" and value[:6].lower() == b"basic ":
+            try:
+                return base64.b64decode(value[6:].strip(), validate=True).partition(b":")[2]
+            except ValueError:  # binascii.Error: not base64, so no token
+                return None
         if name == b"x-api-key":
             return value.strip()
     query = parse_qs((scope.get("query_string") or b"").decode("latin-1"))

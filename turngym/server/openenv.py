@@ -13,11 +13,23 @@ turngym step goes *inside* ``observation``: the text, ``terminated``/``truncated
 user loses nothing by using this endpoint.
 
 Actions are ``{"text": "..."}``; ``reset`` accepts ``seed``, ``episode_id`` and ``task``
-(a task id) besides any family reset option.
+(a task id) besides any family reset option, and ``env_id``: on a server of several envs,
+``reset(env_id="turngym/Tools-v0")`` moves the connection to a fresh env of that id (one the
+server serves), which is how OpenEnv's client, given one URL, picks an env. ``/openenv/<id>``
+serves one id at its own URL (``GenericEnvClient(base_url="http://host:port/openenv/turngym/Math-v0")``).
+
+Tools (OpenEnv's ``MCPToolClient``): for an env that offers tools (``env.tools``: Tools-v0, BFCL,
+the MCP envs), a step ``{"type": "list_tools"}`` answers ``observation.tools`` (name, description,
+``input_schema``) without playing a turn, and ``{"type": "call_tool", "tool_name": ..,
+"arguments": {..}}`` plays the turn ``[{"name": .., "arguments": {..}}]`` in the env's own JSON
+grammar, answering ``observation.tool_name`` and ``observation.result`` (the env's observation:
+a bad call is the agent's, shown there and scored as an invalid action) with the turn's reward;
+only an infrastructure failure is a ``transport_error``.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from starlette.requests import Request
@@ -114,6 +126,49 @@ async def _state(mgr: SessionManager, session: Session) -> dict[str, Any]:
     return {"type": "state", "data": {"episode_id": session.episode_id, "env_id": session.env_id, **data}}
 
 
+async def _switch(mgr: SessionManager, session: Session, ws: WebSocket, env_id: Any) -> Session:
+    """``reset(env_id=...)``: close this connection's env and open a fresh one of ``env_id``."""
+    if not isinstance(env_id, str) or env_id not in mgr.served():
+        raise _Invalid(f"env_id {env_id!r} is not served here; this server serves: {', '.join(mgr.served())}")
+    try:
+        new = await mgr.open(env_id)
+    except ServerBusy:  # at capacity: give up this env's slot for the new one
+        await mgr.close(session)
+        try:
+            new = await mgr.open(env_id)
+        except BaseException:
+            session.broken = f"its env was closed to move to {env_id}, which could not be opened"
+            raise
+    else:
+        await mgr.close(session)
+    attach(new, ws)
+    return new
+
+
+async def _list_tools(mgr: SessionManager, session: Session) -> dict[str, Any]:
+    tools = [t.get("function", t) for t in await mgr.call(session, "tools")]
+    state = await mgr.call(session, "state")
+    listed = [{"name": f.get("name", ""), "description": f.get("description") or "",
+               "input_schema": f.get("parameters") or {"type": "object", "properties": {}}} for f in tools]
+    observation = {"tools": listed, "text": "", "turn": state["step_count"], "signals": {},
+                   "state_key": state["state_key"] or "", "done": state["done"], "reward": None}
+    return {"type": "observation", "data": {"observation": observation, "reward": None, "done": state["done"]}}
+
+
+def _tool_call_action(data: dict[str, Any]) -> str:
+    """A ``call_tool`` step as the tool envs' JSON action (the env judges the name and arguments)."""
+    return json.dumps([{"name": data.get("tool_name"), "arguments": data.get("arguments", {})}], ensure_ascii=False)
+
+
+def _tool_result(reply: dict[str, Any], tool_name: Any) -> dict[str, Any]:
+    observation = reply["data"]["observation"]
+    observation["tool_name"] = tool_name if isinstance(tool_name, str) else ""
+    observation["result"] = observation["text"]
+    infra = observation.get("infra_error")
+    observation["error"] = {"error_type": "transport_error", "message": infra} if infra else None
+    return reply
+
+
 async def _serve(ws: WebSocket, env_id: str) -> None:
     mgr: SessionManager = ws.app.state.manager
     busy = lambda exc: _error(str(exc), "CAPACITY_REACHED", max_sessions=mgr.config.max_sessions)  # noqa: E731
@@ -153,6 +208,9 @@ async def _serve(ws: WebSocket, env_id: str) -> None:
                     if not isinstance(data, dict):
                         raise _Invalid("reset data must be an object")
                     data = dict(data)
+                    switch = data.pop("env_id", None)
+                    if switch is not None and switch != session.env_id:
+                        session = await _switch(mgr, session, ws, switch)
                     seed = data.pop("seed", None)
                     episode_id = data.pop("episode_id", None)
                     session.episode_id = None if episode_id is None else str(episode_id)[:256]
@@ -161,9 +219,15 @@ async def _serve(ws: WebSocket, env_id: str) -> None:
                 elif kind == "step":
                     if not isinstance(data, dict):
                         raise _Invalid("step data must be an object like {'text': '...'}")
-                    action = data.get("text", data.get("action", data.get("message")))
-                    obs, reward, term, trunc, info = await do_step(mgr, session, action)
-                    reply = _observation(obs, info, reward, term, trunc)
+                    if data.get("type") == "list_tools":
+                        reply = await _list_tools(mgr, session)
+                    else:
+                        call = data.get("type") == "call_tool"
+                        action = _tool_call_action(data) if call else data.get("text", data.get("action", data.get("message")))
+                        obs, reward, term, trunc, info = await do_step(mgr, session, action)
+                        reply = _observation(obs, info, reward, term, trunc)
+                        if call:
+                            reply = _tool_result(reply, data.get("tool_name"))
                 elif kind == "state":
                     reply = await _state(mgr, session)
                 elif kind == "close":

@@ -158,6 +158,12 @@ def _state(h: EnvHost) -> dict[str, Any]:
     }
 
 
+def _tools(h: EnvHost) -> list[dict[str, Any]]:
+    """The tools the env offers now, as OpenAI function schemas (``env.tools``; [] for an env without)."""
+    tools = getattr(getattr(h.env, "unwrapped", h.env), "tools", None)
+    return [dict(t) for t in tools] if isinstance(tools, list) else []
+
+
 _OPS: dict[str, Callable[..., Any]] = {
     "reset": _reset,
     "step": _step,
@@ -170,6 +176,7 @@ _OPS: dict[str, Callable[..., Any]] = {
     "task": lambda h: task_to_wire(h.env.task),
     "state": _state,
     "spec": lambda h: spec_to_wire(h.env, h.env_id),
+    "tools": _tools,
 }
 
 
