@@ -26,6 +26,7 @@ import openai
 import pytest
 import smolagents
 
+import turngym
 from tests.proxy.tool_doubles import ScriptedCallsPolicy, assistant_turns, env_call, store_env, store_facts
 from turngym.proxy import CaptureProxy, ProxyConfig, episode_headers, report_outcome
 from turngym.proxy.serve import ProxyThread, build_proxy
@@ -204,3 +205,43 @@ def _async_keep(answers: list[str]) -> Any:
             answers.append(response.text)
 
     return keep
+
+
+
+def test_turngyms_openai_agent_acts_through_native_tool_calls() -> None:
+    """The benchmark side: ``openai:`` with ``native_tools`` sends Tools-v0's tool schemas and turns the
+    served model's ``tool_calls`` into the env's JSON actions. The server is a test double answering
+    as a tool-calling model would (a Tools-v0 prompt does not fit the tiny model's 4096 positions)."""
+    from turngym.agents.openai_http import OpenAIPolicy
+    from turngym.rollout import run_episodes
+
+    env, request, schemas = store_env()
+    facts = store_facts(request)
+    plan = [("identify_customer", {"email": facts["email"]}),
+            ("update_order_address", {"order_id": facts["order_id"], "address": facts["address"]}), None]
+    seen: list[dict[str, Any]] = []
+
+    def tool_calling_server_double(req: httpx.Request) -> httpx.Response:
+        body = json.loads(req.content)
+        seen.append(body)
+        step = plan[len(seen) - 1]
+        message: dict[str, Any] = {"role": "assistant", "content": "Done: it ships to the new address."}
+        if step is not None:
+            message = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"call_{len(seen)}", "type": "function", "function": {"name": step[0], "arguments": json.dumps(step[1])}}]}
+        return httpx.Response(200, json={"choices": [{"index": 0, "message": message,
+                                                      "finish_reason": "tool_calls" if step else "stop"}]})
+
+    with OpenAIPolicy("http://double/v1", model="m", max_retries=0, native_tools=True,
+                      transport=httpx.MockTransport(tool_calling_server_double)) as policy:
+        [ep] = run_episodes(lambda: turngym.make("turngym/Tools-v0", sources=["store"]), policy, [0], env_id="turngym/Tools-v0")
+    assert seen[0]["tools"] == schemas and "stop" not in seen[0]  # the env's tools, natively; no stop cutting a call
+    assert [json.loads(t.action) for t in ep.turns[:2]] == [[{"name": n, "arguments": a}] for n, a in plan[:2]]
+    assert ep.turns[2].action == "Done: it ships to the new address." and len(ep.turns) == 3
+    assert all(t.action_valid for t in ep.turns) and ep.outcome["success"]
+    with OpenAIPolicy("http://double/v1", model="m", max_retries=0, native_tools=True,
+                      transport=httpx.MockTransport(lambda r: httpx.Response(200, json={"choices": [{"message": {
+                          "role": "assistant", "content": None, "tool_calls": [
+                              {"id": "c", "type": "function", "function": {"name": "get_order", "arguments": "{oops"}}]}}]}))) as policy:
+        [bad] = run_episodes(lambda: turngym.make("turngym/Tools-v0", sources=["store"], max_turns=1), policy, [0])
+    assert not bad.turns[0].action_valid and bad.infra_error is None  # a broken call is the agent's invalid action
