@@ -41,9 +41,10 @@ from typing import Any
 
 from turngym.agents.render import RenderError
 from turngym.core.errors import TurngymError
+from turngym.proxy.batcher import Batcher
 from turngym.proxy.capture import EDITED, TEMPLATE, CapturedTurn, Session, SessionStore, parse_outcome, to_episodes
 from turngym.proxy.tool_parsers import TOOL_PARSERS, ParsedReply, ToolParser, detect_parser
-from turngym.proxy.tools import ToolRequest, ToolTemplate, parse_tool_request, recognize_calls
+from turngym.proxy.tools import ToolRequest, ToolTemplate, parse_reply, parse_tool_request, recognize_calls
 from turngym.rollout.types import Episode
 
 __all__ = ["CaptureProxy", "ProxyConfig", "ProxyError", "model_fingerprint", "tokenizer_fingerprint", "EPISODE_HEADER", "GROUP_HEADER"]
@@ -126,45 +127,6 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     a trainer refuses captured episodes whose fingerprint is not its tokenizer's."""
     parts = [str(len(tokenizer)), str(tokenizer.eos_token_id), str(tokenizer.bos_token_id), str(getattr(tokenizer, "chat_template", ""))]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
-
-
-class _Batcher:
-    """Collects concurrent requests and samples them in one ``generate`` call per round."""
-
-    def __init__(self, generate: Any, max_batch: int) -> None:
-        self._generate, self._max = generate, max_batch
-        self._pending: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
-        self._task: asyncio.Task[None] | None = None
-        self.generate_s = 0.0
-        self.calls = 0
-
-    async def submit(self, prompt: list[int], stop: tuple[str, ...], reusable: int, limit: int, forced: list[int]) -> Any:
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending.append(((prompt, stop, reusable, limit, forced), fut))
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._drain())
-        return await fut
-
-    async def _drain(self) -> None:
-        while self._pending:
-            batch, self._pending = self._pending[: self._max], self._pending[self._max :]
-            args = [list(col) for col in zip(*(a for a, _ in batch), strict=True)]
-            if not any(args[-1]):  # nothing forced: the policy's four-argument generate (any token policy) will do
-                args.pop()
-            t0 = time.perf_counter()
-            try:
-                gens = await asyncio.to_thread(self._generate, *args)
-            except Exception as exc:  # the model failed: every waiting request learns it
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                continue
-            finally:
-                self.generate_s += time.perf_counter() - t0
-                self.calls += 1
-            for (_, fut), gen in zip(batch, gens, strict=True):
-                if not fut.done():  # a client that went away cancelled its future
-                    fut.set_result(gen)
 
 
 def _text_of(content: Any, where: str) -> str:
@@ -254,7 +216,7 @@ class CaptureProxy:
         self._opening: set[str] = set()
         """Episodes whose first request is being sampled: they count against ``max_open_episodes``
         (else concurrent first requests all pass the check before any of them opens its session)."""
-        self._batcher = _Batcher(policy.generate, self.config.max_batch_size)
+        self._batcher = Batcher(policy.generate, self.config.max_batch_size)
         self.request_s = 0.0
         self._reaped = 0.0
         self.meta = {
@@ -562,7 +524,9 @@ class CaptureProxy:
                     text = text[: text.index(gen.stop)]  # OpenAI returns the text before the stop string
                 elif gen.finish_reason == "stop" and gen.stop and gen.stop in text:  # the proxy's one-call stop: kept
                     text = text[: text.index(gen.stop) + len(gen.stop)]
-                reply = self._parse_tools(text, tools)
+                reply, counted = parse_reply(self.tool_parser, text, tools)
+                if counted:
+                    self.store.counts[counted] += len(reply.calls) if reply is not None and reply.calls else 1
                 why = self.store.closed_reason(eid)
                 if why is not None:  # reaped while sampling (a generation longer than the outcome timeout)
                     raise self._fail(ProxyError(409, f"episode {eid!r} was {why} while this request was sampled; start a new "
@@ -604,20 +568,6 @@ class CaptureProxy:
             return parse_tool_request(body)
         except ValueError as exc:
             raise self._fail(ProxyError(400, str(exc), code="invalid_tools", param="tools")) from None
-
-    def _parse_tools(self, text: str, tools: ToolRequest | None) -> ParsedReply | None:
-        """The reply's calls when tools are on (None when off); a reply that is not a well-formed call of
-        an offered function (the named one, under a named ``tool_choice``) is text, and counted."""
-        if tools is None or not tools.active:
-            return None
-        parsed = self.tool_parser.parse(text)
-        calls = parsed.calls if tools.parallel else parsed.calls[:1]
-        if calls and all(c.name in tools.names and (tools.name is None or c.name == tools.name) for c in calls):
-            self.store.counts["tool_calls"] += len(calls)
-            return ParsedReply(parsed.content, calls, True)
-        if parsed.attempted or tools.forced:
-            self.store.counts["tool_parse_failures"] += 1
-        return ParsedReply(text, (), parsed.attempted)
 
     def _response(self, turn: CapturedTurn, *, chat: bool, want_logprobs: bool, return_ids: bool,
                   reply: ParsedReply | None = None) -> dict[str, Any]:

@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from turngym.proxy.tool_parsers import CALL_ID, ToolParser
+from turngym.proxy.tool_parsers import CALL_ID, ParsedReply, ToolParser
 
-__all__ = ["ToolRequest", "ToolTemplate", "parse_tool_request", "recognize_calls", "tools_system_prompt"]
+__all__ = ["ToolRequest", "ToolTemplate", "parse_reply", "parse_tool_request", "recognize_calls", "tools_system_prompt"]
 
 CHOICES = ("auto", "required", "none")
 
@@ -191,3 +191,19 @@ def recognize_calls(messages: list[dict[str, Any]], issued: Mapping[str, tuple[s
         else:
             out.append(m)
     return out, hits
+
+
+def parse_reply(parser: ToolParser, text: str, tools: ToolRequest | None) -> tuple[ParsedReply | None, str | None]:
+    """The reply's calls when tools are on (None when off), and the counter it adds to.
+
+    A reply that is not a well-formed call of an offered function (the named one, under a named
+    ``tool_choice``) is text: ``tool_parse_failures`` when it began a call or a call was forced.
+    With ``parallel_tool_calls: false`` only the first call is returned."""
+    if tools is None or not tools.active:
+        return None, None
+    parsed = parser.parse(text)
+    calls = parsed.calls if tools.parallel else parsed.calls[:1]
+    if calls and all(c.name in tools.names and (tools.name is None or c.name == tools.name) for c in calls):
+        return ParsedReply(parsed.content, calls, True), "tool_calls"
+    failed = parsed.attempted or tools.forced
+    return ParsedReply(text, (), parsed.attempted), "tool_parse_failures" if failed else None
