@@ -224,3 +224,51 @@ def test_streamed_tool_calls_arrive_as_deltas(tiny) -> None:
     assert [(d.index, d.type, d.function.name, json.loads(d.function.arguments)) for d in deltas] == [(0, "function", "add", {"a": 2, "b": 3})]
     assert deltas[0].id.startswith("call_") and chunks[0].choices[0].delta.content == "Sure."
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+class _SpelledCallPolicy:
+    """Test double: a 'model' that always answers with one Hermes call spelled character by character
+    (as a sampler may spell it, and as re-tokenizing its text never would)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        from turngym.agents.render import ChatRenderer
+
+        self.tokenizer, self.renderer = tokenizer, ChatRenderer(tokenizer)
+        self.temperature, self.top_p, self.max_positions = 1.0, 1.0, 8192
+        self.reply = [i for ch in CALL for i in tokenizer.encode(ch, add_special_tokens=False)] + [tokenizer.eos_token_id]
+
+    def generate(self, prompts: Any, stops: Any, reusable: Any, limits: Any) -> Any:
+        from turngym.agents.hf import Generation
+
+        text = self.tokenizer.decode(self.reply, skip_special_tokens=True)
+        return [Generation(list(self.reply), [-1.0] * len(self.reply), text, "eos", prompt_ids=list(p)) for p in prompts]
+
+
+def test_smollm2s_real_template_gets_injected_tools_and_splices_the_sampled_calls() -> None:
+    """SmolLM2-Instruct's template (read from its GGUF by turngym's loader) is plain ChatML with no tool
+    support: the tools arrive as the injected system prompt, replies parse as Hermes calls, and a
+    history of calls and tool results continues one episode with the sampled ids spliced in."""
+    from turngym.agents.hf import smollm2_tokenizer
+    from turngym.agents.render import render_episode
+
+    policy = _SpelledCallPolicy(smollm2_tokenizer())
+    proxy = CaptureProxy(policy, ProxyConfig(model_name="smollm2"))
+    assert proxy.tool_parser.name == "hermes" and not proxy.tool_template.native
+    assert policy.renderer.encode(CALL) + [policy.tokenizer.eos_token_id] != policy.reply  # a re-tokenizing proxy would drift
+
+    async def go() -> list[int]:
+        msgs: list[dict[str, Any]] = list(USER)
+        seq: list[int] = []
+        for _ in range(3):
+            reply, headers = await proxy.chat({"model": "smollm2", "messages": msgs, "tools": [ADD], "return_token_ids": True}, "smol/t")
+            prompt, m = reply["prompt_token_ids"], reply["choices"][0]["message"]
+            assert "X-Turngym-Branched" not in headers and prompt[: len(seq)] == seq and m["tool_calls"][0]["function"]["name"] == "add"
+            seq = prompt + reply["choices"][0]["token_ids"]
+            msgs += [m, {"role": "tool", "tool_call_id": m["tool_calls"][0]["id"], "content": "5"}]
+        assert "# Tools" in proxy.tokenizer.decode(seq) and "You are a helpful AI assistant named SmolLM" not in proxy.tokenizer.decode(seq)
+        await proxy.outcome("smol/t", {"reward": 1.0})
+        return seq
+
+    seq = asyncio.run(go())
+    [ep] = proxy.finished
+    assert render_episode(ep, None).input_ids == seq and all(t.token_ids == policy.reply for t in ep.turns)
