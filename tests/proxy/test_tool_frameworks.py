@@ -245,3 +245,20 @@ def test_turngyms_openai_agent_acts_through_native_tool_calls() -> None:
                               {"id": "c", "type": "function", "function": {"name": "get_order", "arguments": "{oops"}}]}}]}))) as policy:
         [bad] = run_episodes(lambda: turngym.make("turngym/Tools-v0", sources=["store"], max_turns=1), policy, [0])
     assert not bad.turns[0].action_valid and bad.infra_error is None  # a broken call is the agent's invalid action
+
+
+def test_the_bare_tiny_models_output_reaches_smolagents_as_counted_text_never_an_error() -> None:
+    """No script: the tiny model writes garbage after the forced call opening. Every request is answered
+    (text, counted as a parse failure), smolagents handles it as the model's error, and the run is captured."""
+    proxy = build_proxy("tiny", max_tokens=24, seed=0, device="cpu")
+    env, request, schemas = store_env()
+    with ProxyThread(proxy) as server:
+        model = smolagents.OpenAIServerModel(model_id="tiny", api_base=server.base_url, api_key="unused",
+                                             client_kwargs={"default_headers": episode_headers("bare/0"), "max_retries": 0})
+        agent = smolagents.ToolCallingAgent(tools=_smolagents_tools(env, schemas[:2]), model=model, max_steps=2, verbosity_level=0)
+        agent.run(request)
+        report_outcome(server.url, "bare/0", reward=0.0)
+    stats = proxy.stats()
+    assert stats["errors"] == {} and stats["completions"] >= 2
+    assert stats["tool_parse_failures"] + stats.get("tool_calls", 0) >= 2
+    assert sum(len(ep.turns) for ep in proxy.finished) == stats["completions"]  # every answered request was recorded
