@@ -412,7 +412,7 @@ class CaptureProxy:
             return self.renderer.render(msgs, ids, add_generation_prompt=True, tools=schemas)
         except RenderError:
             return None
-        except (TemplateError, ValueError) as exc:  # the template refuses a prefix (e.g. no user message before it)
+        except (TemplateError, ValueError, TypeError) as exc:  # the template refuses a prefix (e.g. no user message before it)
             raise self._fail(ProxyError(400, f"the model's chat template refuses these messages: {exc}",
                                         code="render_error", param="messages")) from None
 
@@ -424,7 +424,7 @@ class CaptureProxy:
         try:
             text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True,
                                                       **({"tools": schemas} if schemas else {}))
-        except (TemplateError, ValueError) as exc:  # what the template's author raises ("roles must alternate")
+        except (TemplateError, ValueError, TypeError) as exc:  # what the template's author raises ("roles must alternate")
             raise self._fail(ProxyError(400, f"the model's chat template refuses these messages: {exc}",
                                         code="render_error", param="messages")) from None
         return self.renderer.encode(text)

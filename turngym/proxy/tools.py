@@ -66,7 +66,7 @@ def _tool(raw: Any, i: int) -> dict[str, Any]:
     params = fn.get("parameters", {"type": "object", "properties": {}})
     if not isinstance(params, Mapping):
         raise ValueError(f"tools[{i}].function.parameters must be a JSON schema object")
-    desc = fn.get("description", "")
+    desc = fn.get("description") or ""
     if not isinstance(desc, str):
         raise ValueError(f"tools[{i}].function.description must be a string")
     return {"type": "function", "function": {"name": fn["name"], "description": desc, "parameters": dict(params)}}
