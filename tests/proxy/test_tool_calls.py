@@ -272,3 +272,29 @@ def test_smollm2s_real_template_gets_injected_tools_and_splices_the_sampled_call
     seq = asyncio.run(go())
     [ep] = proxy.finished
     assert render_episode(ep, None).input_ids == seq and all(t.token_ids == policy.reply for t in ep.turns)
+
+
+def test_hostile_tool_shapes_are_400s_never_500s(tiny) -> None:
+    from turngym.proxy import ProxyError
+
+    proxy = _proxy(tiny)
+    asst = {"role": "assistant", "content": None}
+    bad_bodies = [
+        {"tools": "add"}, {"tools": [ADD], "tool_choice": 7}, {"tools": [{"type": "function", "function": {"name": "f", "parameters": []}}]},
+        {"tools": [{"type": "function", "function": {"name": "f", "description": 3}}]}, {"functions": [ADD["function"]]},
+        {"messages": [*USER, {**asst, "tool_calls": "x"}]}, {"messages": [*USER, {**asst, "tool_calls": [5]}]},
+        {"messages": [*USER, {**asst, "tool_calls": [{"id": 1, "function": {"name": "f"}}]}]},
+        {"messages": [*USER, {**asst, "tool_calls": [{"id": "c", "function": {"name": "f"}}] * 200}]},
+        {"messages": [*USER, {**asst, "function_call": {"name": "f", "arguments": "{}"}}]},
+    ]
+    for extra in bad_bodies:
+        body = {"model": "tiny", "messages": USER, **extra}
+        with pytest.raises(ProxyError) as err:
+            asyncio.run(proxy.chat(body, "hostile/0"))
+        assert err.value.status == 400, extra
+    assert proxy.store.get("hostile/0") is None  # nothing refused was kept
+    # a call with non-object arguments in the history renders (as text), it is not an error
+    odd = {**asst, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "add", "arguments": "[1, 2"}}]}
+    r = _chat(proxy, "hostile/1", [*USER, odd, {"role": "tool", "tool_call_id": "c", "content": [{"type": "text", "text": "3"}]}],
+              tools=[ADD])
+    assert '"arguments": "[1, 2"' in proxy.tokenizer.decode(r["prompt_token_ids"])
