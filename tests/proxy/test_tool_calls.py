@@ -298,3 +298,16 @@ def test_hostile_tool_shapes_are_400s_never_500s(tiny) -> None:
     r = _chat(proxy, "hostile/1", [*USER, odd, {"role": "tool", "tool_call_id": "c", "content": [{"type": "text", "text": "3"}]}],
               tools=[ADD])
     assert '"arguments": "[1, 2"' in proxy.tokenizer.decode(r["prompt_token_ids"])
+
+
+def test_llama3_json_parser_serves_forced_calls_end_to_end(tiny) -> None:
+    call = '{"name": "mul", "parameters": {"x": 4}}'
+    proxy = _proxy(tiny, lambda _: call, tool_call_parser="llama3_json")
+    assert "bare JSON" not in tools_system_prompt([ADD], proxy.tool_parser) and '"parameters"' in proxy.tool_parser.instructions
+    r = _chat(proxy, "llama/0", USER, tools=[ADD, MUL], tool_choice={"type": "function", "function": {"name": "mul"}})
+    forced = proxy.renderer.encode('{"name": "mul", "parameters": ')
+    assert r["choices"][0]["token_ids"][: len(forced)] == forced
+    [c] = r["choices"][0]["message"]["tool_calls"]
+    assert (c["function"]["name"], json.loads(c["function"]["arguments"])) == ("mul", {"x": 4})
+    r = _chat(proxy, "llama/1", USER, tools=[ADD])  # mul is not offered: text, counted
+    assert r["choices"][0]["message"]["content"] == call and proxy.stats()["tool_parse_failures"] == 1
