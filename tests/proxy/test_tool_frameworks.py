@@ -262,3 +262,26 @@ def test_the_bare_tiny_models_output_reaches_smolagents_as_counted_text_never_an
     assert stats["errors"] == {} and stats["completions"] >= 2
     assert stats["tool_parse_failures"] + stats.get("tool_calls", 0) >= 2
     assert sum(len(ep.turns) for ep in proxy.finished) == stats["completions"]  # every answered request was recorded
+
+
+def test_turngyms_openai_agent_acts_natively_in_the_mcp_env() -> None:
+    """MCP-SQLite's tools come from the real MCP server: the same native path sends them and runs the call."""
+    from turngym.agents.openai_http import OpenAIPolicy
+    from turngym.rollout import run_episodes
+
+    seen: list[dict[str, Any]] = []
+
+    def tool_calling_server_double(req: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(req.content))
+        message: dict[str, Any] = {"role": "assistant", "content": "There are several tables."}
+        if len(seen) == 1:
+            message = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "list_tables", "arguments": "{}"}}]}
+        return httpx.Response(200, json={"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
+
+    with OpenAIPolicy("http://double/v1", model="m", max_retries=0, native_tools=True,
+                      transport=httpx.MockTransport(tool_calling_server_double)) as policy:
+        [ep] = run_episodes(lambda: turngym.make("turngym/MCP-SQLite-v0", max_turns=2), policy, [0], env_id="turngym/MCP-SQLite-v0")
+    assert "list_tables" in {t["function"]["name"] for t in seen[0]["tools"]} and "stop" not in seen[0]
+    assert json.loads(ep.turns[0].action) == [{"name": "list_tables", "arguments": {}}] and ep.turns[0].action_valid
+    assert ep.infra_error is None
