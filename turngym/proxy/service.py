@@ -386,7 +386,7 @@ class CaptureProxy:
             if last.messages is not None and last.action_ids is not None:
                 recorded = [*last.messages, {"role": "assistant", "content": last.text}]
                 if messages[: len(recorded)] == recorded:
-                    new = [session.sampled.get(m["content"]) if session else None
+                    new = [session.sampled.get(m["content"]) if session and not m.get("tool_calls") else None
                            for m in messages[len(recorded) :] if m["role"] == "assistant"]
                     ids = [*last.action_ids, last.token_ids, *new]
                     r = self._render(messages, ids, tools)
@@ -395,7 +395,7 @@ class CaptureProxy:
                         return r.ids, ids, _reusable(r), None
                     reason = TEMPLATE  # the template does not reproduce what the model saw: never splice across
         sampled = session.sampled if session is not None else {}
-        ids = [sampled.get(m["content"]) for m in messages if m["role"] == "assistant"]
+        ids = [None if m.get("tool_calls") else sampled.get(m["content"]) for m in messages if m["role"] == "assistant"]
         r = self._render(messages, ids, tools)
         if r is None:  # a template that rewrites history: the prompt as it renders, a segment of its own
             self.store.counts["template_rewrites"] += 1
