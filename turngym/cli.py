@@ -158,6 +158,9 @@ def _setup_eval(p: argparse.ArgumentParser) -> None:
                    help="hf, vllm and openai agents: where the env lists its valid actions (Household), decode exactly "
                    "one of them (openai: vLLM's structured_outputs choice; log-probs are of the constrained distribution; "
                    "to train that way: turngym train --constrain-choices)")
+    p.add_argument("--native-tools", action="store_true",
+                   help="openai agents: send the env's tools (Tools-v0, BFCL, MCP) as native tool schemas and act through "
+                   "the reply's tool_calls (the server must parse tool calls: vLLM --tool-call-parser, turngym proxy)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
     p.add_argument("--max-infra-error-rate", type=float, default=DEFAULT_MAX_INFRA_ERROR_RATE, metavar="R",
                    help="fail (exit 3, after writing --out) when more than this share of episodes ended in an "
@@ -187,7 +190,7 @@ def _run_eval(args: argparse.Namespace) -> int:
     options = {
         "seed": args.seed, "model": args.model, "temperature": args.temperature, "top_p": args.top_p,
         "max_new_tokens": args.max_new_tokens, "concurrency": args.concurrency, "device": args.device, "force_action_prefix": args.force_action_prefix,
-        "constrain_choices": args.constrain_choices or None,
+        "constrain_choices": args.constrain_choices or None, "native_tools": args.native_tools or None,
     }
     if args.threads:
         import torch

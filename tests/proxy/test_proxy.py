@@ -178,14 +178,15 @@ def test_bad_requests_are_refused_clearly_and_counted(served) -> None:
         client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "7 + " * 3000}], extra_headers=h)
     with pytest.raises(openai.BadRequestError, match="temperature"):
         client.chat.completions.create(model="tiny", messages=msgs, temperature=0.2, extra_headers=h)
-    with pytest.raises(openai.BadRequestError, match="tool"):
-        client.chat.completions.create(model="tiny", messages=msgs, extra_headers=h,
+    with pytest.raises(openai.BadRequestError, match="tool_choice"):  # a named function that is not offered
+        client.chat.completions.create(model="tiny", messages=msgs, extra_headers=h, tool_choice={"type": "function", "function": {"name": "x"}},
                                        tools=[{"type": "function", "function": {"name": "calc", "parameters": {}}}])
     with pytest.raises(openai.BadRequestError, match="n must be 1"):
         client.chat.completions.create(model="tiny", messages=msgs, n=2, extra_headers=h)
     errors = server.proxy.stats()["errors"]
     assert errors["model_not_found"] >= 1 and errors["missing_episode"] >= 1 and errors["context_length_exceeded"] >= 1
-    assert errors["max_tokens_exceeded"] >= 1 and errors["unsupported_sampling"] >= 1 and errors["unsupported_parameter"] >= 2
+    assert errors["max_tokens_exceeded"] >= 1 and errors["unsupported_sampling"] >= 1 and errors["unsupported_parameter"] >= 1
+    assert errors["invalid_tools"] >= 1
     assert server.proxy.store.get("bad/0") is None and "bad/0" not in server.proxy._locks  # nothing refused was kept
     with pytest.raises(ConfigError, match="404"):
         report_outcome(server.url, "bad/0", reward=0.0)

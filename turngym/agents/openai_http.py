@@ -26,10 +26,20 @@ plus one (no tokenization spells a choice in more tokens than bytes), so the rep
 choice and never truncated. A server that ignores the field answers freely: the reply is passed on
 unchanged for the env to judge as usual, flagged ``meta["off_choices"] = True`` and counted in
 ``OpenAIPolicy.off_choice_replies``, never silently replaced by a valid choice.
+
+Native tool calls (``native_tools``, opt-in: a server without tool parsing refuses ``tools``): where
+the env exposes its tools as OpenAI function schemas (``env.tools``: Tools-v0, BFCL, MCP), they are
+sent as the request's ``tools`` (without the env's stop strings, which would cut a call's closing
+tag), and the reply's ``tool_calls`` become the env's JSON action ``[{"name": ..., "arguments":
+{...}}]`` — how a served model is used by agent frameworks, so that is how it is measured. A reply
+without calls is its text (a reply to the user). Arguments that are not a JSON object are passed on
+as they came, for the env to judge invalid. Such actions carry ``meta["tool_calls"]`` (how many) and
+no token ids or log-probs (the action's text is not what the model sampled).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -73,6 +83,8 @@ class OpenAIPolicy:
             the server to answer exactly one of them (see the module docs); those actions carry
             ``meta["constrained"] = True``. With a vLLM server their log-probs are those of the
             constrained distribution. Rows without choices are sent as without the option.
+        native_tools: send the env's tool schemas as ``tools`` and turn the reply's ``tool_calls``
+            into the env's JSON action (see the module docs); envs without ``tools`` are unaffected.
         transport: an ``httpx`` transport (tests pass ``httpx.MockTransport``).
     """
 
@@ -93,6 +105,7 @@ class OpenAIPolicy:
         logprobs: bool = False,
         extra_body: Mapping[str, Any] | None = None,
         constrain_choices: bool = False,
+        native_tools: bool = False,
         transport: httpx.BaseTransport | None = None,
         name: str | None = None,
     ) -> None:
@@ -111,6 +124,7 @@ class OpenAIPolicy:
         self.logprobs = logprobs
         self.extra_body = dict(extra_body or {})
         self.constrain_choices = bool(constrain_choices)
+        self.native_tools = bool(native_tools)
         self.off_choice_replies = 0  # constrained requests whose reply was none of the choices
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(api_key_env)
@@ -150,6 +164,13 @@ class OpenAIPolicy:
         """The row's choices when it is decoded constrained (deduplicated, in the env's order)."""
         return list(dict.fromkeys(inp.choices)) if self.constrain_choices and inp.choices else None
 
+    def _tools(self, inp: AgentInput) -> list[dict[str, Any]] | None:
+        """The env's tools as OpenAI function schemas, when ``native_tools`` is on and the env has any."""
+        if not self.native_tools:
+            return None
+        tools = getattr(getattr(inp.env, "unwrapped", inp.env), "tools", None)
+        return list(tools) if isinstance(tools, list) and tools else None
+
     def _payload(self, inp: AgentInput, i: int, choices: list[str] | None) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
@@ -158,9 +179,12 @@ class OpenAIPolicy:
             "top_p": self.top_p,
             "max_tokens": self.max_new_tokens,
         }
+        tools = self._tools(inp)
         if choices is not None:
             body["structured_outputs"] = {"choice": choices}
             body["max_tokens"] = max(self.max_new_tokens, 1 + max(len(c.encode()) for c in choices))
+        elif tools is not None:
+            body["tools"] = tools
         elif inp.stop:
             body["stop"] = list(inp.stop)[:4]  # the OpenAI API accepts at most 4
         if self.seed is not None:
@@ -200,6 +224,10 @@ class OpenAIPolicy:
                 text += stop
                 meta["stop_appended"] = stop  # token ids/logprobs (if any) do not cover it
             meta["stop"] = stop
+        calls = choice["message"].get("tool_calls") if self._tools(inp) is not None else None
+        if calls:
+            meta["tool_calls"] = len(calls)
+            return Action(_calls_as_action(calls), meta=meta)
         token_ids, logprobs = _token_info(choice.get("logprobs"))
         return Action(text, token_ids=token_ids if "stop_appended" not in meta else None, logprobs=logprobs, meta=meta)
 
@@ -231,6 +259,24 @@ class OpenAIPolicy:
                     jitter = self._jitter.uniform(0.5, 1.5)
                 time.sleep(min(30.0, retry_after if retry_after is not None else self.backoff * 2**attempt * jitter))
         return None, f"gave up after {self.max_retries + 1} attempts: {error}", self.max_retries + 1
+
+
+def _calls_as_action(calls: Any) -> str:
+    """OpenAI ``tool_calls`` as the tool envs' JSON action (a list of ``{"name", "arguments"}``); a call
+    whose arguments are not a JSON object keeps them as sent, so the env judges it invalid."""
+    out = []
+    for call in calls if isinstance(calls, list) else []:
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(fn, Mapping):
+            out.append({"name": None, "arguments": None})
+            continue
+        args = fn.get("arguments")
+        try:
+            args = json.loads(args) if isinstance(args, str) else args
+        except ValueError:
+            pass
+        out.append({"name": fn.get("name"), "arguments": args})
+    return json.dumps(out, ensure_ascii=False)
 
 
 def _retry_after(value: str | None) -> float | None:

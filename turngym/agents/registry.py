@@ -48,7 +48,7 @@ def _openai(arg: str | None, **options: Any) -> Policy:
 
     if not arg:
         raise ConfigError("the openai agent needs a base URL: --agent openai:http://127.0.0.1:8000/v1 --model NAME")
-    keys = ("model", "api_key_env", "timeout", "max_retries", "concurrency", "constrain_choices", *_SAMPLING)
+    keys = ("model", "api_key_env", "timeout", "max_retries", "concurrency", "constrain_choices", "native_tools", *_SAMPLING)
     return OpenAIPolicy(arg, **_pick(options, keys))
 
 
@@ -87,7 +87,7 @@ def make_agent(spec: str, **options: Any) -> Policy:
     Options (ignored by kinds that do not use them): ``seed``, ``temperature``, ``top_p``,
     ``max_new_tokens``, ``device``, ``max_batch_size``, ``force_action_prefix`` (hf: on unless False); ``constrain_choices``
     (hf, vllm, openai: any other kind raises :class:`ConfigError` rather than silently decoding
-    freely); ``model``, ``api_key_env``, ``timeout``, ``max_retries``, ``concurrency`` (openai).
+    freely); ``model``, ``api_key_env``, ``timeout``, ``max_retries``, ``concurrency``, ``native_tools`` (openai).
     ``None`` values mean "default".
     """
     import turngym.envs  # noqa: F401  (families register their baseline agents on import)

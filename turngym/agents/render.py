@@ -141,11 +141,14 @@ class ChatRenderer:
             self._cache[text] = ids
         return list(ids)
 
-    def _template(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool) -> str:
+    def _template(
+        self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool, tools: Sequence[dict[str, Any]] | None = None
+    ) -> str:
         if not messages and not add_generation_prompt:
             return ""
+        extra = {"tools": list(tools)} if tools else {}
         return self.tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
+            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, **extra
         )
 
     # ------------------------------------------------------------------ rendering
@@ -156,6 +159,7 @@ class ChatRenderer:
         *,
         add_generation_prompt: bool = False,
         train_text_actions: bool = False,
+        tools: Sequence[dict[str, Any]] | None = None,
     ) -> RenderedChat:
         """Render ``messages``; the i-th assistant message uses ``action_token_ids[i]`` verbatim.
 
@@ -166,6 +170,8 @@ class ChatRenderer:
             add_generation_prompt: end with the template's assistant header (a prompt).
             train_text_actions: also put assistant messages without ids under the mask
                 (imitation of scripted demonstrations).
+            tools: OpenAI function tools, passed to the chat template (``apply_chat_template(...,
+                tools=...)``) at every step, so the rendering holds them where the template puts them.
 
         Raises:
             RenderError: the template is not prefix-stable (it rewrites earlier turns), so no
@@ -178,7 +184,7 @@ class ChatRenderer:
         prev_text = ""
         n_assistant = 0
         for i, msg in enumerate(messages):
-            text = self._template(messages[: i + 1], False)
+            text = self._template(messages[: i + 1], False, tools)
             if not text.startswith(prev_text):
                 raise RenderError(
                     f"the chat template rewrites earlier messages when message {i} is added "
@@ -193,7 +199,7 @@ class ChatRenderer:
             else:
                 gen = action_token_ids[n_assistant] if n_assistant < len(action_token_ids) else None
                 n_assistant += 1
-                header = self._template(messages[:i], True)[len(prev_text) :]
+                header = self._template(messages[:i], True, tools)[len(prev_text) :]
                 head, footer = self._split_assistant(segment, header, msg["content"], i)
                 head_ids = self.encode(head)
                 ids += head_ids
@@ -219,7 +225,7 @@ class ChatRenderer:
                 mask += [0] * len(foot_ids)
             prev_text = text
         if add_generation_prompt:
-            tail = self._template(messages, True)
+            tail = self._template(messages, True, tools)
             if not tail.startswith(prev_text):
                 raise RenderError("the chat template's generation prompt rewrites the conversation")
             tail_ids = self.encode(tail[len(prev_text) :])

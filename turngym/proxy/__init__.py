@@ -8,7 +8,10 @@ sampled ids and log-probs of every turn, to ``captured/episodes.jsonl`` in turng
 format, and ``turngym train --episodes captured/episodes.jsonl`` trains on them.
 
 * :mod:`turngym.proxy.capture` — requests → sessions → token-exact episodes; history edits.
-* :mod:`turngym.proxy.service` — the OpenAI request semantics, batching, refusals.
+* :mod:`turngym.proxy.service` — the OpenAI request semantics, refusals.
+* :mod:`turngym.proxy.batcher` — concurrent requests sampled in one ``generate`` call per round.
+* :mod:`turngym.proxy.tools` — ``tools`` / ``tool_choice``: rendering, forced openings, call ids in history.
+* :mod:`turngym.proxy.tool_parsers` — replies → ``tool_calls``, one parser per model family (a table).
 * :mod:`turngym.proxy.app` — the starlette app (the ``server`` extra), imported on demand.
 * :mod:`turngym.proxy.client` — :func:`episode_headers`, :func:`report_outcome`.
 """

@@ -58,12 +58,15 @@ def _error(exc: ProxyError) -> JSONResponse:
 
 
 def _sse(response: dict[str, Any], include_usage: bool) -> AsyncIterator[bytes]:
-    """A finished chat completion as OpenAI's stream of chunks (the whole content in one delta)."""
+    """A finished chat completion as OpenAI's stream of chunks: the whole content in one delta, then one
+    delta per tool call (``delta.tool_calls[0]`` with its index, id, name and whole arguments)."""
     choice = response["choices"][0]
     base = {"id": response["id"], "object": "chat.completion.chunk", "created": response["created"], "model": response["model"]}
     chunks = [
         {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": choice["message"]["content"]},
                               "logprobs": choice["logprobs"], "finish_reason": None}]},
+        *({**base, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": i, **call}]}, "logprobs": None,
+                                "finish_reason": None}]} for i, call in enumerate(choice["message"].get("tool_calls", ()))),
         {**base, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": choice["finish_reason"]}]},
     ]
     if include_usage:

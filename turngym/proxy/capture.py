@@ -99,6 +99,9 @@ class Session:
     sampled: dict[str, list[int]] = field(default_factory=dict)
     """Returned text → the ids sampled for it (latest wins): lets a new segment still render the
     agent's earlier replies from their sampled ids instead of re-tokenizing them."""
+    issued: dict[str, tuple[str, frozenset[str]]] = field(default_factory=dict)
+    """Tool call id the proxy returned → (the sampled text of its turn, every id that turn returned):
+    a later history carrying those ids is that turn (:func:`turngym.proxy.tools.recognize_calls`)."""
 
     @property
     def last(self) -> CapturedTurn | None:

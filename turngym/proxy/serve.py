@@ -63,6 +63,8 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-batch-size", type=int, default=64, help="concurrent requests sampled together")
     p.add_argument("--ignore-sampling-params", action="store_true",
                    help="accept requests whose temperature/top_p differ from the proxy's (ignored, counted) instead of refusing them")
+    p.add_argument("--tool-call-parser", default=None, choices=["hermes", "llama3_json"],
+                   help="how replies are parsed into tool_calls (default: from the chat template; hermes when it has no tool format)")
     p.add_argument("--token-file", default=None, metavar="PATH", help="require the bearer token in this file (the openai client's api_key)")
     p.add_argument("--token", default=None, help="the token itself (visible in `ps`: prefer --token-file)")
     p.add_argument("--log-level", default="warning")
@@ -84,7 +86,7 @@ def run_command(args: argparse.Namespace) -> int:
     proxy = build_proxy(args.model, out=args.out, served_name=args.served_model_name, temperature=args.temperature, top_p=args.top_p,
                         seed=args.seed, device=args.device, max_tokens=args.max_tokens, outcome_timeout_s=args.outcome_timeout,
                         max_open_episodes=args.max_open_episodes, max_batch_size=args.max_batch_size,
-                        ignore_sampling_params=args.ignore_sampling_params)
+                        ignore_sampling_params=args.ignore_sampling_params, tool_call_parser=args.tool_call_parser)
     if not proxy.template_splices:
         print("turngym: warning: this model's chat template rewrites earlier turns (e.g. strips past reasoning), so no "
               "multi-turn prompt extends the one before it: every chat turn is recorded as an episode of its own "

@@ -10,14 +10,19 @@ served one at a time in arrival order (a second request cannot continue a turn t
 exist yet).
 
 What is refused, with an OpenAI-shaped error that names the fix (and counted in the stats):
-an unknown model (404), a request without an episode id, ``n > 1``, tool/function calling and
-JSON modes (the model's chat template cannot render them; describe tools in the prompt and
-parse text), penalties, logit biases and top log-probs, a temperature or top-p other than the
+an unknown model (404), a request without an episode id, ``n > 1``, legacy ``functions`` and
+JSON modes, penalties, logit biases and top log-probs, a temperature or top-p other than the
 proxy's (the recorded log-probs must be those of the distribution that sampled: training
 needs them), a prompt plus ``max_tokens`` beyond the model's positions or the proxy's cap, a
 request for an episode already finished or dropped (409), and too many open episodes (429).
 A failure of the model itself answers 500 and marks the episode as an infrastructure error:
 its outcome is recorded, but trainers drop it instead of scoring it.
+
+Tools (``tools``, ``tool_choice``, ``parallel_tool_calls``) are rendered through the model's chat
+template and its replies parsed back into ``tool_calls`` (:mod:`turngym.proxy.tools`,
+:mod:`turngym.proxy.tool_parsers`); ``tool_choice: required`` or a named function feeds the
+parser's opening text (``<tool_call>\n{"name": "``) instead of sampling it. A reply that does not
+parse is returned as text and counted (``tool_parse_failures``).
 """
 
 from __future__ import annotations
@@ -36,7 +41,10 @@ from typing import Any
 
 from turngym.agents.render import RenderError
 from turngym.core.errors import TurngymError
+from turngym.proxy.batcher import Batcher
 from turngym.proxy.capture import EDITED, TEMPLATE, CapturedTurn, Session, SessionStore, parse_outcome, to_episodes
+from turngym.proxy.tool_parsers import TOOL_PARSERS, ParsedReply, ToolParser, detect_parser
+from turngym.proxy.tools import ToolRequest, ToolTemplate, parse_reply, parse_tool_request, recognize_calls
 from turngym.rollout.types import Episode
 
 __all__ = ["CaptureProxy", "ProxyConfig", "ProxyError", "model_fingerprint", "tokenizer_fingerprint", "EPISODE_HEADER", "GROUP_HEADER"]
@@ -79,6 +87,8 @@ class ProxyConfig:
             log-probs are always those of the distribution the proxy sampled from.
         keep_finished: finished episodes kept in memory (``GET /turngym/episodes``: the latest).
         out: directory for ``episodes.jsonl`` (each finished episode, appended as it finishes).
+        tool_call_parser: how replies are parsed into tool calls (a :data:`TOOL_PARSERS` name);
+            None picks it from the chat template (:func:`~turngym.proxy.tool_parsers.detect_parser`).
     """
 
     model_name: str = "tiny"
@@ -90,10 +100,13 @@ class ProxyConfig:
     ignore_sampling_params: bool = False
     keep_finished: int = 10_000
     out: Path | None = None
+    tool_call_parser: str | None = None
 
     def __post_init__(self) -> None:
         from turngym.core.errors import ConfigError
 
+        if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_PARSERS:
+            raise ConfigError(f"unknown tool call parser {self.tool_call_parser!r}; known: {sorted(TOOL_PARSERS)}")
         if self.max_tokens < 1 or self.outcome_timeout_s <= 0 or self.max_open_episodes < 1 or self.max_batch_size < 1:
             raise ConfigError("need max_tokens >= 1, outcome_timeout_s > 0, max_open_episodes >= 1 and max_batch_size >= 1")
 
@@ -116,43 +129,6 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
-class _Batcher:
-    """Collects concurrent requests and samples them in one ``generate`` call per round."""
-
-    def __init__(self, generate: Any, max_batch: int) -> None:
-        self._generate, self._max = generate, max_batch
-        self._pending: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
-        self._task: asyncio.Task[None] | None = None
-        self.generate_s = 0.0
-        self.calls = 0
-
-    async def submit(self, prompt: list[int], stop: tuple[str, ...], reusable: int, limit: int) -> Any:
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending.append(((prompt, stop, reusable, limit), fut))
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._drain())
-        return await fut
-
-    async def _drain(self) -> None:
-        while self._pending:
-            batch, self._pending = self._pending[: self._max], self._pending[self._max :]
-            args = [list(col) for col in zip(*(a for a, _ in batch), strict=True)]
-            t0 = time.perf_counter()
-            try:
-                gens = await asyncio.to_thread(self._generate, *args)
-            except Exception as exc:  # the model failed: every waiting request learns it
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                continue
-            finally:
-                self.generate_s += time.perf_counter() - t0
-                self.calls += 1
-            for (_, fut), gen in zip(batch, gens, strict=True):
-                if not fut.done():  # a client that went away cancelled its future
-                    fut.set_result(gen)
-
-
 def _text_of(content: Any, where: str) -> str:
     if content is None:
         return ""
@@ -168,8 +144,25 @@ def _text_of(content: Any, where: str) -> str:
     raise ProxyError(400, f"{where}: content must be a string or a list of text parts", param="messages")
 
 
-def normalize_messages(raw: Any, limit: int) -> list[dict[str, str]]:
-    """The request's messages as ``{"role", "content"}`` (what chat templates read)."""
+def _calls_of(raw: Any, where: str) -> list[dict[str, Any]]:
+    """An assistant message's ``tool_calls``, normalized (arguments as a JSON string)."""
+    if not isinstance(raw, list) or len(raw) > 128:
+        raise ProxyError(400, f"{where}.tool_calls must be a list of at most 128 calls", param="messages")
+    out = []
+    for c in raw:
+        fn = c.get("function") if isinstance(c, Mapping) else None
+        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str) or not isinstance(c.get("id"), str):
+            raise ProxyError(400, f'{where}.tool_calls: each call must be {{"id": ..., "type": "function", "function": '
+                                  '{"name": ..., "arguments": "..."}}', param="messages")
+        args = fn.get("arguments", "{}")
+        out.append({"id": c["id"], "type": "function",
+                    "function": {"name": fn["name"], "arguments": args if isinstance(args, str) else json.dumps(args)}})
+    return out
+
+
+def normalize_messages(raw: Any, limit: int) -> list[dict[str, Any]]:
+    """The request's messages as ``{"role", "content"}`` (what chat templates read), plus an
+    assistant's ``tool_calls`` and a tool message's ``tool_call_id``."""
     if not isinstance(raw, list) or not raw:
         raise ProxyError(400, "messages must be a non-empty list of {role, content} objects", param="messages")
     if len(raw) > limit:
@@ -178,21 +171,21 @@ def normalize_messages(raw: Any, limit: int) -> list[dict[str, str]]:
     for i, m in enumerate(raw):
         if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
             raise ProxyError(400, f"messages[{i}] must be an object with a string role", param="messages")
-        if m.get("tool_calls") or m.get("function_call"):
-            raise ProxyError(400, f"messages[{i}] carries tool calls; this proxy serves text only (the model never "
-                                  "produced structured tool calls): put tool calls in the content as text", param="messages")
-        msg = {"role": m["role"], "content": _text_of(m.get("content"), f"messages[{i}]")}
+        if m.get("function_call"):
+            raise ProxyError(400, f"messages[{i}] carries a legacy function_call: send tool_calls", param="messages")
+        msg: dict[str, Any] = {"role": m["role"], "content": _text_of(m.get("content"), f"messages[{i}]")}
         if isinstance(m.get("name"), str):
             msg["name"] = m["name"]
+        if m.get("tool_calls"):
+            msg["tool_calls"] = _calls_of(m["tool_calls"], f"messages[{i}]")
+        if isinstance(m.get("tool_call_id"), str):
+            msg["tool_call_id"] = m["tool_call_id"]
         out.append(msg)
     return out
 
 
 _REFUSED = {
-    "tools": "tool/function calling is not supported (the proxy records text turns): describe the tools in the "
-             "system prompt and parse the model's text",
-    "functions": "function calling is not supported: describe the tools in the system prompt and parse text",
-    "tool_choice": "tool_choice is not supported: describe the tools in the system prompt and parse text",
+    "functions": "legacy function calling is not supported: send tools (and tool_choice)",
     "logit_bias": "logit_bias changes the sampling distribution, so the recorded log-probs would not be the policy's",
     "top_logprobs": "top_logprobs is not supported (logprobs=true returns each sampled token's log-prob)",
     "echo": "echo is not supported",
@@ -223,7 +216,7 @@ class CaptureProxy:
         self._opening: set[str] = set()
         """Episodes whose first request is being sampled: they count against ``max_open_episodes``
         (else concurrent first requests all pass the check before any of them opens its session)."""
-        self._batcher = _Batcher(policy.generate, self.config.max_batch_size)
+        self._batcher = Batcher(policy.generate, self.config.max_batch_size)
         self.request_s = 0.0
         self._reaped = 0.0
         self.meta = {
@@ -237,6 +230,10 @@ class CaptureProxy:
             self.config.out.mkdir(parents=True, exist_ok=True)
         self._token_bytes = max(map(len, self.tokenizer.get_vocab()), default=1)
         """The longest token's spelling: no token covers more bytes of text (see :meth:`_check_text`)."""
+        self.tool_parser: ToolParser = TOOL_PARSERS[self.config.tool_call_parser
+                                                    or detect_parser(getattr(self.tokenizer, "chat_template", None))]()
+        """Reads tool calls out of replies (``--tool-call-parser``, default: the template's format)."""
+        self.tool_template = ToolTemplate(self.tokenizer, self.tool_parser)
         self.template_splices = self._probe_template()
         """Whether the chat template renders a conversation incrementally (only appends), so
         multi-turn episodes can reuse sampled ids; when not, every chat turn is an episode of its own."""
@@ -244,13 +241,15 @@ class CaptureProxy:
     def _probe_template(self) -> bool:
         probe = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
                  {"role": "assistant", "content": "a"}, {"role": "user", "content": "v"}]
-        return self._render(probe, [None]) is not None
+        return self._render(probe, [None], None) is not None
 
     # ------------------------------------------------------------------ bookkeeping
     def stats(self) -> dict[str, Any]:
         """Counters: requests, tokens, episodes open/finished, branches, drops and errors by kind."""
         s = self.store.stats()
         s["template_splices"] = self.template_splices
+        s["tool_call_parser"] = self.tool_parser.name
+        s["tools_native"] = self.tool_template.native
         s["generate_calls"] = self._batcher.calls
         s["generate_s"] = round(self._batcher.generate_s, 4)
         s["request_s"] = round(self.request_s, 4)
@@ -373,9 +372,13 @@ class CaptureProxy:
                                              "shorten the conversation", code="context_length_exceeded", param="messages"))
 
     # ------------------------------------------------------------------ threading
-    def _thread_chat(self, session: Session | None, messages: list[dict[str, str]]) -> tuple[list[int], list[Any], int, str | None]:
+    def _thread_chat(self, session: Session | None, messages: list[dict[str, Any]],
+                     tools: ToolRequest | None) -> tuple[list[int], list[Any], int, str | None]:
         """Prompt ids for ``messages`` and the reason for a new segment (None: continue / first)."""
-        self._check_text([t for m in messages for t in (m["content"], m.get("name", ""))])
+        self._check_text([t for m in messages for t in (m["content"], m.get("name", ""), m.get("tool_call_id", ""),
+                                                        *(c["function"]["name"] + c["function"]["arguments"]
+                                                          for c in m.get("tool_calls", ())))]
+                         + [json.dumps(tools.tools) if tools is not None else ""])
         last = session.last if session is not None else None
         reason: str | None = None
         if last is not None:
@@ -383,42 +386,45 @@ class CaptureProxy:
             if last.messages is not None and last.action_ids is not None:
                 recorded = [*last.messages, {"role": "assistant", "content": last.text}]
                 if messages[: len(recorded)] == recorded:
-                    new = [session.sampled.get(m["content"]) if session else None
+                    new = [session.sampled.get(m["content"]) if session and not m.get("tool_calls") else None
                            for m in messages[len(recorded) :] if m["role"] == "assistant"]
                     ids = [*last.action_ids, last.token_ids, *new]
-                    r = self._render(messages, ids)
+                    r = self._render(messages, ids, tools)
                     seq = last.sequence
                     if r is not None and r.ids[: len(seq)] == seq:
                         return r.ids, ids, _reusable(r), None
                     reason = TEMPLATE  # the template does not reproduce what the model saw: never splice across
         sampled = session.sampled if session is not None else {}
-        ids = [sampled.get(m["content"]) for m in messages if m["role"] == "assistant"]
-        r = self._render(messages, ids)
+        ids = [None if m.get("tool_calls") else sampled.get(m["content"]) for m in messages if m["role"] == "assistant"]
+        r = self._render(messages, ids, tools)
         if r is None:  # a template that rewrites history: the prompt as it renders, a segment of its own
             self.store.counts["template_rewrites"] += 1
-            return self._template_ids(messages), [None] * len(ids), 0, TEMPLATE if last is not None else None
+            return self._template_ids(messages, tools), [None] * len(ids), 0, TEMPLATE if last is not None else None
         return r.ids, ids, _reusable(r), reason
 
-    def _render(self, messages: list[dict[str, str]], ids: list[Any]) -> Any:
+    def _render(self, messages: list[dict[str, Any]], ids: list[Any], tools: ToolRequest | None) -> Any:
         """The incremental rendering with sampled ids spliced in; None when the chat template is not
         prefix-stable (it rewrites earlier messages, e.g. strips past reasoning), so no splice exists."""
         from jinja2 import TemplateError
 
+        msgs, schemas = self.tool_template.prepare(messages, tools)
         try:
-            return self.renderer.render(messages, ids, add_generation_prompt=True)
+            return self.renderer.render(msgs, ids, add_generation_prompt=True, tools=schemas)
         except RenderError:
             return None
-        except (TemplateError, ValueError) as exc:  # the template refuses a prefix (e.g. no user message before it)
+        except (TemplateError, ValueError, TypeError) as exc:  # the template refuses a prefix (e.g. no user message before it)
             raise self._fail(ProxyError(400, f"the model's chat template refuses these messages: {exc}",
                                         code="render_error", param="messages")) from None
 
-    def _template_ids(self, messages: list[dict[str, str]]) -> list[int]:
+    def _template_ids(self, messages: list[dict[str, Any]], tools: ToolRequest | None) -> list[int]:
         """The prompt exactly as the chat template renders it (text, then tokenized once)."""
         from jinja2 import TemplateError
 
+        msgs, schemas = self.tool_template.prepare(messages, tools)
         try:
-            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        except (TemplateError, ValueError) as exc:  # what the template's author raises ("roles must alternate")
+            text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True,
+                                                      **({"tools": schemas} if schemas else {}))
+        except (TemplateError, ValueError, TypeError) as exc:  # what the template's author raises ("roles must alternate")
             raise self._fail(ProxyError(400, f"the model's chat template refuses these messages: {exc}",
                                         code="render_error", param="messages")) from None
         return self.renderer.encode(text)
@@ -481,6 +487,10 @@ class CaptureProxy:
             raise self._fail(ProxyError(400, "logprobs must be 0 or null (each sampled token's log-prob; top alternatives "
                                              "are not supported)", code="unsupported_parameter", param="logprobs"))
         messages = normalize_messages(body.get("messages"), self.config.max_messages) if chat else None
+        tools = self._tool_request(body) if chat else None
+        if tools is not None and tools.active and not tools.parallel and self.tool_parser.stop:
+            stops = (*stops, self.tool_parser.stop)  # one call, then stop: what parallel_tool_calls=false asks
+        forced = self.renderer.encode(self.tool_parser.forced_prefix(tools.name)) if tools is not None and tools.forced else []
         eid = self._episode_id(body, header)
         async with self._lock(eid):
             session = self._open(eid)
@@ -491,7 +501,10 @@ class CaptureProxy:
             try:
                 if chat:
                     assert messages is not None
-                    prompt, action_ids, reusable, reason = self._thread_chat(session, messages)
+                    if session is not None and session.issued:  # the proxy's own calls, as the client sends them back
+                        messages, hits = recognize_calls(messages, session.issued)
+                        self.store.counts["tool_history_recognized"] += hits
+                    prompt, action_ids, reusable, reason = self._thread_chat(session, messages, tools)
                     prompt_text = None
                 else:
                     prompt, prompt_text, reusable, reason = self._thread_text(session, body.get("prompt"))
@@ -499,7 +512,7 @@ class CaptureProxy:
                 limit = self._limit(body, len(prompt))
                 gen_t0 = time.perf_counter()
                 try:
-                    gen = await self._batcher.submit(prompt, stops, reusable, limit)
+                    gen = await self._batcher.submit(prompt, stops, reusable, limit, forced)
                 except Exception as exc:
                     if session is not None:
                         session.infra_error = f"{type(exc).__name__}: {exc}"
@@ -507,8 +520,13 @@ class CaptureProxy:
                                                      "is marked as an infrastructure error", code="generation_failed")) from exc
                 gen_s = time.perf_counter() - gen_t0
                 text = gen.text
-                if gen.finish_reason == "stop" and gen.stop and gen.stop in text:
+                if gen.finish_reason == "stop" and gen.stop and gen.stop in text and gen.stop in self._stops(body):
                     text = text[: text.index(gen.stop)]  # OpenAI returns the text before the stop string
+                elif gen.finish_reason == "stop" and gen.stop and gen.stop in text:  # the proxy's one-call stop: kept
+                    text = text[: text.index(gen.stop) + len(gen.stop)]
+                reply, counted = parse_reply(self.tool_parser, text, tools)
+                if counted:
+                    self.store.counts[counted] += len(reply.calls) if reply is not None and reply.calls else 1
                 why = self.store.closed_reason(eid)
                 if why is not None:  # reaped while sampling (a generation longer than the outcome timeout)
                     raise self._fail(ProxyError(409, f"episode {eid!r} was {why} while this request was sampled; start a new "
@@ -524,6 +542,9 @@ class CaptureProxy:
                 )
                 had = len(session.segments)
                 seg = session.record(turn, reason)
+                if reply is not None and reply.calls:
+                    ids_of_turn = frozenset(c.id for c in reply.calls)
+                    session.issued.update((c.id, (turn.text, ids_of_turn)) for c in reply.calls)
                 if reason is not None and had:
                     self.store.branches[reason] += 1
             finally:
@@ -535,20 +556,33 @@ class CaptureProxy:
         headers = {EPISODE_HEADER: eid, "X-Turngym-Turn": str(turn.index), "X-Turngym-Segment": str(seg.index)}
         if reason is not None and had:
             headers["X-Turngym-Branched"] = reason
-        response = self._response(turn, chat=chat, want_logprobs=want_lps, return_ids=bool(body.get("return_token_ids")))
+        response = self._response(turn, chat=chat, want_logprobs=want_lps, return_ids=bool(body.get("return_token_ids")),
+                                  reply=reply)
         response["turngym"] = {"episode_id": eid, "turn": turn.index, "segment": seg.index,
                                "branched": reason if reason is not None and had else None}
         self.request_s += (time.perf_counter() - t0) - gen_s
         return response, headers
 
-    def _response(self, turn: CapturedTurn, *, chat: bool, want_logprobs: bool, return_ids: bool) -> dict[str, Any]:
+    def _tool_request(self, body: Mapping[str, Any]) -> ToolRequest | None:
+        try:
+            return parse_tool_request(body)
+        except ValueError as exc:
+            raise self._fail(ProxyError(400, str(exc), code="invalid_tools", param="tools")) from None
+
+    def _response(self, turn: CapturedTurn, *, chat: bool, want_logprobs: bool, return_ids: bool,
+                  reply: ParsedReply | None = None) -> dict[str, Any]:
         finish = "length" if turn.finish_reason == "length" else "stop"
+        calls = reply.calls if reply is not None else ()
+        if calls:
+            finish = "tool_calls"
         usage = {"prompt_tokens": len(turn.prompt_ids), "completion_tokens": len(turn.token_ids),
                  "total_tokens": len(turn.prompt_ids) + len(turn.token_ids)}
         pieces = [self.tokenizer.decode([t]) for t in turn.token_ids] if want_logprobs else []
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
         if chat:
-            choice["message"] = {"role": "assistant", "content": turn.text}
+            choice["message"] = {"role": "assistant", "content": reply.content if calls else turn.text}
+            if calls:
+                choice["message"]["tool_calls"] = [c.to_openai() for c in calls]
             if want_logprobs:
                 choice["logprobs"] = {"content": [{"token": p, "logprob": lp, "bytes": list(p.encode()), "top_logprobs": []}
                                                   for p, lp in zip(pieces, turn.logprobs, strict=True)]}

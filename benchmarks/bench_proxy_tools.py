@@ -1,0 +1,150 @@
+"""The capture proxy's overhead per request **with tools**, as a same-run ratio against calling the policy directly.
+
+The same multi-turn tool conversations (a store request, then ``turns`` assistant replies each
+followed by a ``tool`` result) are played twice per round, in alternating order so machine load
+hits both alike:
+
+* **direct** — ``HFPolicy.act`` in-process on the conversation as the proxy renders it for a
+  template without tool support (the tools as the injected Hermes system prompt,
+  :func:`turngym.proxy.tools.tools_system_prompt`), the call opening forced as
+  ``tool_choice: "required"`` forces it (``force_action_prefix``), the reply parsed by the same parser;
+* **proxy** — the real ``openai`` client over HTTP to the proxy on the same policy object with
+  ``tools`` and ``tool_choice: "required"`` (tool validation, template/injection, forced prefix,
+  parsing, call-id recognition in the history, recording, JSON, uvicorn, the client).
+
+Reported: milliseconds per request of each, their ratio (per request and per generated token),
+and the proxy's overhead per request beyond its ``generate`` calls. The tiny model writes no
+parseable call, so its replies come back as text (counted as parse failures): the parse and
+render work is done either way.
+
+    python benchmarks/bench_proxy_tools.py                 # tiny model, 8 episodes x 4 turns, 3 rounds
+    python benchmarks/bench_proxy_tools.py --json --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+import httpx  # noqa: E402
+import openai  # noqa: E402
+import torch  # noqa: E402
+
+from turngym.agents.base import AgentInput  # noqa: E402
+from turngym.envs.tools.store import STORE_TOOLS  # noqa: E402
+from turngym.proxy import episode_headers, report_outcome  # noqa: E402
+from turngym.proxy.serve import ProxyThread, build_proxy  # noqa: E402
+from turngym.proxy.tools import tools_system_prompt  # noqa: E402
+
+TOOLS = list(STORE_TOOLS[:3])
+
+
+def conversation(i: int) -> list[dict[str, str]]:
+    return [{"role": "system", "content": "You help store customers."},
+            {"role": "user", "content": f"Where is my order O{1000 + i}? My email is c{i}@example.com."}]
+
+
+def direct(policy, parser, episodes: int, turns: int, max_tokens: int) -> tuple[float, int, int]:
+    """In-process: the tools as the injected system prompt, the call opening forced, the reply parsed."""
+    n = tokens = 0
+    prefix = parser.forced_prefix(None)
+    t0 = time.perf_counter()
+    for e in range(episodes):
+        msgs, ids = conversation(e), []
+        msgs[0] = {"role": "system", "content": f"{msgs[0]['content']}\n\n{tools_system_prompt(TOOLS, parser)}"}
+        for k in range(turns):
+            [a] = policy.act([AgentInput(msgs, action_token_ids=ids, max_new_tokens=max_tokens, action_prefix=prefix)])
+            parser.parse(a.text)
+            n, tokens = n + 1, tokens + len(a.token_ids)
+            msgs = [*msgs, {"role": "assistant", "content": a.text}, {"role": "tool", "content": f'{{"status": "shipped", "k": {k}}}'}]
+            ids = [*ids, a.token_ids]
+    return time.perf_counter() - t0, n, tokens
+
+
+def proxied(url: str, client, model: str, episodes: int, turns: int, max_tokens: int, tag: str) -> tuple[float, int, int, float]:
+    before = httpx.get(f"{url}/turngym/stats").json()
+    n = tokens = 0
+    outcome_s = 0.0
+    t0 = time.perf_counter()
+    for e in range(episodes):
+        eid, msgs = f"{tag}/{e}", conversation(e)
+        for k in range(turns):
+            r = client.chat.completions.create(model=model, messages=msgs, max_tokens=max_tokens, tools=TOOLS,
+                                               tool_choice="required", extra_headers=episode_headers(eid))
+            n, tokens = n + 1, tokens + r.usage.completion_tokens
+            m = r.choices[0].message
+            calls = [c.model_dump() for c in m.tool_calls or []]
+            msgs = [*msgs, {"role": "assistant", "content": m.content, **({"tool_calls": calls} if calls else {})},
+                    {"role": "tool", "tool_call_id": calls[0]["id"] if calls else "none", "content": f'{{"status": "shipped", "k": {k}}}'}]
+        t1 = time.perf_counter()
+        report_outcome(url, eid, reward=0.0)
+        outcome_s += time.perf_counter() - t1
+    wall = time.perf_counter() - t0 - outcome_s
+    after = httpx.get(f"{url}/turngym/stats").json()
+    return wall, n, tokens, after["generate_s"] - before["generate_s"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="tiny")
+    ap.add_argument("--episodes", type=int, default=8)
+    ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    proxy = build_proxy(args.model, max_tokens=max(64, args.max_tokens))
+    policy, parser = proxy.policy, proxy.tool_parser
+    rows = []
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(ProxyThread(proxy)).url
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        proxied(url, client, args.model, 1, 2, args.max_tokens, f"warmup-{time.time_ns()}")
+        policy.force_action_prefix = True
+        direct(policy, parser, 1, 2, args.max_tokens)
+        for r in range(args.rounds):
+            order = ("direct", "proxy") if r % 2 == 0 else ("proxy", "direct")
+            row: dict[str, float] = {}
+            for what in order:
+                if what == "direct":
+                    policy.force_action_prefix = True
+                    wall, n, tok = direct(policy, parser, args.episodes, args.turns, args.max_tokens)
+                    policy.force_action_prefix = False
+                    row |= {"direct_ms": 1000 * wall / n, "direct_ms_per_token": 1000 * wall / max(tok, 1)}
+                else:
+                    wall, n, tok, gen_s = proxied(url, client, args.model, args.episodes, args.turns, args.max_tokens,
+                                                  f"r{r}-{time.time_ns()}")
+                    row |= {"proxy_ms": 1000 * wall / n, "proxy_ms_per_token": 1000 * wall / max(tok, 1),
+                            "overhead_ms": 1000 * (wall - gen_s) / n}
+            row["ratio"] = row["proxy_ms"] / row["direct_ms"]
+            row["ratio_per_token"] = row["proxy_ms_per_token"] / row["direct_ms_per_token"]
+            rows.append(row)
+    stats = proxy.stats()
+    summary = {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]}
+    summary |= {"model": args.model, "episodes": args.episodes, "turns": args.turns, "max_tokens": args.max_tokens,
+                "rounds": args.rounds, "tools": len(TOOLS), "tool_calls": stats.get("tool_calls", 0),
+                "tool_parse_failures": stats.get("tool_parse_failures", 0), "branches": stats["branches"]}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return
+    print(f"{args.model}: {args.episodes} episodes x {args.turns} turns, {len(TOOLS)} tools, tool_choice=required, "
+          f"max_tokens={args.max_tokens}, median of {args.rounds} rounds")
+    print(f"  direct HFPolicy.act : {summary['direct_ms']:8.1f} ms/request  ({summary['direct_ms_per_token']:.2f} ms/token)")
+    print(f"  through the proxy   : {summary['proxy_ms']:8.1f} ms/request  ({summary['proxy_ms_per_token']:.2f} ms/token)")
+    print(f"  ratio proxy/direct  : {summary['ratio']:.3f} per request, {summary['ratio_per_token']:.3f} per token")
+    print(f"  proxy overhead      : {summary['overhead_ms']:8.1f} ms/request beyond generate")
+    print(f"  replies parsed      : {summary['tool_calls']} calls, {summary['tool_parse_failures']} parse failures; "
+          f"branches {summary['branches']}")
+
+
+if __name__ == "__main__":
+    main()
