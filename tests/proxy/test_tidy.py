@@ -1,0 +1,75 @@
+"""Clients that tidy replies (strip whitespace, append the stop string back) keep their episode;
+any other edit still branches."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from turngym.agents.render import render_episode
+from turngym.proxy import CaptureProxy, ProxyConfig
+from turngym.proxy.capture import tidied
+from turngym.proxy.serve import build_proxy
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return build_proxy("tiny", max_tokens=32, seed=0, device="cpu").policy
+
+
+@pytest.mark.parametrize(("sent", "text", "stops", "kind"), [
+    ("a b", "a b", ["</code>"], None),  # verbatim: not a tidying
+    ("a b", " a b\n", [], "whitespace"),
+    (" a b", " a b\n", [], "whitespace"),
+    ("a b</code>", "a b", ["</code>"], "stop_appended"),
+    ("a b\n</code>", "\na b\n", ["</code>"], "stop_appended+whitespace"),  # (text + "</code>").strip(): smolagents
+    ("a b</code>", "  a b ", ["</code>"], "stop_appended+whitespace"),  # text.strip() + "</code>"
+    ("a b\nObservation:", "a b", ["\nObservation:"], "stop_appended"),
+    ("a b</code>", "a b", [], None),  # a stop the request did not ask for is an edit
+    ("a c", "a b", ["</code>"], None),
+    ("a  b", "a b", [], None),  # whitespace inside the reply is content
+    ("a b\n\n", "a b\n", [], None),  # whitespace added, not stripped
+    ("", "  ", [], "whitespace"),
+])
+def test_tidied_recognizes_only_stripping_and_a_stop_put_back(sent, text, stops, kind) -> None:
+    assert tidied(sent, text, stops) == kind
+
+
+def test_a_tidied_reply_continues_the_episode_and_another_edit_branches(policy) -> None:
+    proxy = CaptureProxy(policy, ProxyConfig(max_tokens=32))
+
+    async def ask(msgs, eid="tidy/0"):
+        return await proxy.chat({"model": "tiny", "messages": msgs, "max_tokens": 8, "stop": ["</code>"],
+                                 "return_token_ids": True}, eid)
+
+    async def go() -> list:
+        msgs = [{"role": "user", "content": "Write code."}]
+        replies = []
+        for k in range(3):
+            reply, headers = await ask(msgs)
+            replies.append((reply, headers))
+            text = reply["choices"][0]["message"]["content"]
+            kept = (" \n" + text + "</code>").strip() if k < 2 else text + " (edited)"  # CodeAgent's way, then an edit
+            msgs += [{"role": "assistant", "content": kept}, {"role": "user", "content": f"Observation: {k}"}]
+        reply, headers = await ask(msgs)
+        replies.append((reply, headers))
+        await proxy.outcome("tidy/0", {"reward": 1.0})
+        return replies
+
+    replies = asyncio.run(go())
+    heads = [h for _, h in replies]
+    assert [h.get("X-Turngym-Branched") for h in heads] == [None, None, None, "history_edited"]
+    assert heads[0].get("X-Turngym-Tidied") is None and all(h["X-Turngym-Tidied"].startswith("stop_appended") for h in heads[1:3])
+    assert "X-Turngym-Tidied" not in heads[3]
+    first, second = proxy.finished
+    assert [len(first.turns), len(second.turns)] == [3, 1]
+    assert set(first.meta["tidied"]) == {"0", "1"} and "tidied" not in second.meta
+    stats = proxy.stats()
+    assert sum(stats["normalizations"].values()) == 2 and stats["branches"] == {"history_edited": 1}
+    # the tidied replies were rendered from their sampled ids: the segment is one exact sequence
+    sample = render_episode(first, None)
+    for turn, (reply, _) in zip(first.turns, replies, strict=False):
+        assert turn.prompt_ids == reply["prompt_token_ids"] and turn.token_ids == reply["choices"][0]["token_ids"]
+        start, end = sample.turn_spans[turn.index]
+        assert sample.input_ids[:start] == turn.prompt_ids and sample.input_ids[start:end] == turn.token_ids
