@@ -73,3 +73,33 @@ def test_a_tidied_reply_continues_the_episode_and_another_edit_branches(policy) 
         assert turn.prompt_ids == reply["prompt_token_ids"] and turn.token_ids == reply["choices"][0]["token_ids"]
         start, end = sample.turn_spans[turn.index]
         assert sample.input_ids[:start] == turn.prompt_ids and sample.input_ids[start:end] == turn.token_ids
+
+
+def test_smolagents_code_agent_run_is_one_episode(policy) -> None:
+    """smolagents 1.26 ``CodeAgent`` keeps each reply as ``(reply + "</code>").strip()``: its steps
+    used to be one episode per model call; they are one episode now. (When it runs out of steps
+    it asks for a final answer under another system prompt: that request rewrites the history,
+    so it is a segment of its own.)"""
+    from smolagents import CodeAgent, OpenAIServerModel
+    from smolagents.memory import ActionStep
+
+    from turngym.proxy import episode_headers, report_outcome
+    from turngym.proxy.serve import ProxyThread
+
+    proxy = CaptureProxy(policy, ProxyConfig(max_tokens=32))
+    with ProxyThread(proxy) as server:
+        model = OpenAIServerModel(model_id="tiny", api_base=server.base_url, api_key="unused", max_tokens=12,
+                                  client_kwargs={"default_headers": episode_headers("code/0"), "max_retries": 0})
+        agent = CodeAgent(tools=[], model=model, max_steps=3, verbosity_level=0)
+        agent.run("What is 6 * 7?")
+        report_outcome(server.url, "code/0", reward=0.0)
+    steps = [s for s in agent.memory.steps if isinstance(s, ActionStep) and s.model_output is not None]
+    episode, *final = proxy.finished
+    assert len(episode.turns) == len(steps) == 3 and [ep.meta["segment_reason"] for ep in final] == ["history_edited"]
+    assert set(episode.meta["tidied"]) == {"0", "1"} and sum(proxy.stats()["normalizations"].values()) == 2
+    for turn, step in zip(episode.turns, steps, strict=True):  # what the agent kept is the reply, tidied
+        assert step.model_output.strip() in (turn.action, (turn.action + "</code>").strip())
+    sample = render_episode(episode, None)
+    for turn in episode.turns:
+        start, end = sample.turn_spans[turn.index]
+        assert sample.input_ids[:start] == turn.prompt_ids and sample.input_ids[start:end] == turn.token_ids
