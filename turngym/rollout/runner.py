@@ -205,6 +205,9 @@ def run_episodes(
         on_turn: called after every turn (progress on long lockstep runs, where all episodes
             tend to finish together).
 
+    A policy with an ``end_episode(episode)`` method is told as each episode ends (the openai
+    agent reports the outcome to a turngym capture proxy then).
+
     Returns:
         The episodes in order: group by group, ``group_size`` consecutive episodes per seed.
 
@@ -231,8 +234,12 @@ def run_episodes(
     # slot -> (job index, episode, previous state key, last node id)
     active: dict[int, tuple[int, Episode, str, int]] = {}
 
+    end_episode = getattr(policy, "end_episode", None)  # optional: a policy that reports outcomes (a capture proxy's)
+
     def finish(j: int, ep: Episode) -> None:
         results[j] = ep
+        if end_episode is not None:
+            end_episode(ep)
         if on_episode is not None:
             on_episode(ep)
 
