@@ -208,7 +208,7 @@ class OpenAIPolicy:
         latency = time.perf_counter() - t0
         if data is None:
             return Action("", meta={"infra_error": error, "attempts": attempts, "latency_s": latency})
-        if isinstance(data.get("turngym"), Mapping):  # a capture proxy recorded this turn
+        if isinstance(data, Mapping) and isinstance(data.get("turngym"), Mapping):  # a capture proxy recorded this turn
             with self._lock:
                 self._captured[sid] = self._captured.get(sid, 0) + 1
         choice = _first_choice(data)
