@@ -85,8 +85,11 @@ def test_a_responses_request_becomes_the_chat_body_it_means() -> None:
     assert to_chat({"model": "tiny", "input": "hi"})["messages"] == [{"role": "user", "content": "hi"}]
     only_calls = to_chat({"model": "tiny", "input": [body["input"][2]]})["messages"]
     assert only_calls == [{"role": "assistant", "content": None, "tool_calls": calls[:1]}]
+    tools = body["tools"]
     for choice in ("auto", "none", "required"):
-        assert to_chat({"model": "tiny", "input": "x", "tool_choice": choice})["tool_choice"] == choice
+        assert to_chat({"model": "tiny", "input": "x", "tools": tools, "tool_choice": choice})["tool_choice"] == choice
+    assert "tool_choice" not in to_chat({"model": "tiny", "input": "x", "tool_choice": "auto", "tools": []})  # means nothing
+    assert to_chat({"model": "tiny", "input": "x", "tool_choice": "required"})["tool_choice"] == "required"  # chat refuses it
 
 
 @pytest.mark.parametrize(("body", "match"), [

@@ -183,8 +183,11 @@ def to_chat(body: Any) -> dict[str, Any]:
         chat["tools"] = _tools(body["tools"])
         if body.get("parallel_tool_calls") is not None:
             chat["parallel_tool_calls"] = body["parallel_tool_calls"]
-    if body.get("tool_choice") is not None:
-        chat["tool_choice"] = _tool_choice(body["tool_choice"])
+    choice = body.get("tool_choice")
+    if choice is not None:
+        choice = _tool_choice(choice)
+        if body.get("tools") or choice not in ("auto", "none"):  # without tools, auto/none mean nothing
+            chat["tool_choice"] = choice
     fmt = (body.get("text") or {}).get("format") if isinstance(body.get("text"), Mapping) else None
     if fmt is not None:
         chat["response_format"] = fmt  # text passes; a JSON schema is refused by the chat path, with its reason
