@@ -212,31 +212,56 @@ def test_openai_agents_default_responses_model_is_captured_one_episode_per_run(s
         assert ep.system_prompt == "You add numbers."
 
 
-def test_openai_agents_function_tool_through_responses(served, chat_serves_tools) -> None:
-    """A ``@function_tool`` run: calls go out as function_call items, outputs come back as
-    function_call_output, and the whole run is one episode."""
+@pytest.mark.parametrize("stream", [False, True])
+def test_openai_agents_function_tool_through_responses(served, chat_serves_tools, stream: bool) -> None:
+    """A ``@function_tool`` run on the Responses model: the call goes out as a function_call item,
+    its result comes back as function_call_output, and the run is one episode whose ids and
+    log-probs are what the client received. The untrained tiny model writes no parseable call, so
+    (as in the chat tool tests) a test double scripts its replies, fed through the real model."""
     if not chat_serves_tools:
         pytest.skip("the chat path refuses tools until native tool calls (branch toolcalls) are merged")
-    from agents import MaxTurnsExceeded, Runner, function_tool, set_tracing_disabled
+    doubles = pytest.importorskip("tests.proxy.tool_doubles", reason="the tool-call test doubles come with native tool calls")
+    from agents import Runner, function_tool, set_tracing_disabled
+
+    from turngym.proxy import CaptureProxy, ProxyConfig
 
     set_tracing_disabled(True)
-    server, _ = served
+    base, _ = served
+    call = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+    script = doubles.ScriptedCallsPolicy(base.proxy.policy,
+                                         lambda prompt: call if doubles.assistant_turns(prompt) == 0 else "It is 5.")
+    proxy = CaptureProxy(script, ProxyConfig(model_name="tiny", max_tokens=64))
+    added: list[tuple[int, int]] = []
 
     @function_tool
     def add(a: int, b: int) -> int:
         """Add two integers."""
+        added.append((a, b))
         return a + b
 
-    agent = _agent(server, "agents/tools", tool_choice="required").clone(tools=[add], reset_tool_choice=True)
-    try:  # the tiny model may keep calling the tool: the turns it played are what is checked
-        responses = asyncio.run(Runner.run(agent, "What is 2 + 3? Use the tool.", max_turns=3)).raw_responses
-    except MaxTurnsExceeded as exc:
-        assert exc.run_data is not None
-        responses = exc.run_data.raw_responses
-    report_outcome(server.url, "agents/tools", reward=1.0)
-    [ep] = _captured(server, "agents/tools")  # function_call_output items threaded the calls back: no branch
-    assert len(ep.turns) == len(responses) >= 2
-    assert any(item.type == "function_call" for item in responses[0].output)
+    with ProxyThread(proxy) as server:
+        agent = _agent(server, "agents/tools", tool_choice="required").clone(tools=[add], reset_tool_choice=True)
+        agent.model_settings.extra_body = {"return_token_ids": True}
+
+        async def play():
+            if not stream:
+                return await Runner.run(agent, "What is 2 + 3? Use the tool.", max_turns=4)
+            run = Runner.run_streamed(agent, "What is 2 + 3? Use the tool.", max_turns=4)
+            async for _ in run.stream_events():
+                pass
+            return run
+
+        run = asyncio.run(play())
+        report_outcome(server.url, "agents/tools", reward=1.0)
+    assert added == [(2, 3)] and run.final_output == "It is 5."
+    [ep] = proxy.finished  # the function_call_output threaded the call back: one episode, no branch
+    first, second = run.raw_responses
+    [fc] = first.output
+    assert (fc.type, fc.name, json.loads(fc.arguments)) == ("function_call", "add", {"a": 2, "b": 3})
+    assert len(ep.turns) == 2 and ep.meta["segments"] == 1
+    [msg] = second.output
+    assert ep.turns[1].action == msg.content[0].text and ep.turns[1].token_ids == msg.model_extra["token_ids"]
+    assert ep.turns[1].logprobs == [lp.logprob for lp in msg.content[0].logprobs]
 
 
 def test_every_error_body_is_openai_shaped(served) -> None:
