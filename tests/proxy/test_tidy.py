@@ -103,3 +103,28 @@ def test_smolagents_code_agent_run_is_one_episode(policy) -> None:
     for turn in episode.turns:
         start, end = sample.turn_spans[turn.index]
         assert sample.input_ids[:start] == turn.prompt_ids and sample.input_ids[start:end] == turn.token_ids
+
+
+def test_smolagents_code_agent_whose_code_runs_is_one_episode_with_its_role_conversions(policy) -> None:
+    """When its code runs, CodeAgent merges a ``Calling tools:`` note into the kept reply (an edit:
+    a branch); with the tool messages sent as user turns (the documented
+    ``custom_role_conversions``) the reply comes back only tidied and the run is one episode.
+    The untrained tiny model writes no valid code: a test double scripts it, fed through the model."""
+    doubles = pytest.importorskip("tests.proxy.tool_doubles", reason="the scripted-reply test double comes with native tool calls")
+    from smolagents import CodeAgent, OpenAIServerModel
+
+    from turngym.proxy import episode_headers
+    from turngym.proxy.serve import ProxyThread
+
+    steps = ["Thought: compute it.\n<code>\nprint(6 * 7)\n</code>", "Thought: done.\n<code>\nfinal_answer(42)\n</code>"]
+    script = doubles.ScriptedCallsPolicy(policy, lambda prompt: steps[min(doubles.assistant_turns(prompt), 1)])
+    proxy = CaptureProxy(script, ProxyConfig(max_tokens=64))
+    with ProxyThread(proxy) as server:
+        for eid, conversions in (("plain", None), ("converted", {"tool-call": "user", "tool-response": "user"})):
+            model = OpenAIServerModel(model_id="tiny", api_base=server.base_url, api_key="unused", max_tokens=48,
+                                      custom_role_conversions=conversions,
+                                      client_kwargs={"default_headers": episode_headers(eid), "max_retries": 0})
+            assert CodeAgent(tools=[], model=model, max_steps=4, verbosity_level=0).run("What is 6 * 7?") == 42
+    plain, converted = proxy.store.get("plain"), proxy.store.get("converted")
+    assert [len(s.turns) for s in plain.segments] == [1, 1]  # "Calling tools: ..." merged into the reply
+    assert [len(s.turns) for s in converted.segments] == [2] and converted.segments[0].turns[1].tidied == "stop_appended"

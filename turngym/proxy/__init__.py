@@ -9,6 +9,7 @@ format, and ``turngym train --episodes captured/episodes.jsonl`` trains on them.
 
 * :mod:`turngym.proxy.capture` — requests → sessions → token-exact episodes; history edits.
 * :mod:`turngym.proxy.service` — the OpenAI request semantics, batching, refusals.
+* :mod:`turngym.proxy.responses` — ``/v1/responses`` translated to and from the chat path.
 * :mod:`turngym.proxy.app` — the starlette app (the ``server`` extra), imported on demand.
 * :mod:`turngym.proxy.client` — :func:`episode_headers`, :func:`report_outcome`.
 """
