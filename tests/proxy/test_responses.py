@@ -264,8 +264,16 @@ def test_openai_agents_function_tool_through_responses(served, chat_serves_tools
     assert ep.turns[1].logprobs == [lp.logprob for lp in msg.content[0].logprobs]
 
 
-def test_every_error_body_is_openai_shaped(served) -> None:
+def test_every_error_body_is_openai_shaped(served, monkeypatch: pytest.MonkeyPatch) -> None:
     server, client = served
+
+    def broken() -> dict:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(server.proxy, "stats", broken)  # an unexpected failure inside a route
+    r = httpx.get(server.url + "/turngym/stats")
+    assert r.status_code == 500 and r.json()["error"]["code"] == "internal_error" and "RuntimeError" in r.json()["error"]["message"]
+    monkeypatch.undo()
     for method, path, status in (("GET", "/v1/nope", 404), ("GET", "/v1/responses", 405), ("DELETE", "/v1/chat/completions", 405),
                                  ("GET", "/v1/responses/resp_1", 404), ("POST", "/v1/embeddings", 404)):
         r = httpx.request(method, server.url + path)
