@@ -148,7 +148,9 @@ def test_each_episode_is_named_by_a_fresh_id_and_no_outcome_goes_to_a_plain_serv
         run_episodes(make_env, policy, [0, 1], batch_size=2)
     ids = [h["X-Turngym-Episode"] for h in server.headers]
     assert len(ids) == 8 and len(set(ids)) == 4 and all(ids.count(i) == 2 for i in ids)
-    assert {i.split("~")[0] for i in ids} == {"episode/0/0", "episode/1/0"}  # the run's id, made unique
+    assert {i.split("@")[0] for i in ids} == {"episode/0/0", "episode/1/0"}  # the run's id, made unique
+    keys = [h["X-Turngym-Episode-Key"] for h in server.headers]  # each episode's own secret, on each of its turns
+    assert len(set(keys)) == 4 and all(len(k) >= 16 for k in keys) and len(set(zip(ids, keys, strict=True))) == 4
     assert len(server.requests) == 8 and policy.outcomes_reported == 0 and not policy._episodes
 
 

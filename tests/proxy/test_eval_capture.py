@@ -33,8 +33,8 @@ def test_eval_through_the_proxy_captures_each_episode_with_its_outcome(tmp_path:
     last_run = captured[2:]
     by_task = {}
     for ep in last_run:
-        assert ep["episode_id"].split("~")[0] in {e["episode_id"] for e in evaluated}
-        by_task[ep["episode_id"].split("~")[0]] = ep
+        assert ep["episode_id"].split("@")[0] in {e["episode_id"] for e in evaluated}
+        by_task[ep["episode_id"].split("@")[0]] = ep
     for ev in evaluated:  # what the proxy recorded is what the eval measured, turn by turn
         cap = by_task[ev["episode_id"]]
         assert (cap["env_id"], cap["group"], cap["seed"]) == (ev["env_id"], ev["group"], ev["seed"])

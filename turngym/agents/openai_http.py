@@ -19,8 +19,10 @@ tag appears last in the reply. With vLLM, ``extra_body={"include_stop_str_in_out
 text, token ids and log-probs instead.
 
 A turngym capture proxy (``turngym proxy``): every request names its episode in the
-``X-Turngym-Episode`` header — a fresh id per episode (the run's episode id plus a random
-suffix, so two runs never collide on the proxy), which other servers ignore. When the server
+``X-Turngym-Episode`` header — a fresh id per episode (the run's episode id, ``@`` and a random
+suffix, so two runs never collide on the proxy) — with a secret key of its own in
+``X-Turngym-Episode-Key`` (a proxy that guards episodes lets only its holder add turns or report the
+outcome); other servers ignore both. When the server
 answers as a turngym proxy (its replies carry ``turngym``), :meth:`OpenAIPolicy.end_episode`
 (the rollout calls it as each episode ends) reports the episode's outcome and per-turn rewards,
 signals and state keys to it, so an eval through the proxy is also a capture. An episode that
@@ -41,9 +43,9 @@ from __future__ import annotations
 import os
 import random
 import re
+import secrets
 import threading
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -66,6 +68,8 @@ _OPEN_TAG = re.compile(r"^</([A-Za-z_][\w-]*)>$")
 EPISODE_HEADER = "X-Turngym-Episode"
 """The capture proxy's episode header (:data:`turngym.proxy.service.EPISODE_HEADER`; not imported:
 the proxy imports the agents package, never the reverse)."""
+KEY_HEADER = "X-Turngym-Episode-Key"
+"""The capture proxy's episode-ownership header: the key the episode was opened with."""
 
 
 class OpenAIPolicy:
@@ -142,8 +146,8 @@ class OpenAIPolicy:
         self._jitter = random.Random(seed)
         self._lock = threading.Lock()
         self._requests = 0
-        self._episodes: dict[str, str] = {}
-        """The run's episode id → the id sent to the server for it (fresh per episode)."""
+        self._episodes: dict[str, dict[str, str]] = {}
+        """The run's episode id → the headers naming it on the server (a fresh id and key per episode)."""
         self._captured: dict[str, int] = {}
         """Server episode id → turns a capture proxy recorded for it (only for proxies)."""
         self.outcomes_reported = 0
@@ -192,19 +196,21 @@ class OpenAIPolicy:
         body.update(self.extra_body)
         return body
 
-    def _server_episode(self, episode_id: str) -> str:
-        """The id this episode goes by on the server: the run's id and a fresh suffix."""
+    def _server_episode(self, episode_id: str) -> dict[str, str]:
+        """The headers naming this episode on the server: the run's id with a fresh suffix, and a key."""
         with self._lock:
-            sid = self._episodes.get(episode_id)
-            if sid is None:
-                sid = self._episodes[episode_id] = f"{episode_id or 'episode'}~{uuid.uuid4().hex[:12]}"
-            return sid
+            headers = self._episodes.get(episode_id)
+            if headers is None:
+                sid = f"{episode_id or 'episode'}@{secrets.token_hex(6)}"
+                headers = self._episodes[episode_id] = {EPISODE_HEADER: sid, KEY_HEADER: secrets.token_urlsafe(16)}
+            return headers
 
     def _act_one(self, inp: AgentInput, i: int) -> Action:
         choices = self._choices(inp)
-        sid = self._server_episode(inp.episode_id)
+        episode = self._server_episode(inp.episode_id)
+        sid = episode[EPISODE_HEADER]
         t0 = time.perf_counter()
-        data, error, attempts = self._post(self._payload(inp, i, choices), {EPISODE_HEADER: sid})
+        data, error, attempts = self._post(self._payload(inp, i, choices), episode)
         latency = time.perf_counter() - t0
         if data is None:
             return Action("", meta={"infra_error": error, "attempts": attempts, "latency_s": latency})
@@ -242,13 +248,15 @@ class OpenAIPolicy:
         recorded it (reward, success, per-turn rewards/signals/state keys). Never raises: a refused
         report is counted in ``outcome_errors`` (the proxy then drops the episode unscored)."""
         with self._lock:
-            sid = self._episodes.pop(episode.episode_id, None)
-            recorded = self._captured.pop(sid, 0) if sid is not None else 0
-        if not recorded or episode.infra_error or not episode.turns:
+            headers = self._episodes.pop(episode.episode_id, None)
+            sid = headers[EPISODE_HEADER] if headers is not None else ""
+            recorded = self._captured.pop(sid, 0)
+        if not recorded or headers is None or episode.infra_error or not episode.turns:
             return
         body = _outcome(episode, per_turn=recorded == len(episode.turns))
         try:
-            resp = self._client.post(f"{self._root}/turngym/episodes/{quote(sid, safe='')}/outcome", json=body)
+            resp = self._client.post(f"{self._root}/turngym/episodes/{quote(sid, safe='')}/outcome", json=body,
+                                     headers=headers)
             ok, why = resp.status_code == 200, f"HTTP {resp.status_code}: {resp.text[:200]}"
         except (httpx.HTTPError, TypeError, ValueError) as exc:  # unreachable, or an outcome that is not JSON
             ok, why = False, f"{type(exc).__name__}: {exc}"

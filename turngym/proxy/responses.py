@@ -285,15 +285,16 @@ def sse(events: Sequence[Mapping[str, Any]]) -> Iterator[bytes]:
         yield f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode()
 
 
-async def respond(proxy: CaptureProxy, body: Any, episode_header: str | None = None,
-                  group: str | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+async def respond(proxy: CaptureProxy, body: Any, episode_header: str | None = None, group: str | None = None,
+                  **chat_options: Any) -> tuple[dict[str, Any], dict[str, str]]:
     """Answer a ``/v1/responses`` body through ``proxy``'s chat path; returns the Responses
-    object and the response headers (the episode, turn and segment, as for chat)."""
+    object and the response headers (the episode, turn and segment, as for chat).
+    ``chat_options``: whatever else :meth:`CaptureProxy.chat` takes from the request."""
     proxy.store.counts["responses_requests"] += 1
     try:
         chat_body = to_chat(body)
     except ProxyError as exc:
         proxy.store.errors[exc.code] += 1  # refused before the chat path saw it: counted here
         raise
-    chat, headers = await proxy.chat(chat_body, episode_header, group)
+    chat, headers = await proxy.chat(chat_body, episode_header, group, **chat_options)
     return from_chat(chat, body), headers
