@@ -39,7 +39,9 @@ def test_tidied_recognizes_only_stripping_and_a_stop_put_back(sent, text, stops,
 def test_a_tidied_reply_continues_the_episode_and_another_edit_branches(policy) -> None:
     proxy = CaptureProxy(policy, ProxyConfig(max_tokens=32))
 
-    async def ask(msgs, eid="tidy/0"):
+    eid = "tidy/0~tidy-test-key-000001"  # NAME~KEY: a proxy that guards episodes knows whose it is
+
+    async def ask(msgs):
         return await proxy.chat({"model": "tiny", "messages": msgs, "max_tokens": 8, "stop": ["</code>"],
                                  "return_token_ids": True}, eid)
 
@@ -54,7 +56,7 @@ def test_a_tidied_reply_continues_the_episode_and_another_edit_branches(policy) 
             msgs += [{"role": "assistant", "content": kept}, {"role": "user", "content": f"Observation: {k}"}]
         reply, headers = await ask(msgs)
         replies.append((reply, headers))
-        await proxy.outcome("tidy/0", {"reward": 1.0})
+        await proxy.outcome(eid, {"reward": 1.0})
         return replies
 
     replies = asyncio.run(go())
