@@ -140,6 +140,20 @@ def test_full_episodes_through_the_rollout_engine(server) -> None:
     assert summary.signal_means["tool_ok"] == pytest.approx(0.5)
 
 
+def test_each_episode_is_named_by_a_fresh_id_and_no_outcome_goes_to_a_plain_server(server) -> None:
+    """The capture proxy's episode header is sent (other servers ignore it): one fresh id per
+    episode, the same on every turn of it; a server that is not a proxy gets no outcome report."""
+    policy = make_agent(f"openai:{server.url}", model="double", concurrency=4)
+    for _ in range(2):
+        run_episodes(make_env, policy, [0, 1], batch_size=2)
+    ids = [h["X-Turngym-Episode"] for h in server.headers]
+    assert len(ids) == 8 and len(set(ids)) == 4 and all(ids.count(i) == 2 for i in ids)
+    assert {i.split("@")[0] for i in ids} == {"episode/0/0", "episode/1/0"}  # the run's id, made unique
+    keys = [h["X-Turngym-Episode-Key"] for h in server.headers]  # each episode's own secret, on each of its turns
+    assert len(set(keys)) == 4 and all(len(k) >= 16 for k in keys) and len(set(zip(ids, keys, strict=True))) == 4
+    assert len(server.requests) == 8 and policy.outcomes_reported == 0 and not policy._episodes
+
+
 def test_transient_failures_are_retried(server) -> None:
     server.fail_next = [503, 429]
     policy = OpenAIPolicy(server.url, model="double", backoff=0.01, max_retries=3)

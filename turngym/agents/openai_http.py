@@ -18,6 +18,16 @@ tag appears last in the reply. With vLLM, ``extra_body={"include_stop_str_in_out
 "return_tokens_as_token_ids": True}`` and ``logprobs=True`` make the server return the exact
 text, token ids and log-probs instead.
 
+A turngym capture proxy (``turngym proxy``): every request names its episode in the
+``X-Turngym-Episode`` header — a fresh id per episode (the run's episode id, ``@`` and a random
+suffix, so two runs never collide on the proxy) — with a secret key of its own in
+``X-Turngym-Episode-Key`` (a proxy that guards episodes lets only its holder add turns or report the
+outcome); other servers ignore both. When the server
+answers as a turngym proxy (its replies carry ``turngym``), :meth:`OpenAIPolicy.end_episode`
+(the rollout calls it as each episode ends) reports the episode's outcome and per-turn rewards,
+signals and state keys to it, so an eval through the proxy is also a capture. An episode that
+ended in an infrastructure error is not reported: the proxy drops it unscored.
+
 Choices: with ``constrain_choices`` a row whose env lists its valid actions
 (``AgentInput.choices``) is sent with vLLM's structured-outputs field, ``"structured_outputs":
 {"choice": [...]}`` (vLLM >= 0.11; older servers took ``guided_choice``), no stop strings (a stop
@@ -43,16 +53,21 @@ import json
 import os
 import random
 import re
+import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import httpx
 
 from turngym.agents.base import Action, AgentInput
 from turngym.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from turngym.rollout.types import Episode
 
 __all__ = ["OpenAIPolicy", "RETRY_STATUS"]
 
@@ -60,6 +75,11 @@ __all__ = ["OpenAIPolicy", "RETRY_STATUS"]
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 _TOKEN_ID = re.compile(r"^token_id:(\d+)$")
 _OPEN_TAG = re.compile(r"^</([A-Za-z_][\w-]*)>$")
+EPISODE_HEADER = "X-Turngym-Episode"
+"""The capture proxy's episode header (:data:`turngym.proxy.service.EPISODE_HEADER`; not imported:
+the proxy imports the agents package, never the reverse)."""
+KEY_HEADER = "X-Turngym-Episode-Key"
+"""The capture proxy's episode-ownership header: the key the episode was opened with."""
 
 
 class OpenAIPolicy:
@@ -140,6 +160,12 @@ class OpenAIPolicy:
         self._jitter = random.Random(seed)
         self._lock = threading.Lock()
         self._requests = 0
+        self._episodes: dict[str, dict[str, str]] = {}
+        """The run's episode id → the headers naming it on the server (a fresh id and key per episode)."""
+        self._captured: dict[str, int] = {}
+        """Server episode id → turns a capture proxy recorded for it (only for proxies)."""
+        self.outcomes_reported = 0
+        self.outcome_errors: list[str] = []
 
     def close(self) -> None:
         self._client.close()
@@ -194,13 +220,27 @@ class OpenAIPolicy:
         body.update(self.extra_body)
         return body
 
+    def _server_episode(self, episode_id: str) -> dict[str, str]:
+        """The headers naming this episode on the server: the run's id with a fresh suffix, and a key."""
+        with self._lock:
+            headers = self._episodes.get(episode_id)
+            if headers is None:
+                sid = f"{episode_id or 'episode'}@{secrets.token_hex(6)}"
+                headers = self._episodes[episode_id] = {EPISODE_HEADER: sid, KEY_HEADER: secrets.token_urlsafe(16)}
+            return headers
+
     def _act_one(self, inp: AgentInput, i: int) -> Action:
         choices = self._choices(inp)
+        episode = self._server_episode(inp.episode_id)
+        sid = episode[EPISODE_HEADER]
         t0 = time.perf_counter()
-        data, error, attempts = self._post(self._payload(inp, i, choices))
+        data, error, attempts = self._post(self._payload(inp, i, choices), episode)
         latency = time.perf_counter() - t0
         if data is None:
             return Action("", meta={"infra_error": error, "attempts": attempts, "latency_s": latency})
+        if isinstance(data, Mapping) and isinstance(data.get("turngym"), Mapping):  # a capture proxy recorded this turn
+            with self._lock:
+                self._captured[sid] = self._captured.get(sid, 0) + 1
         choice = _first_choice(data)
         if choice is None:  # the server answered, with no reply in it: the agent's failure, judged as an empty action
             return Action("", meta={"malformed_response": str(data)[:200], "attempts": attempts, "latency_s": latency})
@@ -231,13 +271,40 @@ class OpenAIPolicy:
         token_ids, logprobs = _token_info(choice.get("logprobs"))
         return Action(text, token_ids=token_ids if "stop_appended" not in meta else None, logprobs=logprobs, meta=meta)
 
-    def _post(self, body: dict[str, Any]) -> tuple[dict[str, Any] | None, str, int]:
+    def end_episode(self, episode: Episode) -> None:
+        """``episode`` ended: forget its server id, and report its outcome to a capture proxy that
+        recorded it (reward, success, per-turn rewards/signals/state keys). Never raises: a refused
+        report is counted in ``outcome_errors`` (the proxy then drops the episode unscored)."""
+        with self._lock:
+            headers = self._episodes.pop(episode.episode_id, None)
+            sid = headers[EPISODE_HEADER] if headers is not None else ""
+            recorded = self._captured.pop(sid, 0)
+        if not recorded or headers is None or episode.infra_error or not episode.turns:
+            return
+        body = _outcome(episode, per_turn=recorded == len(episode.turns))
+        try:
+            resp = self._client.post(f"{self._root}/turngym/episodes/{quote(sid, safe='')}/outcome", json=body,
+                                     headers=headers)
+            ok, why = resp.status_code == 200, f"HTTP {resp.status_code}: {resp.text[:200]}"
+        except (httpx.HTTPError, TypeError, ValueError) as exc:  # unreachable, or an outcome that is not JSON
+            ok, why = False, f"{type(exc).__name__}: {exc}"
+        with self._lock:
+            if ok:
+                self.outcomes_reported += 1
+            else:
+                self.outcome_errors.append(f"{sid}: {why}")
+
+    @property
+    def _root(self) -> str:
+        return self.base_url.removesuffix("/v1")
+
+    def _post(self, body: dict[str, Any], headers: Mapping[str, str] | None = None) -> tuple[dict[str, Any] | None, str, int]:
         """POST with retries; returns (json, "", attempts) or (None, last error, attempts)."""
         error = ""
         for attempt in range(self.max_retries + 1):
             retry_after: float | None = None
             try:
-                resp = self._client.post("/chat/completions", json=body)
+                resp = self._client.post("/chat/completions", json=body, headers=headers)
             except httpx.TransportError as exc:  # connect/read errors, timeouts
                 error = f"{type(exc).__name__}: {exc}"
             else:
@@ -277,6 +344,23 @@ def _calls_as_action(calls: Any) -> str:
             pass
         out.append({"name": fn.get("name"), "arguments": args})
     return json.dumps(out, ensure_ascii=False)
+def _outcome(episode: Episode, *, per_turn: bool) -> dict[str, Any]:
+    """The proxy's outcome report for ``episode``: the last turn's reward as the outcome and the
+    others per turn (the proxy adds the outcome to the last turn: the same return), or, when the
+    proxy recorded another number of turns than the episode has, the return as the outcome."""
+    last = episode.turns[-1]
+    body: dict[str, Any] = {
+        "success": episode.success, "env_id": episode.env_id, "task_id": episode.task_id, "group": episode.group,
+        "seed": episode.seed, "truncated": bool(last.truncated and not last.terminated),
+        "info": {k: v for k, v in episode.outcome.items() if k not in ("reward", "success")},
+    }
+    if per_turn:
+        body["reward"] = last.reward
+        body["turns"] = [{"reward": 0.0 if t is last else t.reward, "signals": dict(t.signals), "state_key": t.state_key,
+                          "action_valid": t.action_valid, "invalid_reason": t.invalid_reason} for t in episode.turns]
+    else:
+        body["reward"] = episode.total_reward
+    return body
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -12,6 +12,7 @@ format, and ``turngym train --episodes captured/episodes.jsonl`` trains on them.
 * :mod:`turngym.proxy.batcher` — concurrent requests sampled in one ``generate`` call per round.
 * :mod:`turngym.proxy.tools` — ``tools`` / ``tool_choice``: rendering, forced openings, call ids in history.
 * :mod:`turngym.proxy.tool_parsers` — replies → ``tool_calls``, one parser per model family (a table).
+* :mod:`turngym.proxy.responses` — ``/v1/responses`` translated to and from the chat path.
 * :mod:`turngym.proxy.app` — the starlette app (the ``server`` extra), imported on demand.
 * :mod:`turngym.proxy.client` — :func:`episode_headers`, :func:`report_outcome`.
 """

@@ -3,6 +3,7 @@
 =============================================  ====================================================
 ``POST /v1/chat/completions``                   chat completion (``stream: true`` answers as SSE)
 ``POST /v1/completions``                        text completion (a text or token-id prompt)
+``POST /v1/responses``                          Responses API over the chat path (``stream: true``: its events)
 ``GET  /v1/models``                             the one served model
 ``POST /turngym/episodes/{id}/outcome``          the episode's outcome (and per-turn rewards/signals)
 ``GET  /turngym/episodes``                       finished episodes, one JSON per line
@@ -21,15 +22,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from turngym.proxy.responses import respond, sse, stream_events
 from turngym.proxy.service import EPISODE_HEADER, GROUP_HEADER, CaptureProxy, ProxyError
 from turngym.server.guard import TokenGuard
 
@@ -57,6 +60,28 @@ def _error(exc: ProxyError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status)
 
 
+_ROUTES = "POST /v1/chat/completions, /v1/completions, /v1/responses; GET /v1/models; /turngym/..."
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own errors (no such route, a method the route does not take) as OpenAI-shaped
+    JSON, like every other answer of the proxy: OpenAI clients read ``error.message``."""
+    assert isinstance(exc, HTTPException)
+    where = f"{request.method} {request.url.path}"
+    message = {404: f"no route {where}; this proxy serves {_ROUTES}",
+               405: f"{where}: method not allowed (allowed: {exc.headers.get('Allow', '?') if exc.headers else '?'})"}
+    code = {404: "unknown_route", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    err = ProxyError(exc.status_code, message.get(exc.status_code, f"{where}: {exc.detail}"), code=code)
+    return JSONResponse(err.body(), status_code=exc.status_code, headers=exc.headers)
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    """An unexpected failure: a 500 in OpenAI's shape (the traceback stays in the server's log)."""
+    err = ProxyError(500, f"internal error ({type(exc).__name__}) while serving {request.method} {request.url.path}",
+                     code="internal_error")
+    return JSONResponse(err.body(), status_code=500)
+
+
 def _sse(response: dict[str, Any], include_usage: bool) -> AsyncIterator[bytes]:
     """A finished chat completion as OpenAI's stream of chunks: the whole content in one delta, then one
     delta per tool call (``delta.tool_calls[0]`` with its index, id, name and whole arguments)."""
@@ -80,6 +105,11 @@ def _sse(response: dict[str, Any], include_usage: bool) -> AsyncIterator[bytes]:
     return gen()
 
 
+async def _aiter(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+
+
 def create_proxy_app(proxy: CaptureProxy, *, token: str | None = None, reap_every_s: float = 5.0) -> Starlette:
     """The ASGI app serving ``proxy``; ``token`` guards every route but ``/health``."""
 
@@ -98,6 +128,16 @@ def create_proxy_app(proxy: CaptureProxy, *, token: str | None = None, reap_ever
             opts = body.get("stream_options") or {}
             include = bool(opts.get("include_usage")) if isinstance(opts, dict) else False
             return StreamingResponse(_sse(response, include), media_type="text/event-stream", headers=headers)
+        return JSONResponse(response, headers=headers)
+
+    async def responses(request: Request) -> Response:
+        try:
+            body = await _body(request)
+            response, headers = await respond(proxy, body, request.headers.get(EPISODE_HEADER), request.headers.get(GROUP_HEADER))
+        except ProxyError as exc:
+            return _error(exc)
+        if body.get("stream"):
+            return StreamingResponse(_aiter(sse(stream_events(response))), media_type="text/event-stream", headers=headers)
         return JSONResponse(response, headers=headers)
 
     async def outcome(request: Request) -> Response:
@@ -136,12 +176,14 @@ def create_proxy_app(proxy: CaptureProxy, *, token: str | None = None, reap_ever
     routes = [
         Route("/v1/chat/completions", completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/models", models),
         Route("/turngym/episodes/{episode_id:path}/outcome", outcome, methods=["POST"]),
         Route("/turngym/episodes", episodes),
         Route("/turngym/stats", stats),
         Route("/health", health),
     ]
-    app = Starlette(routes=routes, middleware=[Middleware(TokenGuard, token=token)], lifespan=lifespan)
+    app = Starlette(routes=routes, middleware=[Middleware(TokenGuard, token=token)], lifespan=lifespan,
+                    exception_handlers={HTTPException: _http_error, Exception: _server_error})
     app.state.proxy = proxy
     return app

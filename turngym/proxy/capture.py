@@ -8,6 +8,13 @@ repeat the recorded ones, then the assistant reply exactly as it was returned, t
 new. The earlier assistant turns are then rendered from the ids that were sampled for them
 (:class:`~turngym.agents.render.ChatRenderer` splices them in), never re-tokenized from text.
 
+Clients that tidy replies: many agents keep the reply they got in a slightly different form —
+stripped of leading/trailing whitespace, or with the stop string the API cut off appended back
+(smolagents' ``CodeAgent`` appends ``</code>`` and ``.strip()``s). A history whose only change
+to the previous reply is that (:func:`tidied`) still continues the episode: the reply is
+rendered from the ids that were sampled, as for a verbatim one, and the tidying is counted
+(``normalizations`` in the stats, ``meta["tidied"]`` on the episode). Any other edit branches.
+
 When a request does not continue its episode — the agent edited, summarized or truncated its
 history, changed an assistant reply, or the chat template does not reproduce the recorded
 prompt — the session starts a new **segment**: a separate episode (``{id}#1``, ``{id}#2``…)
@@ -36,7 +43,7 @@ from typing import Any
 from turngym.agents.render import RECORDED
 from turngym.rollout.types import Episode, Turn
 
-__all__ = ["CapturedTurn", "OutcomeReport", "Segment", "Session", "SessionStore", "parse_outcome"]
+__all__ = ["CapturedTurn", "OutcomeReport", "Segment", "Session", "SessionStore", "parse_outcome", "tidied"]
 
 #: Why a segment began: the session's first request, or a request that did not continue it.
 START, EDITED, TEMPLATE = "start", "history_edited", "template_mismatch"
@@ -57,6 +64,10 @@ class CapturedTurn:
         messages: chat requests: the request's messages (normalized); None for completions.
         action_ids: chat requests: the ids rendered for each assistant message of ``messages``.
         prompt_text: completion requests: the prompt text (None when it came as token ids).
+        stops: the request's stop strings (a client may append one to the reply it keeps).
+        tidied: how the request tidied the previous turn's reply before sending it back
+            (``whitespace``, ``stop_appended``, ``stop_appended+whitespace``; see :func:`tidied`),
+            None when it came back verbatim (or this turn continues nothing).
     """
 
     index: int
@@ -69,6 +80,8 @@ class CapturedTurn:
     messages: list[dict[str, str]] | None = None
     action_ids: list[list[int] | None] | None = None
     prompt_text: str | None = None
+    stops: tuple[str, ...] = ()
+    tidied: str | None = None
 
     @property
     def sequence(self) -> list[int]:
@@ -190,6 +203,45 @@ def parse_outcome(body: Any, n_turns: int) -> OutcomeReport:
     )
 
 
+def _is_trim(body: str, text: str) -> bool:
+    """Whether ``body`` is ``text`` less some of its leading and/or trailing whitespace."""
+    if body.strip() != text.strip():
+        return False
+    lead, trail = text[: len(text) - len(text.lstrip())], text[len(text.rstrip()) :]
+    if not text.strip():  # an all-whitespace reply: any run of it (or nothing) is a trim
+        return body in text
+    return lead.endswith(body[: len(body) - len(body.lstrip())]) and trail.startswith(body[len(body.rstrip()) :])
+
+
+def tidied(sent: str, text: str, stops: Sequence[str]) -> str | None:
+    r"""How ``sent`` (an assistant message a client sent back) tidies ``text`` (the reply it was
+    given), or None when it is not a tidying of it (or is ``text`` itself).
+
+    A tidying is leading/trailing whitespace stripped (``whitespace``), one of the request's
+    ``stops`` appended (``stop_appended``; the API cut it off, clients put it back), or both
+    (``stop_appended+whitespace``; the stop itself may be stripped too, as in
+    ``(text + "</code>").strip()``). The model then saw its sampled ids, which hold the stop
+    string when it stopped on one, so nothing the client believes the model said is lost.
+
+    >>> tidied("x = 1\n</code>", "\nx = 1\n", ["</code>"])
+    'stop_appended+whitespace'
+    >>> tidied("x = 2", "x = 1", [])
+    """
+    if sent == text:
+        return None
+    if _is_trim(sent, text):
+        return "whitespace"
+    for stop in stops:
+        for form in dict.fromkeys((stop, stop.rstrip(), stop.strip())):
+            if form and sent.endswith(form):
+                body = sent[: -len(form)]
+                if body == text and form == stop:
+                    return "stop_appended"
+                if _is_trim(body, text):
+                    return "stop_appended+whitespace"
+    return None
+
+
 def _number(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
@@ -236,6 +288,9 @@ def to_episodes(session: Session, report: OutcomeReport, meta: Mapping[str, Any]
             meta={**meta, "rendering": RECORDED, "segment": seg.index, "segments": n, "segment_reason": seg.reason,
                   "session": session.episode_id},
         )
+        tidy = {str(j - 1): ct.tidied for j, ct in enumerate(seg.turns) if j and ct.tidied}
+        if tidy:  # turn j's reply came back tidied in turn j+1's request (rendered from its sampled ids)
+            ep.meta["tidied"] = tidy
         prev_key = "prompt:" + _digest(first.prompt_ids)
         for j, ct in enumerate(seg.turns):
             nxt = seg.turns[j + 1] if j + 1 < len(seg.turns) else None
@@ -281,6 +336,8 @@ class SessionStore:
         self.branches: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
+        self.normalizations: Counter[str] = Counter()
+        """Replies a client sent back tidied (:func:`tidied`) that still continued their episode, by kind."""
 
     def get(self, episode_id: str) -> Session | None:
         return self.open.get(episode_id)
@@ -322,4 +379,5 @@ class SessionStore:
             "branches": dict(self.branches),
             "dropped": dict(self.dropped),
             "errors": dict(self.errors),
+            "normalizations": dict(self.normalizations),
         }

@@ -42,7 +42,16 @@ from typing import Any
 from turngym.agents.render import RenderError
 from turngym.core.errors import TurngymError
 from turngym.proxy.batcher import Batcher
-from turngym.proxy.capture import EDITED, TEMPLATE, CapturedTurn, Session, SessionStore, parse_outcome, to_episodes
+from turngym.proxy.capture import (
+    EDITED,
+    TEMPLATE,
+    CapturedTurn,
+    Session,
+    SessionStore,
+    parse_outcome,
+    tidied,
+    to_episodes,
+)
 from turngym.proxy.tool_parsers import TOOL_PARSERS, ParsedReply, ToolParser, detect_parser
 from turngym.proxy.tools import ToolRequest, ToolTemplate, parse_reply, parse_tool_request, recognize_calls
 from turngym.rollout.types import Episode
@@ -373,8 +382,9 @@ class CaptureProxy:
 
     # ------------------------------------------------------------------ threading
     def _thread_chat(self, session: Session | None, messages: list[dict[str, Any]],
-                     tools: ToolRequest | None) -> tuple[list[int], list[Any], int, str | None]:
-        """Prompt ids for ``messages`` and the reason for a new segment (None: continue / first)."""
+                     tools: ToolRequest | None) -> tuple[list[int], list[Any], int, str | None, str | None]:
+        """Prompt ids for ``messages``, the reason for a new segment (None: continue / first) and
+        how the previous reply came back tidied (None: verbatim; see :func:`~turngym.proxy.capture.tidied`)."""
         self._check_text([t for m in messages for t in (m["content"], m.get("name", ""), m.get("tool_call_id", ""),
                                                         *(c["function"]["name"] + c["function"]["arguments"]
                                                           for c in m.get("tool_calls", ())))]
@@ -384,7 +394,13 @@ class CaptureProxy:
         if last is not None:
             reason = EDITED
             if last.messages is not None and last.action_ids is not None:
+                n = len(last.messages)
+                tidy = None
+                if len(messages) > n and messages[:n] == last.messages and messages[n].get("role") == "assistant":
+                    tidy = tidied(messages[n]["content"], last.text, last.stops)
                 recorded = [*last.messages, {"role": "assistant", "content": last.text}]
+                if tidy is not None:  # the client kept the reply tidied: render the ids it was sampled as
+                    recorded[n] = messages[n]
                 if messages[: len(recorded)] == recorded:
                     new = [session.sampled.get(m["content"]) if session and not m.get("tool_calls") else None
                            for m in messages[len(recorded) :] if m["role"] == "assistant"]
@@ -392,15 +408,18 @@ class CaptureProxy:
                     r = self._render(messages, ids, tools)
                     seq = last.sequence
                     if r is not None and r.ids[: len(seq)] == seq:
-                        return r.ids, ids, _reusable(r), None
+                        if tidy is not None:
+                            assert session is not None
+                            session.sampled.setdefault(messages[n]["content"], last.token_ids)
+                        return r.ids, ids, _reusable(r), None, tidy
                     reason = TEMPLATE  # the template does not reproduce what the model saw: never splice across
         sampled = session.sampled if session is not None else {}
         ids = [None if m.get("tool_calls") else sampled.get(m["content"]) for m in messages if m["role"] == "assistant"]
         r = self._render(messages, ids, tools)
         if r is None:  # a template that rewrites history: the prompt as it renders, a segment of its own
             self.store.counts["template_rewrites"] += 1
-            return self._template_ids(messages, tools), [None] * len(ids), 0, TEMPLATE if last is not None else None
-        return r.ids, ids, _reusable(r), reason
+            return self._template_ids(messages, tools), [None] * len(ids), 0, TEMPLATE if last is not None else None, None
+        return r.ids, ids, _reusable(r), reason, None
 
     def _render(self, messages: list[dict[str, Any]], ids: list[Any], tools: ToolRequest | None) -> Any:
         """The incremental rendering with sampled ids spliced in; None when the chat template is not
@@ -504,11 +523,11 @@ class CaptureProxy:
                     if session is not None and session.issued:  # the proxy's own calls, as the client sends them back
                         messages, hits = recognize_calls(messages, session.issued)
                         self.store.counts["tool_history_recognized"] += hits
-                    prompt, action_ids, reusable, reason = self._thread_chat(session, messages, tools)
+                    prompt, action_ids, reusable, reason, tidy = self._thread_chat(session, messages, tools)
                     prompt_text = None
                 else:
                     prompt, prompt_text, reusable, reason = self._thread_text(session, body.get("prompt"))
-                    action_ids = None
+                    action_ids, tidy = None, None
                 limit = self._limit(body, len(prompt))
                 gen_t0 = time.perf_counter()
                 try:
@@ -538,8 +557,10 @@ class CaptureProxy:
                 turn = CapturedTurn(
                     index=session.turns, prompt_ids=list(prompt), token_ids=list(gen.token_ids), logprobs=list(gen.logprobs),
                     text=text, sampled_text=gen.text, finish_reason=gen.finish_reason, messages=messages, action_ids=action_ids,
-                    prompt_text=prompt_text,
+                    prompt_text=prompt_text, stops=stops, tidied=tidy,
                 )
+                if tidy is not None:
+                    self.store.normalizations[tidy] += 1
                 had = len(session.segments)
                 seg = session.record(turn, reason)
                 if reply is not None and reply.calls:
@@ -556,10 +577,12 @@ class CaptureProxy:
         headers = {EPISODE_HEADER: eid, "X-Turngym-Turn": str(turn.index), "X-Turngym-Segment": str(seg.index)}
         if reason is not None and had:
             headers["X-Turngym-Branched"] = reason
+        if tidy is not None:
+            headers["X-Turngym-Tidied"] = tidy
         response = self._response(turn, chat=chat, want_logprobs=want_lps, return_ids=bool(body.get("return_token_ids")),
                                   reply=reply)
         response["turngym"] = {"episode_id": eid, "turn": turn.index, "segment": seg.index,
-                               "branched": reason if reason is not None and had else None}
+                               "branched": reason if reason is not None and had else None, "tidied": tidy}
         self.request_s += (time.perf_counter() - t0) - gen_s
         return response, headers
 

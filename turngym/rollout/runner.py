@@ -206,6 +206,9 @@ def run_episodes(
         on_turn: called after every turn (progress on long lockstep runs, where all episodes
             tend to finish together).
 
+    A policy with an ``end_episode(episode)`` method is told as each episode ends (the openai
+    agent reports the outcome to a turngym capture proxy then).
+
     Returns:
         The episodes in order: group by group, ``group_size`` consecutive episodes per seed.
 
@@ -233,8 +236,12 @@ def run_episodes(
     active: dict[int, tuple[int, Episode, str, int]] = {}
     dead: dict[int, str] = {}  # retired slots and why
 
+    end_episode = getattr(policy, "end_episode", None)  # optional: a policy that reports outcomes (a capture proxy's)
+
     def finish(j: int, ep: Episode) -> None:
         results[j] = ep
+        if end_episode is not None:
+            end_episode(ep)
         if on_episode is not None:
             on_episode(ep)
 
