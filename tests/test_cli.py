@@ -46,3 +46,21 @@ def test_play_by_hand_in_a_subprocess():
     assert "new_intermediate" in res.stdout
     assert "INVALID" in res.stdout and "restored to turn 1" in res.stdout
     assert "'success': True" in res.stdout and "return +1.000" in res.stdout
+
+
+def test_transformers_progress_bars_are_quiet_unless_asked_for(tmp_path):
+    """`turngym ...` loads and saves models without transformers' own "Loading weights" /
+    "Writing model shards" bars (issue 39), and HF_HUB_DISABLE_PROGRESS_BARS=0 brings them back."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; from turngym.cli import main; sys.exit(main(['eval', 'turngym/Math-v0', '--agent', 'hf:tiny', "
+            "'--episodes', '1', '--quiet', '--max-new-tokens', '4']))")
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    quiet = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert quiet.returncode == 0, quiet.stderr[-2000:]
+    assert "Loading weights" not in quiet.stderr
+    loud = subprocess.run([sys.executable, "-c", code], env={**env, "HF_HUB_DISABLE_PROGRESS_BARS": "0"},
+                          capture_output=True, text=True, timeout=600)
+    assert loud.returncode == 0 and "Loading weights" in loud.stderr

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -524,8 +525,6 @@ def _use_imports(modules: Sequence[str]) -> None:
     (env servers, the async rollout worker) inherit it, and the current folder, where a user's
     module usually is, goes on ``sys.path`` and ``PYTHONPATH`` (a console script has neither).
     """
-    import os
-
     from turngym.core.registry import IMPORT_ENV_VAR
 
     if not modules:
@@ -544,6 +543,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from turngym.core.extras import missing_extra
 
     args = build_parser().parse_args(argv)
+    # transformers' own bars ("Loading weights", "Writing model shards") would interleave with
+    # turngym's on every model load and save; quiet in this process and the ones it starts, unless
+    # the user set HF_HUB_DISABLE_PROGRESS_BARS=0 (read when transformers is first imported)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         _use_imports([*args.imports, *args.sub_imports])
         return args._run(args)

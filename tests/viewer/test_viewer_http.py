@@ -106,3 +106,18 @@ def test_static_export_is_self_contained(eval_dir: Path, tmp_path: Path, capsys:
     assert text.count('class="page"') == 1 + 4 + 1 + 1  # table, 4 episodes, their one group, runs
     assert not re.search(r'(src|href)="(https?:)?//', text)  # nothing fetched from elsewhere
     assert 'href="#episode-0-3"' in text
+
+
+@pytest.mark.parametrize("algo", ["grpo", "rloo"])
+def test_links_open_on_the_runs_own_estimator(eval_dir: Path, tmp_path: Path, algo: str) -> None:
+    """A run's episodes link to its own estimator's credit (issue 39: every link said est=gigpo)."""
+    run = tmp_path / "run"
+    (run / "samples").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"algo": algo}))
+    (run / "samples" / "episodes.jsonl").write_text((eval_dir / "episodes.jsonl").read_text())
+    client = TestClient(create_app(run))
+    links = re.findall(r'href="[^"]*est=([a-z_]+)', client.get("/").text)
+    assert links and set(links) == {algo}
+    assert f'value="{algo}" selected' in client.get("/episode?src=0&row=0").text or algo in client.get("/episode?src=0&row=0").text
+    plain = TestClient(create_app(eval_dir))  # no run config: the default
+    assert set(re.findall(r'href="[^"]*est=([a-z_]+)', plain.get("/").text)) == {"gigpo"}

@@ -80,7 +80,7 @@ def create_app(path: str | Path | ViewerData, tokenizer: str | Path | None = Non
         idx = data.index(src)
         pg = idx.query(q=params["q"], env=params["env"], success=params["success"], infra=params["infra"], sort=params["sort"],
                        desc=bool(params["desc"]), page=_int(qp.get("page"), 0), per_page=min(max(_int(qp.get("per_page"), 50), 1), 500))
-        return page("Episodes", episodes_page(data, src, pg, params, links, DEFAULT_EST), "Episodes")
+        return page("Episodes", episodes_page(data, src, pg, params, links, data.estimator(src, DEFAULT_EST)), "Episodes")
 
     async def episode(request: Request) -> HTMLResponse:
         qp = request.query_params
@@ -91,7 +91,7 @@ def create_app(path: str | Path | ViewerData, tokenizer: str | Path | None = Non
                 raise IndexError(f"no episode row {row}")
         except IndexError as exc:
             return missing(str(exc))
-        return page(f"Episode {row}", episode_page(data, src, row, est_of(request), ests, links), "Episodes")
+        return page(f"Episode {row}", episode_page(data, src, row, est_of(request, default=data.estimator(src, DEFAULT_EST)), ests, links), "Episodes")
 
     async def group(request: Request) -> HTMLResponse:
         qp = request.query_params
@@ -111,7 +111,7 @@ def create_app(path: str | Path | ViewerData, tokenizer: str | Path | None = Non
                 raise IndexError(f"no episode row {row}")
         except IndexError as exc:
             return missing(str(exc))
-        return page(f"Tokens {row}", tokens_page(data, src, row, est_of(request), ests, links), "Episodes")
+        return page(f"Tokens {row}", tokens_page(data, src, row, est_of(request, default=data.estimator(src, DEFAULT_EST)), ests, links), "Episodes")
 
     async def tree(request: Request) -> HTMLResponse:
         qp = request.query_params

@@ -110,6 +110,25 @@ class ViewerData:
             self._indexes[src] = EpisodeIndex(self.episode_files[src])
         return self._indexes[src]
 
+    def estimator(self, src: int, default: str) -> str:
+        """The advantage estimator of the run that wrote source ``src`` (its ``config.json``'s
+        ``algo``, found in the source's folder or a parent up to PATH), else ``default``: a GRPO
+        run's episodes open on GRPO's credit, not another estimator's."""
+        if not 0 <= src < len(self.episode_files):
+            return default
+        folder = self.episode_files[src].parent
+        for candidate in (folder, *folder.parents):
+            config = candidate / "config.json"
+            if config.is_file():
+                try:
+                    algo = json.loads(config.read_text(encoding="utf-8")).get("algo")
+                except (OSError, ValueError, AttributeError):
+                    return default
+                return algo if isinstance(algo, str) and algo else default
+            if candidate == self.root or self.root not in candidate.parents:
+                break
+        return default
+
     def runs(self) -> list[Run]:
         """Every run's metrics, re-read on each call (a run in progress grows)."""
         out = []
