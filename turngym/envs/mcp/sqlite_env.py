@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import os
 import sys
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -241,7 +242,11 @@ class MCPSQLiteEnv(MCPEnv[SQLiteTask, SQLiteState]):
     # -- MCPEnv hooks ---------------------------------------------------------------------------
     @classmethod
     def server_argv(cls, world_path: str) -> list[str]:
-        return [sys.executable, "-S", "-c", SERVER_MAIN, "--db-path", world_path]
+        # the interpreter itself, resolved: sys.executable may be relative to a cwd the sandbox does not show
+        # (`../venv/bin/python` gives `/cwd/../venv/bin/python`) or reached through links it does not bind. With -S
+        # the venv's site-packages come from PYTHONPATH (PythonRuntime.env), not from the venv's pyvenv.cfg, so the
+        # resolved path keeps them, as run_python does (PythonRuntime.executable).
+        return [os.path.realpath(sys.executable), "-S", "-c", SERVER_MAIN, "--db-path", world_path]
 
     def _check_installed(self) -> None:
         fix = 'pip install -e ".[mcp]" (or: pip install "mcp>=1.6,<2" mcp-server-sqlite)'
