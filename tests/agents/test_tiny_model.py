@@ -85,6 +85,7 @@ def test_the_cache_key_names_the_envs_this_environment_can_play(tmp_path, monkey
         (site / "tiny_extra_dep.py").write_text("")  # "pip install" the extra
         importlib.invalidate_caches()
         with_extra = build_tiny_model(config=small, env_ids=ids)
+        wider = build_tiny_model(config=TinyModelConfig(**{**small.__dict__, "hidden_size": 64}), env_ids=ids)
     finally:
         unregister("turngym/TinyKeyExtra-v0")
         for name in ("tiny_extra_env", "tiny_extra_dep"):
@@ -95,4 +96,8 @@ def test_the_cache_key_names_the_envs_this_environment_can_play(tmp_path, monkey
     assert first["env_ids_played"] == ["turngym/Math-v0"] and first["env_ids_skipped"] == ["turngym/TinyKeyExtra-v0"]
     assert second["env_ids_played"] == ids and second["env_ids_skipped"] == []
     assert first["corpus_sha256"] != second["corpus_sha256"]
-    assert len(list((tmp_path / "cache" / "models" / "index").glob("*.json"))) == 2  # one lookup per environment
+    models = tmp_path / "cache" / "models"
+    assert len(list((models / "index").glob("*.json"))) == 3  # one lookup per environment and config
+    assert len(list((models / "corpus").glob("*.json.gz"))) == 2  # one corpus per environment: the shapes share it
+    third = json.loads((wider / "turngym_tiny.json").read_text())
+    assert wider != with_extra and third["corpus_sha256"] == second["corpus_sha256"]

@@ -15,7 +15,9 @@ expect every env's text in the tokenizer):
   version, the config, the env ids asked for and :func:`environment_fingerprint` (which of those
   envs import here, every installed distribution and its version, the sandbox, Python) — to the
   model directory, so a second call in the same environment returns at once, and a call from
-  another environment (another venv on the same cache) builds its own.
+  another environment (another venv on the same cache) builds its own;
+* the corpus (playing it is most of a cold build) is cached under ``models/corpus`` by the same
+  inputs less the model's shape, so configs that differ only in shape share it.
 
 The model is untrained: it emits noise until it is warm-started by imitation of oracle
 demonstrations (the trainers do that). It exists so that the whole stack (rollout, token
@@ -189,12 +191,36 @@ def _cached(index: Path) -> Path | None:
     return out if (out / "config.json").exists() and (out / "tokenizer.json").exists() else None
 
 
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)  # atomic: a reader sees the old file or the new one
+
+
 def _write_index(index: Path, record: dict) -> None:
-    index.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".index-", dir=index.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(record, f, indent=2, sort_keys=True)
-    os.replace(tmp, index)  # atomic: a reader sees the old record or the new one
+    _write_atomic(index, json.dumps(record, indent=2, sort_keys=True).encode())
+
+
+def _corpus(env_ids: Sequence[str], config: TinyModelConfig, environment: dict) -> tuple[list[str], list[str]]:
+    """The tokenizer corpus and the envs played into it, cached under ``models/corpus`` by what
+    decides them (the builder version, the envs asked for, episodes and seed, the environment):
+    playing it is most of a cold build, and model configs that differ only in shape share it."""
+    import gzip
+
+    inputs = {"builder_version": BUILDER_VERSION, "env_ids": list(env_ids), "episodes_per_env": config.episodes_per_env,
+              "seed": config.seed, "environment": environment}
+    path = cache_root() / "models" / "corpus" / f"{_key(inputs)}.json.gz"
+    try:
+        cached = json.loads(gzip.decompress(path.read_bytes()))
+        return list(cached["texts"]), list(cached["played"])
+    except (OSError, ValueError, KeyError, EOFError):
+        pass
+    played: list[str] = []
+    texts = [t for t in task_corpus(env_ids, episodes_per_env=config.episodes_per_env, seed=config.seed, played=played) if t]
+    _write_atomic(path, gzip.compress(json.dumps({"texts": texts, "played": played}).encode(), compresslevel=6))
+    return texts, played
 
 
 def build_tiny_model(
@@ -230,8 +256,7 @@ def build_tiny_model(
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-    played: list[str] = []
-    texts = [t for t in task_corpus(env_ids, episodes_per_env=config.episodes_per_env, seed=config.seed, played=played) if t]
+    texts, played = _corpus(env_ids, config, lookup["environment"])
     corpus = hashlib.sha256("\0".join(texts).encode()).hexdigest()
     content = {"builder_version": BUILDER_VERSION, "config": asdict(config), "env_ids_played": played, "corpus_sha256": corpus}
     if out_dir is None:
