@@ -350,7 +350,7 @@ def _main(argv: list[str]) -> int:
 
     try:
         return _child(inbox, outbox)
-    except EOFError:  # launched, then let go without a run
+    except (EOFError, BrokenPipeError):  # launched, then let go without a run (or the learner left during start-up)
         return 0
     finally:
         outbox.close()
