@@ -4,14 +4,15 @@
 # The main suite runs in an environment with every extra, so it cannot see line 1 break when a
 # module `turngym train` imports needs an extra (it did: uvicorn). Here line 1 runs verbatim (read
 # from the README, as .ci/run reads line 2) in a copy of this checkout (its run directory lands in
-# the copy, never in a developer's runs/), on a cold model cache of its own (a fresh machine's; a
-# tiny model built without the extras must not land in the shared cache either).
+# the copy, never in a developer's runs/), on a cold model cache of its own (a fresh machine's), or
+# on TURNGYM_LINE1_CACHE: .ci/run passes the cache the suite then runs on, a newcomer's order.
 #
 #   scripts/ci_readme_line1.sh               # copy the checkout, make the venv, run line 1
 #   scripts/ci_readme_line1.sh --setup-only  # copy the checkout and pre-install line 1's packages
 #   scripts/ci_readme_line1.sh --run-only    # run line 1 in what --setup-only made (.ci/run
 #                                            # sets up while the main suite runs, then runs this)
 #   TURNGYM_LINE1_DIR=/path ...              # scratch directory (default /tmp/turngym-ci-line1)
+#   TURNGYM_LINE1_CACHE=/path ...            # the model cache line 1 writes (default: a cold one in the scratch directory)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
@@ -45,9 +46,10 @@ fi
 
 echo "+ $LINE1    (in a fresh venv: $DIR/venv)"
 t1=$SECONDS
-mkdir -p "$DIR/cache"
+CACHE="${TURNGYM_LINE1_CACHE:-$DIR/cache}"
+mkdir -p "$CACHE"
 set +e
-(cd "$DIR/src" && PATH="$DIR/venv/bin:$PATH" VIRTUAL_ENV="$DIR/venv" TURNGYM_CACHE="$DIR/cache" \
+(cd "$DIR/src" && PATH="$DIR/venv/bin:$PATH" VIRTUAL_ENV="$DIR/venv" TURNGYM_CACHE="$CACHE" \
   timeout 1200 bash -c "$LINE1") 2>&1 | tee "$DIR/line1.log"
 rc=${PIPESTATUS[0]}
 set -e

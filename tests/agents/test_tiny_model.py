@@ -56,3 +56,48 @@ def test_corpus_holds_prompts_observations_and_actions() -> None:
     texts = list(task_corpus(["turngym/Math-v0"], episodes_per_env=4))
     assert any("<calc>" in t for t in texts) and any(t.startswith("<result>") for t in texts)
     assert any("Solve the math word problem" in t for t in texts)
+
+
+def test_the_cache_key_names_the_envs_this_environment_can_play(tmp_path, monkeypatch) -> None:
+    """Issue 38: README line 1's venv (no optional extras) built the default model without the
+    optional envs' text, and a full install on the same cache reused it. Here an env needs a
+    package that is missing in the first "venv" and installed in the second: the two builds must
+    land in different model directories, each naming the envs it actually played."""
+    import importlib
+    import sys
+
+    from turngym.core.registry import register, unregister
+
+    monkeypatch.setenv("TURNGYM_CACHE", str(tmp_path / "cache"))
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "tiny_extra_env.py").write_text(
+        "import tiny_extra_dep  # noqa: F401  (the optional extra)\nfrom turngym.envs.math.env import MathEnv as ExtraEnv\n")
+    monkeypatch.syspath_prepend(str(site))
+    register("turngym/TinyKeyExtra-v0", "tiny_extra_env:ExtraEnv", description="test double: Math behind an extra",
+             max_turns=10, family="math")
+    ids = ["turngym/Math-v0", "turngym/TinyKeyExtra-v0"]
+    small = TinyModelConfig(vocab_size=400, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                            num_attention_heads=2, episodes_per_env=4)
+    try:
+        without = build_tiny_model(config=small, env_ids=ids)
+        assert build_tiny_model(config=small, env_ids=ids) == without  # same environment: the cached one
+        (site / "tiny_extra_dep.py").write_text("")  # "pip install" the extra
+        importlib.invalidate_caches()
+        with_extra = build_tiny_model(config=small, env_ids=ids)
+        wider = build_tiny_model(config=TinyModelConfig(**{**small.__dict__, "hidden_size": 64}), env_ids=ids)
+    finally:
+        unregister("turngym/TinyKeyExtra-v0")
+        for name in ("tiny_extra_env", "tiny_extra_dep"):
+            sys.modules.pop(name, None)
+    assert with_extra != without
+    first = json.loads((without / "turngym_tiny.json").read_text())
+    second = json.loads((with_extra / "turngym_tiny.json").read_text())
+    assert first["env_ids_played"] == ["turngym/Math-v0"] and first["env_ids_skipped"] == ["turngym/TinyKeyExtra-v0"]
+    assert second["env_ids_played"] == ids and second["env_ids_skipped"] == []
+    assert first["corpus_sha256"] != second["corpus_sha256"]
+    models = tmp_path / "cache" / "models"
+    assert len(list((models / "index").glob("*.json"))) == 3  # one lookup per environment and config
+    assert len(list((models / "corpus").glob("*.json.gz"))) == 2  # one corpus per environment: the shapes share it
+    third = json.loads((wider / "turngym_tiny.json").read_text())
+    assert wider != with_extra and third["corpus_sha256"] == second["corpus_sha256"]

@@ -50,7 +50,7 @@ def test_hf_agents_force_the_action_prefix_by_default(built, capsys):
 
 def test_a_mostly_invalid_model_agent_is_warned_with_the_flags_that_help(built, capsys, tmp_path):
     assert main(["eval", "turngym/Math-v0", "--agent", "hf:smollm2", "--episodes", "2", "--quiet",
-                 "--no-force-action-prefix"]) == 0
+                 "--no-force-action-prefix", "--sample"]) == 0
     out = capsys.readouterr().out
     assert "> **warning:** 100% of this agent's actions were invalid" in out
     assert "drop --no-force-action-prefix (every action then starts with '<')" in out and "--temperature 0" in out
@@ -81,3 +81,19 @@ def test_the_real_hf_policy_gets_the_prefix_forced_unless_told_not_to():
     assert make_agent("hf:tiny").force_action_prefix is True
     assert make_agent("hf:tiny", force_action_prefix=None).force_action_prefix is True  # None: the CLI's "default"
     assert make_agent("hf:tiny", force_action_prefix=False).force_action_prefix is False
+
+
+def test_model_agents_evaluate_greedily_by_default_and_the_report_says_so(built, capsys):
+    """Issue 38: benchmark harnesses decode greedily unless told otherwise; ``turngym eval`` too.
+    Sampling is one flag away, pass@G (G > 1) samples, and the report names the decoding used."""
+    runs = [([], 0.0, "greedy (temperature 0, the default"), (["--sample"], 1.0, "sampling at temperature 1 (--sample)"),
+            (["--temperature", "0.7"], 0.7, "sampling at temperature 0.7 (--temperature 0.7)"),
+            (["--group", "2"], 1.0, "pass@2 needs different tries")]
+    for flags, temperature, named in runs:
+        assert main(["eval", "turngym/Math-v0", "--agent", "hf:smollm2", "--episodes", "1", "--quiet", "--json", *flags]) == 0
+        assert built[-1]["temperature"] == temperature
+        assert named in json.loads(capsys.readouterr().out)["extra"]["decoding"]
+    assert main(["eval", "turngym/Math-v0", "--agent", "hf:smollm2", "--episodes", "1", "--quiet"]) == 0
+    assert "| decoding | greedy" in capsys.readouterr().out  # the markdown report too
+    assert main(["eval", "turngym/Math-v0", "--agent", "random", "--episodes", "1", "--quiet", "--json"]) == 0
+    assert "decoding" not in json.loads(capsys.readouterr().out)["extra"]  # a scripted agent has no decoding

@@ -338,3 +338,81 @@ def test_the_worker_process_keeps_its_pipes_from_every_process_it_starts() -> No
     finally:
         launched.close()
     assert launched.proc.returncode == 0  # let go without a run: it exits cleanly
+
+
+def test_a_stopped_worker_process_stops_the_run_within_its_deadline(tmp_path: Path) -> None:
+    """SIGSTOP: the process is alive and silent. The learner gives up after ``worker_timeout_s``
+    of silence, names the process (pid, stopped) and what it last did, and kills it on the way out."""
+    import os
+    import signal
+    import time
+
+    from turngym.trainers.deadline import WorkerStalled
+
+    trainer: Trainer
+    stopped: list[tuple[int, float]] = []
+
+    def stop(name: str) -> None:
+        if name == "rl@1" and not stopped:  # step 2's batch needs version 1, which is published after this step
+            proc = trainer.asynchronous.worker.proc
+            os.kill(proc.pid, signal.SIGSTOP)
+            stopped.append((proc.pid, time.monotonic()))
+
+    trainer = Trainer(_async(worker_timeout_s=3.0), tmp_path / "stopped", progress=False, log=None, hook=stop)
+    try:
+        with pytest.raises(WorkerStalled) as info:
+            trainer.run()
+    finally:
+        for pid, _ in stopped:  # never leave a stopped process behind, whatever happened
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    pid, at = stopped[0]
+    waited = time.monotonic() - at
+    message = str(info.value)
+    assert f"pid {pid}, stopped" in message and "deadline 3 s" in message and "what it last did" in message
+    assert "step " in message.split("what it last did")[1]  # a phase of a step, not the start-up's
+    assert waited < 3.0 + 20  # the deadline, plus the update the learner was running and the kill
+    assert trainer.asynchronous is None
+    with pytest.raises(ChildProcessError):  # killed and reaped by the run's close, not left stopped
+        os.waitpid(pid, os.WNOHANG)
+
+
+def test_a_stuck_worker_thread_stops_the_learner_with_what_it_last_did() -> None:
+    from turngym.trainers.deadline import WorkerStalled
+
+    model = torch.nn.Linear(2, 2)
+    board = _versions_board(model, 1)
+    release = threading.Event()
+
+    def play(step: int, policy: VersionedPolicy) -> list:  # an env step that never returns (until the test ends)
+        policy.progress.report("env steps after decode call 4")
+        release.wait(60)
+        return []
+
+    worker = RolloutWorker(play, VersionedPolicy(model, board, lambda seed: OracleAgent()), lambda s: s, first=0, steps=2, lag=1, swap_call=1)
+    worker.start()
+    try:
+        with pytest.raises(WorkerStalled, match=r"rollout worker thread 'turngym-rollout-worker'.* for 1\.\d s.*"
+                                                r"'step 1: env steps after decode call 4'"):
+            worker.next_batch(0, deadline_s=1.0)
+    finally:
+        release.set()
+        worker.stop()
+        worker.join(5)
+
+
+def test_the_deadline_counts_silence_from_when_the_learner_starts_to_wait() -> None:
+    """A worker that sat waiting for the learner's update is not late: the clock starts at the wait."""
+    import queue
+    import time
+
+    from turngym.trainers.deadline import Progress, auto_deadline, await_batch
+
+    progress = Progress("waiting for policy version 3")
+    time.sleep(0.3)  # longer than the deadline, before the learner waits
+    batches: queue.Queue = queue.Queue()
+    threading.Timer(0.15, batches.put, args=("batch",)).start()
+    assert await_batch(batches, step=0, deadline_s=0.25, progress=progress, describe=str, alive=lambda: True) == "batch"
+    assert auto_deadline(0, 10) == 300 and auto_deadline(0, 100) == 500 and auto_deadline(7, 100) == 7

@@ -5,8 +5,19 @@ prompts, observations, oracle and random actions), trains a byte-level BPE token
 with Hugging Face ``tokenizers``, adds a ChatML chat template, builds a randomly initialised
 ``LlamaForCausalLM`` (≈2M parameters by default, seeded) and saves both as an ordinary Hugging
 Face model directory — ``AutoModelForCausalLM.from_pretrained(path)`` and every HF tool load
-it. It takes seconds and is cached: the directory name is a hash of the config, the env ids and
-:data:`BUILDER_VERSION`, so a second call returns at once.
+it. It takes seconds to minutes and is cached, keyed by everything that went into it (issue 38:
+a model built in a venv without the optional envs was reused by a full install whose tests
+expect every env's text in the tokenizer):
+
+* the model directory, ``models/tiny-<key>``, is named by :data:`BUILDER_VERSION`, the config,
+  the env ids whose episodes were actually played into the corpus, and the corpus's SHA-256;
+* a lookup ``models/index/<key>.json`` maps what a caller can know before building — the
+  version, the config, the env ids asked for and :func:`environment_fingerprint` (which of those
+  envs import here, every installed distribution and its version, the sandbox, Python) — to the
+  model directory, so a second call in the same environment returns at once, and a call from
+  another environment (another venv on the same cache) builds its own;
+* the corpus (playing it is most of a cold build) is cached under ``models/corpus`` by the same
+  inputs less the model's shape, so configs that differ only in shape share it.
 
 The model is untrained: it emits noise until it is warm-started by imitation of oracle
 demonstrations (the trainers do that). It exists so that the whole stack (rollout, token
@@ -19,10 +30,12 @@ True
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
@@ -31,11 +44,12 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["BUILDER_VERSION", "TinyModelConfig", "build_tiny_model", "cache_root", "task_corpus"]
+__all__ = ["BUILDER_VERSION", "TinyModelConfig", "build_tiny_model", "cache_root", "environment_fingerprint", "task_corpus"]
 
 #: Bump when the corpus, tokenizer or architecture recipe changes (invalidates caches).
 #: 3: envs may cap their corpus episodes (``corpus_episodes``: SWE 12, Code 32).
-BUILDER_VERSION = 3
+#: 4: keys name the envs played, the corpus digest and the environment (the index, above).
+BUILDER_VERSION = 4
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -73,14 +87,16 @@ def cache_root() -> Path:
     return Path(os.environ.get("TURNGYM_CACHE", Path.home() / ".cache" / "turngym"))
 
 
-def task_corpus(env_ids: Sequence[str] | None = None, *, episodes_per_env: int = 128, seed: int = 0) -> Iterator[str]:
+def task_corpus(env_ids: Sequence[str] | None = None, *, episodes_per_env: int = 128, seed: int = 0,
+                played: list[str] | None = None) -> Iterator[str]:
     """Text the agent will read and write: system prompts, observations, oracle/random actions.
 
     Each env plays ``episodes_per_env`` seeded episodes (at most its ``corpus_episodes``, set by
     envs whose steps run sandboxed code), alternating the oracle (what a good agent writes) with a
     random agent on the family's grammar (what error messages look like).
     An env that cannot be built or played here (a missing sandbox, say) is skipped with a
-    warning: the default model must not depend on every family's infrastructure.
+    warning: the default model must not depend on every family's infrastructure. ``played``, if
+    given, receives the id of every env played to the end (the model's key names them).
     """
     import turngym
 
@@ -102,6 +118,8 @@ def task_corpus(env_ids: Sequence[str] | None = None, *, episodes_per_env: int =
                     yield action
                     yield obs
             env.close()
+            if played is not None:
+                played.append(env_id)
         except Exception as exc:  # noqa: BLE001 - any family failure only drops its text
             warnings.warn(f"tiny model corpus: skipped {env_id} ({type(exc).__name__}: {exc})", stacklevel=2)
 
@@ -129,9 +147,80 @@ def _train_tokenizer(texts: list[str], vocab_size: int):  # noqa: ANN202
     )
 
 
-def _cache_key(config: TinyModelConfig, env_ids: Sequence[str]) -> str:
-    blob = json.dumps({"v": BUILDER_VERSION, "config": asdict(config), "envs": list(env_ids)}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+def _key(inputs: dict) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@functools.cache
+def _distributions() -> str:
+    """A digest of every installed distribution and its version (a data package such as
+    ``bfcl-eval`` changes what an env says without changing what imports)."""
+    from importlib import metadata
+
+    names = sorted({f"{d.metadata['Name']}=={d.version}".lower() for d in metadata.distributions()})
+    return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
+
+
+def environment_fingerprint(env_ids: Sequence[str]) -> dict[str, object]:
+    """What decides, before a build, which of ``env_ids`` this environment can play and what they say.
+
+    The env ids whose entry point imports here (an optional extra missing: its env is skipped),
+    a digest of the installed distributions, whether the bubblewrap sandbox is on ``PATH``, and
+    the Python version. About a second (the env modules import); the distributions are read once
+    a process.
+    """
+    from turngym.core.registry import env_info, load_entry_point
+
+    importable = []
+    for env_id in env_ids:
+        try:
+            load_entry_point(env_info(env_id).entry_point)
+        except Exception:  # noqa: BLE001 - any import failure is "not playable here"
+            continue
+        importable.append(env_id)
+    return {"importable": importable, "distributions": _distributions(), "bwrap": shutil.which("bwrap") is not None,
+            "python": f"{sys.version_info[0]}.{sys.version_info[1]}"}
+
+
+def _cached(index: Path) -> Path | None:
+    """The model directory ``index`` names, if it is complete."""
+    try:
+        out = index.parent.parent / json.loads(index.read_text())["dir"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return out if (out / "config.json").exists() and (out / "tokenizer.json").exists() else None
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)  # atomic: a reader sees the old file or the new one
+
+
+def _write_index(index: Path, record: dict) -> None:
+    _write_atomic(index, json.dumps(record, indent=2, sort_keys=True).encode())
+
+
+def _corpus(env_ids: Sequence[str], config: TinyModelConfig, environment: dict) -> tuple[list[str], list[str]]:
+    """The tokenizer corpus and the envs played into it, cached under ``models/corpus`` by what
+    decides them (the builder version, the envs asked for, episodes and seed, the environment):
+    playing it is most of a cold build, and model configs that differ only in shape share it."""
+    import gzip
+
+    inputs = {"builder_version": BUILDER_VERSION, "env_ids": list(env_ids), "episodes_per_env": config.episodes_per_env,
+              "seed": config.seed, "environment": environment}
+    path = cache_root() / "models" / "corpus" / f"{_key(inputs)}.json.gz"
+    try:
+        cached = json.loads(gzip.decompress(path.read_bytes()))
+        return list(cached["texts"]), list(cached["played"])
+    except (OSError, ValueError, KeyError, EOFError):
+        pass
+    played: list[str] = []
+    texts = [t for t in task_corpus(env_ids, episodes_per_env=config.episodes_per_env, seed=config.seed, played=played) if t]
+    _write_atomic(path, gzip.compress(json.dumps({"texts": texts, "played": played}).encode(), compresslevel=6))
+    return texts, played
 
 
 def build_tiny_model(
@@ -144,7 +233,8 @@ def build_tiny_model(
     """Build (or find in the cache) the embedded model and return its HF model directory.
 
     Args:
-        out_dir: where to save; default ``cache_root()/models/tiny-<hash>``.
+        out_dir: where to save; default ``cache_root()/models/tiny-<key>`` (module docstring: the
+            key names the builder version, the config, the envs played and the corpus digest).
         config: architecture; default :class:`TinyModelConfig`.
         env_ids: envs whose text trains the tokenizer; default every registered env.
         overwrite: rebuild even if ``out_dir`` already holds a model.
@@ -153,14 +243,28 @@ def build_tiny_model(
 
     config = config or TinyModelConfig()
     env_ids = sorted(env_ids) if env_ids is not None else sorted(turngym.list_envs())
-    out = Path(out_dir) if out_dir is not None else cache_root() / "models" / f"tiny-{_cache_key(config, env_ids)}"
-    if (out / "config.json").exists() and (out / "tokenizer.json").exists() and not overwrite:
-        return out
+    lookup = {"builder_version": BUILDER_VERSION, "config": asdict(config), "env_ids": list(env_ids),
+              "environment": environment_fingerprint(env_ids)}
+    index = cache_root() / "models" / "index" / f"{_key(lookup)}.json"
+    if out_dir is not None:
+        out: Path | None = Path(out_dir)
+        if (out / "config.json").exists() and (out / "tokenizer.json").exists() and not overwrite:
+            return out
+    elif not overwrite and (hit := _cached(index)) is not None:
+        return hit
 
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-    texts = [t for t in task_corpus(env_ids, episodes_per_env=config.episodes_per_env, seed=config.seed) if t]
+    texts, played = _corpus(env_ids, config, lookup["environment"])
+    corpus = hashlib.sha256("\0".join(texts).encode()).hexdigest()
+    content = {"builder_version": BUILDER_VERSION, "config": asdict(config), "env_ids_played": played, "corpus_sha256": corpus}
+    if out_dir is None:
+        out = cache_root() / "models" / f"tiny-{_key(content)}"
+        if (out / "config.json").exists() and (out / "tokenizer.json").exists() and not overwrite:
+            _write_index(index, {**lookup, "dir": out.name})  # the same corpus from another environment
+            return out
+    assert out is not None
     tokenizer = _train_tokenizer(texts, config.vocab_size)
     model_config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -186,9 +290,9 @@ def build_tiny_model(
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         provenance = {
-            "builder_version": BUILDER_VERSION,
-            "config": asdict(config),
+            **content,
             "env_ids": list(env_ids),
+            "env_ids_skipped": [e for e in env_ids if e not in played],
             "corpus_texts": len(texts),
             "corpus_chars": sum(map(len, texts)),
             "parameters": sum(p.numel() for p in model.parameters()),
@@ -204,4 +308,6 @@ def build_tiny_model(
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    if out_dir is None:
+        _write_index(index, {**lookup, "dir": out.name})
     return out

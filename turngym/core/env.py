@@ -170,6 +170,9 @@ class TurngymEnv(gym.Env[str, str], Generic[TaskT, StateT]):
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ConfigError(f"render_mode must be None or one of {self.metadata['render_modes']}, got {render_mode!r}")
         self.max_turns = max_turns
+        #: A step limit below ``max_turns`` (``turngym.make(id, max_episode_steps=N)``): the episode
+        #: is truncated there, with the outcome, without changing the budget the agent is told.
+        self.max_episode_steps: int | None = None
         self.invalid_action_penalty = float(invalid_action_penalty)
         self.render_mode = render_mode
         self.observation_space = TextSpace(max_obs_chars)
@@ -363,7 +366,7 @@ class TurngymEnv(gym.Env[str, str], Generic[TaskT, StateT]):
             if self.invalid_action_policy is InvalidActionPolicy.TERMINATE and not terminated:
                 terminated = True
                 outcome = {"reward": 0.0, "success": False, "reason": "invalid_action"}
-        truncated = not terminated and self.turn >= self.max_turns
+        truncated = not terminated and (self.turn >= self.max_turns or self.turn >= (self.max_episode_steps or self.max_turns))
 
         if t.signals:
             signals.update(t.signals)
@@ -387,6 +390,18 @@ class TurngymEnv(gym.Env[str, str], Generic[TaskT, StateT]):
             info["outcome"] = dict(outcome)
         self._last_obs = t.obs
         return t.obs, float(reward), terminated, truncated, info
+
+    def truncate(self) -> dict[str, Any]:
+        """End the episode now, as the turn budget would, and return its outcome.
+
+        For a truncation decided outside the env (gymnasium's ``TimeLimit``, a runner's step
+        limit): the outcome, and with it the final reward, must still arrive
+        (:class:`~turngym.core.truncation.OutcomeOnTruncation`).
+        """
+        if self._done:
+            raise ResetNeeded("truncate() called on a finished episode (or before reset()); call env.reset() first")
+        self._done = True
+        return dict(self._outcome_on_truncation())
 
     def render(self) -> str | None:
         return self._last_obs if self.render_mode == "ansi" else None

@@ -33,7 +33,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from turngym.core.errors import RegistrationError, UnknownEnvError
+from turngym.core.errors import ConfigError, RegistrationError, UnknownEnvError
+from turngym.core.truncation import WRAPPER_SPEC
 
 __all__ = [
     "ENTRY_POINT_GROUP", "IMPORT_ENV_VAR", "EnvInfo", "env_info", "list_envs", "load_entry_point", "make", "register",
@@ -114,7 +115,8 @@ def register(
             return
         raise RegistrationError(f"{id} is already registered with a different spec ({old.entry_point})")
     _REGISTRY[id] = info
-    gym.register(id=id, entry_point=entry_point, kwargs={"max_turns": max_turns, **info.kwargs})
+    # outside gymnasium's TimeLimit (``gymnasium.make(id, max_episode_steps=N)``): the outcome arrives on its truncation too
+    gym.register(id=id, entry_point=entry_point, kwargs={"max_turns": max_turns, **info.kwargs}, additional_wrappers=(WRAPPER_SPEC,))
 
 
 def unregister(id: str) -> None:
@@ -152,16 +154,22 @@ def load_entry_point(entry_point: str) -> type:
     return getattr(importlib.import_module(module), name)
 
 
-def make(env_id: str, *, remote: str | None = None, **kwargs: Any) -> Any:
+def make(env_id: str, *, remote: str | None = None, max_episode_steps: int | None = None, **kwargs: Any) -> Any:
     """Create the env registered as ``env_id``, unwrapped (snapshot/oracle reachable).
 
     Args:
         env_id: a registered id, e.g. ``"turngym/Math-v0"``.
         remote: URL of a turngym env server (``ws://host:port``) to run the env there instead.
+        max_episode_steps: truncate every episode after this many steps, with the outcome, as
+            ``gymnasium.make(id, max_episode_steps=N)`` does (the agent's ``max_turns`` is unchanged).
         **kwargs: constructor overrides (``max_turns=...``, family options).
     """
     info = env_info(env_id)
+    if max_episode_steps is not None and (not isinstance(max_episode_steps, int) or max_episode_steps < 1):
+        raise ConfigError(f"max_episode_steps must be a positive int, got {max_episode_steps!r}")
     if remote is not None:
+        if max_episode_steps is not None:
+            raise ConfigError("max_episode_steps applies to a local env; a remote env takes max_turns=N")
         if _remote_factory is None:
             importlib.import_module(_REMOTE_PROVIDER)  # installs the factory (see set_remote_factory)
         assert _remote_factory is not None, f"{_REMOTE_PROVIDER} did not call set_remote_factory"
@@ -171,7 +179,9 @@ def make(env_id: str, *, remote: str | None = None, **kwargs: Any) -> Any:
     # gymnasium's convention: the spec records how this env was built, so that
     # ``env.spec.make()`` (and gymnasium's own tools) rebuild the same env, overrides included.
     spec = gym.spec(env_id)
-    env.spec = dataclasses.replace(spec, kwargs={**spec.kwargs, **kwargs})
+    env.spec = dataclasses.replace(spec, kwargs={**spec.kwargs, **kwargs},
+                                   max_episode_steps=max_episode_steps if max_episode_steps is not None else spec.max_episode_steps)
+    env.max_episode_steps = max_episode_steps
     return env
 
 

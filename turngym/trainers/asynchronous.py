@@ -39,6 +39,7 @@ Which estimators stay exact under this, and why, is measured by
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -49,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from turngym.core.errors import ConfigError
+from turngym.trainers.deadline import Progress, WorkerStalled, auto_deadline, await_batch
 
 __all__ = ["AsyncBatch", "AsyncRollouts", "RolloutWorker", "VersionedPolicy", "WeightBoard", "prefix_behaviour", "staleness_stats", "trainable_tensors"]
 
@@ -156,6 +158,8 @@ class VersionedPolicy:
         self.inner: Any = None
         self.calls = 0
         self.wait_s = 0.0
+        self.progress = Progress()
+        """What the worker last did (the learner's deadline names it: :mod:`turngym.trainers.deadline`)."""
         self._plan: tuple[int, int, int, bool] = (0, 0, 0, False)
 
     def begin(self, seed: int, start: int, swap_to: int, swap_call: int) -> None:
@@ -171,10 +175,12 @@ class VersionedPolicy:
     def _move_to(self, version: int) -> None:
         if version == self.version:
             return
+        self.progress.report(f"waiting for policy version {version}")
         tensors, waited = self.board.get(version)
         self.wait_s += waited
         load_tensors(self.model, tensors)
         self.version = version
+        self.progress.report(f"loaded policy version {version}")
 
     @property
     def name(self) -> str:
@@ -189,7 +195,9 @@ class VersionedPolicy:
         elif self.calls == swap_call and swap_to != self.version:
             self._move_to(swap_to)
         self.calls += 1
+        self.progress.report(f"decode call {self.calls} ({len(batch)} episodes, policy version {self.version})")
         actions = self.inner.act(batch)
+        self.progress.report(f"env steps after decode call {self.calls}")
         for action in actions:
             action.meta["policy_version"] = self.version
         return actions
@@ -247,6 +255,8 @@ class RolloutWorker(threading.Thread):
             if self._halt.is_set():
                 return
             t0 = time.perf_counter()
+            self.policy.progress.step = step + 1
+            self.policy.progress.report("starting its batch")
             try:
                 start, swap_to = self.schedule(step)
                 self.policy.begin(self.seed_of(step), start, swap_to, self.swap_call)
@@ -256,6 +266,7 @@ class RolloutWorker(threading.Thread):
                 return
             except BaseException as exc:  # handed to the learner, which raises it in the main thread
                 batch = AsyncBatch(step, [], time.perf_counter() - t0, 0.0, error=exc)
+            self.policy.progress.report("batch played" if batch.error is None else f"failed: {type(batch.error).__name__}")
             while not self._halt.is_set():
                 try:
                     self.batches.put(batch, timeout=0.1)
@@ -265,16 +276,18 @@ class RolloutWorker(threading.Thread):
             if batch.error is not None:
                 return
 
-    def next_batch(self, step: int) -> tuple[AsyncBatch, float]:
-        """Step ``step``'s batch (waiting for it) and the seconds the learner waited."""
+    @property
+    def progress(self) -> Progress:
+        return self.policy.progress
+
+    def next_batch(self, step: int, deadline_s: float = float("inf")) -> tuple[AsyncBatch, float]:
+        """Step ``step``'s batch (waiting for it) and the seconds the learner waited; raises
+        :class:`~turngym.trainers.deadline.WorkerStalled` after ``deadline_s`` without progress."""
         t0 = time.perf_counter()
-        while True:
-            try:
-                batch = self.batches.get(timeout=0.1)
-                break
-            except queue.Empty:
-                if not self.is_alive():
-                    raise ConfigError("the rollout worker stopped without producing a batch") from None
+        batch = await_batch(self.batches, step=step, deadline_s=deadline_s, progress=self.progress,
+                            describe=lambda: f"the rollout worker thread {self.name!r} of pid {os.getpid()}", alive=self.is_alive)
+        if batch is None:
+            raise ConfigError("the rollout worker stopped without producing a batch")
         return checked(batch, step), time.perf_counter() - t0
 
     def stop(self) -> None:
@@ -332,6 +345,8 @@ class AsyncRollouts:
 
         self.config = config
         self.learner = learner
+        self.slowest_rollout_s = 0.0
+        self.stalled = False
         self.screen = screen or (lambda eps: ([ep for ep in eps if not ep.infra_error and ep.turns], {}))
         self.board = WeightBoard(keep=config.async_lag + 1)
         for version, tensors in sorted((behaviour or {}).items()):
@@ -360,7 +375,12 @@ class AsyncRollouts:
         """RL step ``step`` from the worker's batch: staleness policy, the update, the new version."""
         cfg = self.config
         t0 = time.perf_counter()
-        batch, waited = self.worker.next_batch(step)
+        try:
+            batch, waited = self.worker.next_batch(step, auto_deadline(cfg.worker_timeout_s, self.slowest_rollout_s))
+        except WorkerStalled:
+            self.stalled = True
+            raise
+        self.slowest_rollout_s = max(self.slowest_rollout_s, batch.rollout_s)
         episodes, infra = self.screen(batch.episodes)
         stale = staleness_stats(episodes, step)
         hist = stale.pop("staleness_hist", {})
@@ -386,7 +406,7 @@ class AsyncRollouts:
 
     def close(self) -> None:
         self.worker.stop()
-        self.worker.join(timeout=30)
+        self.worker.join(timeout=1 if self.stalled else 30)  # a stalled worker will not finish: kill it (a process) now
 
 
 def prefix_behaviour(old_logp: Any, behaviour_logp: Any, mask: Any) -> Any:

@@ -158,6 +158,11 @@ class TrainConfig:
     run in parallel, not taking turns on the GIL; start-up ~2–3 s and the policy pickled once) or
     ``"thread"`` (in the learner's process; for tests, or when the model's kernels, which release
     the GIL, dominate decoding). Both give the same run, row for row."""
+    worker_timeout_s: float = 0.0
+    """How long the learner waits for a batch while the rollout worker reports nothing (it reports
+    every decode call and every wait for weights) before it stops the run with an error naming the
+    worker and what it last did (:mod:`turngym.trainers.deadline`). 0 = automatic: 300 s, or 5× the
+    slowest step's rollout so far if that is longer."""
     async_lag: int = 2
     """How many versions the worker's policy may trail the learner when it starts a step's batch
     (step ``k`` starts with version ``k − async_lag``): the bound of the queue of played batches.
@@ -275,6 +280,8 @@ class TrainConfig:
         if self.async_lag < 1 or self.async_swap_call < 0 or self.max_staleness < 0:
             raise ConfigError(f"need async_lag >= 1, async_swap_call >= 0 and max_staleness >= 0; got {self.async_lag}, "
                               f"{self.async_swap_call}, {self.max_staleness}")
+        if self.worker_timeout_s < 0:
+            raise ConfigError(f"worker_timeout_s must be >= 0 (0: automatic), got {self.worker_timeout_s}")
         if self.async_worker not in ("process", "thread"):
             raise ConfigError(f"async_worker must be 'process' (the worker in its own interpreter) or 'thread', got {self.async_worker!r}")
         if self.async_is not in ("prefix", "token"):

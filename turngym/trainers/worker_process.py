@@ -12,7 +12,9 @@ daemonic-process limits on the env's own subprocesses) with two pipes:
 
 * learner → worker: the run (config, tokenizer, the model pickled once), then every policy
   version the learner publishes, then ``stop``;
-* worker → learner: every step's :class:`~turngym.trainers.asynchronous.AsyncBatch`.
+* worker → learner: every step's :class:`~turngym.trainers.asynchronous.AsyncBatch`, and between
+  them each change of what the worker is doing (``("progress", phase)``: the learner's deadline,
+  :mod:`turngym.trainers.deadline`, names the last one when the worker stops or hangs).
 
 Inside, the child runs the same :class:`~turngym.trainers.asynchronous.RolloutWorker` and
 :class:`~turngym.trainers.asynchronous.VersionedPolicy` over a local
@@ -38,8 +40,9 @@ from typing import Any
 
 from turngym.core.errors import ConfigError
 from turngym.trainers.asynchronous import checked
+from turngym.trainers.deadline import Progress, await_batch
 
-__all__ = ["LaunchedWorker", "ProcessRolloutWorker", "ProducerFactory", "WorkerDied"]
+__all__ = ["LaunchedWorker", "ProcessRolloutWorker", "ProducerFactory", "WorkerDied", "process_state"]
 
 
 class WorkerDied(RuntimeError):
@@ -180,6 +183,7 @@ class ProcessRolloutWorker:
         self.proc = launched.proc
         self.steps = steps
         self.batches: queue.Queue[Any] = queue.Queue()
+        self.progress = Progress("started; its run sent")
         outbox, self._inbox = launched.take()
         self._sender = _Sender(outbox, "turngym-weights-sender")
         self._receiver = threading.Thread(target=self._receive, name="turngym-batch-receiver", daemon=True)
@@ -198,7 +202,11 @@ class ProcessRolloutWorker:
     def _receive(self) -> None:
         try:
             while True:
-                self.batches.put(pickle.loads(self._inbox.recv_bytes()))
+                message = pickle.loads(self._inbox.recv_bytes())
+                if isinstance(message, tuple) and message[:1] == ("progress",):
+                    self.progress.set(str(message[1]))
+                else:
+                    self.batches.put(message)
         except (EOFError, OSError):
             self.batches.put(None)  # the child closed its end: finished, stopped or dead
         except BaseException as exc:  # an unreadable batch: the learner raises it
@@ -207,10 +215,17 @@ class ProcessRolloutWorker:
     def is_alive(self) -> bool:
         return self.proc.poll() is None
 
-    def next_batch(self, step: int) -> tuple[Any, float]:
-        """Step ``step``'s batch (waiting for it) and the seconds the learner waited."""
+    def describe(self) -> str:
+        """The worker as an error names it: its pid and what the kernel says it is doing."""
+        return f"the rollout worker process (pid {self.proc.pid}, {process_state(self.proc.pid)})"
+
+    def next_batch(self, step: int, deadline_s: float = float("inf")) -> tuple[Any, float]:
+        """Step ``step``'s batch (waiting for it) and the seconds the learner waited; raises
+        :class:`~turngym.trainers.deadline.WorkerStalled` after ``deadline_s`` without progress."""
         t0 = time.perf_counter()
-        batch = self.batches.get()
+        # alive while the receiver reads: it queues None (the pipe closed) before it ends, after every batch sent
+        batch = await_batch(self.batches, step=step, deadline_s=deadline_s, progress=self.progress, describe=self.describe,
+                            alive=self._receiver.is_alive)
         if batch is None:
             code = self.proc.wait()
             raise WorkerDied(f"the rollout worker process ended (exit code {code}) before step {step + 1}'s episodes: its stderr above says why")
@@ -237,7 +252,25 @@ class ProcessRolloutWorker:
         self._inbox.close()
 
 
+_STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "stopped", "t": "stopped by a tracer",
+           "Z": "exited, not reaped"}
+
+
+def process_state(pid: int) -> str:
+    """The kernel's state of ``pid`` in words (Linux ``/proc``; "state unknown" elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            code = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "state unknown"
+    return _STATES.get(code, f"state {code}")
+
+
 # ------------------------------------------------------------------------------ the child
+def _progress(outbox: Connection, phase: str) -> None:
+    outbox.send_bytes(_dumps(("progress", phase)))
+
+
 def _child(inbox: Connection, outbox: Connection) -> int:
     from turngym.trainers.asynchronous import RolloutWorker, VersionedPolicy, WeightBoard
 
@@ -246,7 +279,9 @@ def _child(inbox: Connection, outbox: Connection) -> int:
 
     if init["threads"]:
         torch.set_num_threads(init["threads"])
+    _progress(outbox, f"loading the policy ({len(init['model']) / 2**20:.1f} MiB)")
     model = torch.load(io.BytesIO(init["model"]), weights_only=False).eval()
+    _progress(outbox, "building its rollout producer")
     producer = init["factory"](model)
     board = WeightBoard(keep=init["lag"] + 1)
 
@@ -268,7 +303,15 @@ def _child(inbox: Connection, outbox: Connection) -> int:
     threading.Thread(target=receive, name="turngym-weights-receiver", daemon=True).start()
     worker.start()
     sent = init["first"]
+    reported = 0.0
     while sent < init["steps"]:
+        phase, at = worker.progress.last()
+        if at != reported:  # what the worker does now, for the learner's deadline (one writer: this thread)
+            reported = at
+            try:
+                _progress(outbox, phase)
+            except (BrokenPipeError, OSError):
+                return 0
         try:
             batch = worker.batches.get(timeout=0.1)
         except queue.Empty:
@@ -307,7 +350,7 @@ def _main(argv: list[str]) -> int:
 
     try:
         return _child(inbox, outbox)
-    except EOFError:  # launched, then let go without a run
+    except (EOFError, BrokenPipeError):  # launched, then let go without a run (or the learner left during start-up)
         return 0
     finally:
         outbox.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import os
 import sys
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -66,7 +67,14 @@ Reply: <tool_response> {"name": "read_query", "content": "[{'n': 2}]"} </tool_re
 You: 2 projects are paused."""
 
 #: What mcp-server-sqlite's answers start with when the tool failed (it never sets isError).
-def sqlite_server(python: str = sys.executable, site_packages: str | None = None) -> MCPServer:
+_PYTHON = os.path.realpath(sys.executable)
+"""This interpreter, resolved: ``sys.executable`` may be relative to a cwd the sandbox does not show
+(``../venv/bin/python`` gives ``/cwd/../venv/bin/python``) or reached through links it does not bind.
+With ``-S`` the venv's site-packages come from the sandbox's ``PYTHONPATH`` (``PythonRuntime.env``),
+not from the venv's ``pyvenv.cfg``, so the resolved path keeps them, as ``run_python`` does."""
+
+
+def sqlite_server(python: str = _PYTHON, site_packages: str | None = None) -> MCPServer:
     """``mcp-server-sqlite`` run by ``python``; ``site_packages``: where that interpreter finds the
     server and its ``mcp<2`` (a venv of its own), shown read-only and put first on its path -- so
     turngym's client may use ``mcp`` 2.x while the server keeps the 1.x API it was written for."""
@@ -272,7 +280,7 @@ class MCPSQLiteEnv(MCPEnv[SQLiteTask, SQLiteState]):
 
     # -- MCPEnv hooks ---------------------------------------------------------------------------
     def check_installed(self) -> None:
-        if self.server_spec.command[:1] != (sys.executable,):
+        if self.server_spec.command[:1] != (_PYTHON,):
             return  # the server runs on another interpreter (its own venv): its packages are its own
         fix = 'pip install -e ".[mcp]" (or: pip install "mcp>=1.6,<2" mcp-server-sqlite)'
         if importlib.util.find_spec("mcp_server_sqlite") is None:
