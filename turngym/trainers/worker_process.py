@@ -141,14 +141,15 @@ class LaunchedWorker:
         pipes, self._outbox, self._inbox = (self._outbox, self._inbox), None, None
         return pipes
 
-    def close(self) -> None:
-        """Let an unused worker go (a run that ended before its RL loop)."""
+    def close(self, timeout: float = 10.0) -> None:
+        """Let an unused worker go (a run that ended before its RL loop); killed past ``timeout`` s
+        (it reads the pipe's end once its imports are done, which a loaded machine can stretch)."""
         for conn in (self._outbox, self._inbox):
             if conn is not None:
                 conn.close()
         self._outbox = self._inbox = None
         try:
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
