@@ -14,7 +14,7 @@ format, and ``turngym train --episodes captured/episodes.jsonl`` trains on them.
 """
 
 from turngym.proxy.capture import OutcomeReport
-from turngym.proxy.client import episode_headers, report_outcome
+from turngym.proxy.client import episode_headers, episode_ref, report_outcome
 from turngym.proxy.service import EPISODE_HEADER, CaptureProxy, ProxyConfig, ProxyError
 
-__all__ = ["EPISODE_HEADER", "CaptureProxy", "OutcomeReport", "ProxyConfig", "ProxyError", "episode_headers", "report_outcome"]
+__all__ = ["EPISODE_HEADER", "CaptureProxy", "OutcomeReport", "ProxyConfig", "ProxyError", "episode_headers", "episode_ref", "report_outcome"]
