@@ -61,6 +61,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+=-]{0,199}")
 _KEY = re.compile(r"[A-Za-z0-9_-]{16,128}")
 _SECRET_ENV = "TURNGYM_EPISODE_SECRET"
 _PROCESS_SECRET = secrets.token_bytes(32)
+_MAYBE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 
 
 class Refused(ValueError):
@@ -140,31 +141,37 @@ def loads(raw: bytes, *, max_depth: int) -> Any:
         if isinstance(exc, Refused):
             raise
         raise Refused(400, "invalid_json", "the request body is not valid JSON (UTF-8)") from None
-    check_json(value, max_depth=max_depth)
+    # strings need a look only when the text could hold a lone surrogate: an escape \\uD800-\\uDFFF,
+    # or its raw bytes (which json decodes with surrogatepass); `in` is a fast prefilter
+    strings = (b"\\u" in raw or b"\xed" in raw) and _MAYBE_SURROGATE.search(raw) is not None
+    check_json(value, max_depth=max_depth, strings=strings)
     return value
 
 
-def check_json(value: Any, *, max_depth: int, where: str = "the request body") -> None:
-    """Refuse nesting past ``max_depth`` and strings (keys included) that are not valid Unicode.
-
-    Iterative, so no depth of input can exhaust the interpreter's stack."""
+def check_json(value: Any, *, max_depth: int, where: str = "the request body", strings: bool = True) -> None:
+    """Refuse nesting past ``max_depth`` and (``strings``) strings, keys included, that are not valid
+    Unicode. Iterative, so no depth of input can exhaust the interpreter's stack."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, str):
-            _check_text(item, where)
+            if strings:
+                _check_text(item, where)
         elif isinstance(item, (list, dict)):
             if depth > max_depth:
                 raise Refused(400, "json_too_deep", f"{where} nests deeper than {max_depth} levels")
-            if isinstance(item, dict):
-                for k, v in item.items():
+            values = item.values() if isinstance(item, dict) else item
+            if strings:
+                for k in item if isinstance(item, dict) else ():
                     _check_text(k, where)
-                    stack.append((v, depth + 1))
-            else:
-                stack.extend((v, depth + 1) for v in item)
+                stack.extend((v, depth + 1) for v in values)
+            else:  # only containers can nest
+                stack.extend((v, depth + 1) for v in values if isinstance(v, (list, dict)))
 
 
 def _check_text(text: str, where: str) -> None:
+    if text.isascii():
+        return
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
