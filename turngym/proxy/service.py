@@ -337,13 +337,15 @@ class CaptureProxy:
                                              "(turngym.proxy.episode_headers and report_outcome do this for you)",
                                         code="not_episode_owner"))
 
-    def _open(self, episode_id: str, ref: EpisodeRef | None = None) -> Session | None:
+    def _open(self, ref: EpisodeRef) -> Session | None:
+        """``ref``'s open session (its owner's only: 403 otherwise), or None for a new episode."""
+        episode_id = ref.name
         why = self.store.closed_reason(episode_id)
         if why is not None:
             raise self._fail(ProxyError(409, f"episode {episode_id!r} is {why}; start a new episode with a new id",
                                         code="episode_closed"))
         session = self.store.get(episode_id)
-        if session is not None and ref is not None:
+        if session is not None:
             self._owned(session, ref)
         if session is None and not self.store.can_open(pending=len(self._opening)):
             raise self._fail(ProxyError(429, f"{self.config.max_open_episodes} episodes are open; report outcomes "
@@ -539,7 +541,7 @@ class CaptureProxy:
         ref = self._episode_id(body, header, key)
         eid, key = ref.name, ref.key or mint_key()  # no key: the first request is given one, later ones must send it
         async with self._lock(eid):
-            session = self._open(eid, ref)
+            session = self._open(ref)
             if session is not None:
                 session.last_seen = time.monotonic()  # in flight: not idle, not to be reaped meanwhile
             else:
