@@ -279,3 +279,34 @@ def test_an_outcome_that_cannot_be_written_is_not_acknowledged_and_stays_open(se
     assert asyncio.run(go())["episodes"] == ["disk/0"]
     assert [ep.episode_id for ep in load_episodes(tmp_path / "episodes.jsonl")] == ["disk/0"]
     assert proxy.stats()["errors"]["write_failed"] == 1
+
+
+def test_a_framework_carries_the_key_in_static_headers_and_an_impostor_is_refused(served) -> None:
+    """smolagents sets headers once per model and never reads a response header: the derived key
+    (``episode_headers``) or ``NAME~KEY`` in one header (``episode_ref``) is all it needs."""
+    smolagents = pytest.importorskip("smolagents")
+    import openai
+    from smolagents.models import ChatMessage, MessageRole
+
+    from turngym.proxy import episode_headers, episode_ref, report_outcome
+
+    server, _, out = served
+
+    def model(headers: dict[str, str]):
+        return smolagents.OpenAIServerModel("tiny", api_base=server.base_url, api_key="unused", max_tokens=4,
+                                            client_kwargs={"default_headers": headers, "max_retries": 0})
+
+    def text(t: str) -> list:
+        return [{"type": "text", "text": t}]
+
+    for name, headers in (("fw/h", episode_headers("fw/h")), ("fw/u", {EPISODE: episode_ref("fw/u")})):
+        agent = model(headers)
+        msgs = [ChatMessage(role=MessageRole.USER, content=text("What is 2 + 2?"))]
+        reply = agent.generate(msgs).content
+        msgs += [ChatMessage(role=MessageRole.ASSISTANT, content=text(reply)), ChatMessage(role=MessageRole.USER, content=text("go"))]
+        with pytest.raises(openai.PermissionDeniedError, match="belongs to the client"):
+            model({EPISODE: name}).generate(msgs)  # an impostor who knows the name
+        agent.generate(msgs)
+        assert report_outcome(server.url, name if name == "fw/h" else episode_ref(name), reward=1.0)["episodes"] == [name]
+        [ep] = _saved(out, name)
+        assert len(ep.turns) == 2
