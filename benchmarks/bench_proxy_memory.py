@@ -10,8 +10,10 @@ Two phases against ``turngym proxy`` on the tiny model (the real app over HTTP, 
   then the same through one whose cap is effectively unbounded (what the old count-only cap did
   for this many episodes). Reported: RSS growth of each, the JSON kept in memory, records evicted.
 
-RSS is the process's resident set (``/proc/self/statm``); freed memory may stay with the
-allocator, so growth is an upper bound on what is still held.
+RSS is the process's resident set (``/proc/self/statm``); freed memory stays with the allocator
+(glibc keeps an arena per thread, and ``generate`` runs on worker threads), so RSS growth is an upper
+bound on what is still held. ``held_mib`` is what Python objects allocated during the flood still
+hold at its end (``tracemalloc``): the figure the cap bounds.
 
     python benchmarks/bench_proxy_memory.py                  # 600 episodes, 8 MiB cap
     python benchmarks/bench_proxy_memory.py --episodes 2000 --keep-mib 16 --json
@@ -27,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
@@ -77,13 +80,16 @@ def flood(policy_model: str, out: Path, episodes: int, keep_bytes: int) -> dict:
         _open(http, "warm/0")
         _report(http, "warm/0", {})
         gc.collect()
+        tracemalloc.start()
         before, t0 = rss_mib(), time.perf_counter()
         for i in range(episodes):
             _open(http, f"flood/{i}")
             assert _report(http, f"flood/{i}", info).status_code == 200
         wall = time.perf_counter() - t0
         gc.collect()
-        return {"episodes": episodes, "rss_growth_mib": round(rss_mib() - before, 1),
+        held = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        return {"episodes": episodes, "rss_growth_mib": round(rss_mib() - before, 1), "held_mib": round(held / 2**20, 1),
                 "kept_mib": round(proxy.finished.bytes / 2**20, 1), "kept_records": len(proxy.finished),
                 "evicted": proxy.finished.evicted, "file_mib": round((out / "episodes.jsonl").stat().st_size / 2**20, 1),
                 "s_per_episode": round(wall / episodes, 4)}
@@ -120,9 +126,11 @@ def main() -> None:
         return
     a, c, u = result["attack_8mb_info_x6"], result["flood_capped"], result["flood_uncapped"]
     print(f"attack: {a['refused']}/{a['of']} outcomes with 8 MB info refused; RSS +{a['rss_growth_mib']} MiB")
-    print(f"flood {c['episodes']} x 60 KiB info, cap {args.keep_mib} MiB: RSS +{c['rss_growth_mib']} MiB, kept "
+    print(f"flood {c['episodes']} x 60 KiB info, cap {args.keep_mib} MiB: RSS +{c['rss_growth_mib']} MiB, held "
+          f"{c['held_mib']} MiB, kept "
           f"{c['kept_mib']} MiB ({c['kept_records']} records, {c['evicted']} evicted), file {c['file_mib']} MiB")
-    print(f"flood without a byte cap: RSS +{u['rss_growth_mib']} MiB, kept {u['kept_mib']} MiB ({u['kept_records']} records)")
+    print(f"flood without a byte cap: RSS +{u['rss_growth_mib']} MiB, held {u['held_mib']} MiB, kept {u['kept_mib']} MiB "
+          f"({u['kept_records']} records)")
 
 
 if __name__ == "__main__":
