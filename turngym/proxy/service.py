@@ -334,7 +334,8 @@ class CaptureProxy:
             raise self._fail(ProxyError(403, f"episode {ref.name!r} belongs to the client that opened it and this request "
                                              f"carries {what}: send the {KEY_HEADER} header of its first response, or name "
                                              "episodes NAME~KEY with a secret KEY of your own from the first request "
-                                             "(turngym.proxy.episode_headers and report_outcome do this for you)",
+                                             "(turngym.proxy.episode_headers and report_outcome do this for you; processes "
+                                             "that share episodes must share TURNGYM_EPISODE_SECRET)",
                                         code="not_episode_owner"))
 
     def _open(self, ref: EpisodeRef) -> Session | None:
