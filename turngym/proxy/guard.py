@@ -92,7 +92,7 @@ def parse_ref(raw: Any, key_header: str | None = None, *, where: str = "episode 
                       f"digit ('#' is reserved for segment ids such as NAME#1, '{KEY_SEP}' separates NAME{KEY_SEP}KEY)")
     given = key if sep else None
     if key_header is not None:
-        if given is not None and not hmac.compare_digest(given.encode(), key_header.encode()):
+        if given is not None and not hmac.compare_digest(given.encode(errors="surrogatepass"), key_header.encode(errors="surrogatepass")):
             raise Refused(400, "invalid_episode_key", f"the {where} carries a key that differs from the {KEY_HEADER} header")
         given = key_header
     if given is not None and not _KEY.fullmatch(given):
