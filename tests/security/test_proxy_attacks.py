@@ -310,3 +310,15 @@ def test_a_framework_carries_the_key_in_static_headers_and_an_impostor_is_refuse
         assert report_outcome(server.url, name if name == "fw/h" else episode_ref(name), reward=1.0)["episodes"] == [name]
         [ep] = _saved(out, name)
         assert len(ep.turns) == 2
+
+
+def test_the_reward_range_is_the_operators_to_declare() -> None:
+    from turngym.core.errors import ConfigError
+    from turngym.proxy.capture import parse_outcome
+
+    assert parse_outcome({"reward": 1.0}, 0, reward_range=(0.0, 1.0)).reward == 1.0
+    with pytest.raises(ValueError, match=r"outside the proxy's reward range \[0, 1\]"):
+        parse_outcome({"reward": 1.5}, 0, reward_range=(0.0, 1.0))
+    for bad in ((1.0, 0.0), (-float("inf"), 1.0), (0.0, float("nan"))):
+        with pytest.raises(ConfigError, match="reward_range"):
+            ProxyConfig(reward_range=bad)
