@@ -23,7 +23,7 @@ import torch
 import turngym
 from turngym.agents.render import render_episode
 from turngym.core.errors import ConfigError
-from turngym.proxy import CaptureProxy, ProxyConfig, ProxyError, episode_headers, report_outcome
+from turngym.proxy import CaptureProxy, ProxyConfig, ProxyError, episode_headers, episode_ref, report_outcome
 from turngym.proxy.serve import ProxyThread, build_proxy
 
 MAX_TOKENS = 10
@@ -276,13 +276,13 @@ def test_a_model_failure_is_an_infra_error_never_a_score(served) -> None:
 
     async def go() -> None:
         body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
-        first, _ = await proxy.chat(body, "crash/0")
+        first, _ = await proxy.chat(body, episode_ref("crash/0"))
         policy.fail = True
         body["messages"] += [{"role": "assistant", "content": first["choices"][0]["message"]["content"]}, {"role": "user", "content": "more"}]
         with pytest.raises(ProxyError, match="infrastructure error") as err:
-            await proxy.chat(body, "crash/0")
+            await proxy.chat(body, episode_ref("crash/0"))
         assert err.value.status == 500
-        await proxy.outcome("crash/0", {"reward": 0.0})
+        await proxy.outcome(episode_ref("crash/0"), {"reward": 0.0})
 
     asyncio.run(go())
     [ep] = proxy.finished
@@ -315,12 +315,12 @@ def test_a_history_rewriting_template_gives_one_exact_episode_per_turn(served) -
     async def go() -> None:
         msgs = [{"role": "user", "content": "What is 6 * 7?"}]
         for k in range(3):
-            reply, headers = await proxy.chat({"model": "tiny", "messages": msgs, "max_tokens": 4, "return_token_ids": True}, "rw/0")
+            reply, headers = await proxy.chat({"model": "tiny", "messages": msgs, "max_tokens": 4, "return_token_ids": True}, episode_ref("rw/0"))
             assert reply["prompt_token_ids"] == proxy.renderer.encode(
                 proxy.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True))  # what the template says
             assert headers.get("X-Turngym-Branched") == (None if k == 0 else "template_mismatch")
             msgs += [{"role": "assistant", "content": reply["choices"][0]["message"]["content"]}, {"role": "user", "content": "<result>42</result>"}]
-        await proxy.outcome("rw/0", {"reward": 1.0})
+        await proxy.outcome(episode_ref("rw/0"), {"reward": 1.0})
 
     asyncio.run(go())
     eps = proxy.finished
@@ -409,13 +409,13 @@ def test_smollm2_chat_template_round_trip_splices_the_sampled_ids() -> None:
         msgs = [{"role": "user", "content": "What is 6 * 7?"}]
         seq: list[int] = []
         for k in range(3):
-            reply, headers = await proxy.chat({"model": "smollm2", "messages": msgs, "return_token_ids": True}, "smol/0")
+            reply, headers = await proxy.chat({"model": "smollm2", "messages": msgs, "return_token_ids": True}, episode_ref("smol/0"))
             prompt = reply["prompt_token_ids"]
             assert "X-Turngym-Branched" not in headers and prompt[: len(seq)] == seq and len(prompt) > len(seq)
             seq = prompt + reply["choices"][0]["token_ids"]
             msgs += [{"role": "assistant", "content": reply["choices"][0]["message"]["content"]},
                      {"role": "tool" if k % 2 else "user", "content": "<result>42</result>"}]
-        await proxy.outcome("smol/0", {"reward": 1.0})
+        await proxy.outcome(episode_ref("smol/0"), {"reward": 1.0})
         [ep] = proxy.finished
         assert render_episode(ep, None).input_ids == seq
 

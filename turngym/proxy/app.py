@@ -11,6 +11,10 @@
 ``GET  /health``                                 liveness (open without a token)
 =============================================  ====================================================
 
+An episode belongs to the client that opened it: requests and outcomes carry its key
+(``X-Turngym-Episode-Key``, or the id ``NAME~KEY``; :mod:`turngym.proxy.guard`), and every body is
+parsed strictly (depth, size, Unicode) before anything is touched.
+
 With a token, every route but ``/health`` needs ``Authorization: Bearer TOKEN`` — what the
 ``openai`` client sends as its ``api_key`` (:class:`~turngym.server.guard.TokenGuard`).
 Imported only by ``turngym proxy`` and :class:`~turngym.proxy.testing.ProxyThread`: starlette
@@ -32,28 +36,31 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from turngym.proxy.guard import KEY_HEADER, Refused, loads
 from turngym.proxy.responses import respond, sse, stream_events
 from turngym.proxy.service import EPISODE_HEADER, GROUP_HEADER, CaptureProxy, ProxyError
 from turngym.server.guard import TokenGuard
 
 __all__ = ["create_proxy_app"]
 
-_MAX_BODY = 16 << 20
 _BODY_TIMEOUT_S = 30.0
 
 
-async def _body(request: Request) -> Any:
+async def _body(request: Request, proxy: CaptureProxy) -> Any:
+    """The request's JSON, refused (4xx, counted) past the size or depth limits or with invalid text."""
     from turngym.core.errors import ConfigError
     from turngym.server.app import read_body
 
     try:
-        raw = await read_body(request, _MAX_BODY, _BODY_TIMEOUT_S)
+        raw = await read_body(request, proxy.config.max_body_bytes, _BODY_TIMEOUT_S)
     except ConfigError as exc:
+        proxy.store.errors["body_too_large"] += 1
         raise ProxyError(413, str(exc), code="body_too_large") from None
     try:
-        return json.loads(raw or b"{}")
-    except ValueError:
-        raise ProxyError(400, "the request body is not valid JSON", code="invalid_json") from None
+        return loads(raw, max_depth=proxy.config.max_json_depth)
+    except Refused as exc:
+        proxy.store.errors[exc.code] += 1
+        raise ProxyError(exc.status, str(exc), code=exc.code, param=exc.param) from None
 
 
 def _error(exc: ProxyError) -> JSONResponse:
@@ -116,12 +123,13 @@ def create_proxy_app(proxy: CaptureProxy, *, token: str | None = None, reap_ever
     async def completions(request: Request) -> Response:
         chat = request.url.path.endswith("/chat/completions")
         try:
-            body = await _body(request)
+            body = await _body(request, proxy)
             header, group = request.headers.get(EPISODE_HEADER), request.headers.get(GROUP_HEADER)
+            key = request.headers.get(KEY_HEADER)
             if chat:
-                response, headers = await proxy.chat(body, header, group)
+                response, headers = await proxy.chat(body, header, group, key=key)
             else:
-                response, headers = await proxy.completion(body, header, group)
+                response, headers = await proxy.completion(body, header, group, key=key)
         except ProxyError as exc:
             return _error(exc)
         if body.get("stream"):  # chat only: the proxy refused it on /v1/completions before sampling
@@ -132,8 +140,9 @@ def create_proxy_app(proxy: CaptureProxy, *, token: str | None = None, reap_ever
 
     async def responses(request: Request) -> Response:
         try:
-            body = await _body(request)
-            response, headers = await respond(proxy, body, request.headers.get(EPISODE_HEADER), request.headers.get(GROUP_HEADER))
+            body = await _body(request, proxy)
+            response, headers = await respond(proxy, body, request.headers.get(EPISODE_HEADER), request.headers.get(GROUP_HEADER),
+                                              key=request.headers.get(KEY_HEADER))
         except ProxyError as exc:
             return _error(exc)
         if body.get("stream"):
@@ -142,14 +151,14 @@ def create_proxy_app(proxy: CaptureProxy, *, token: str | None = None, reap_ever
 
     async def outcome(request: Request) -> Response:
         try:
-            body = await _body(request)
-            return JSONResponse(await proxy.outcome(request.path_params["episode_id"], body))
+            body = await _body(request, proxy)
+            key = request.headers.get(KEY_HEADER)
+            return JSONResponse(await proxy.outcome(request.path_params["episode_id"], body, key=key))
         except ProxyError as exc:
             return _error(exc)
 
     async def episodes(request: Request) -> Response:
-        lines = "".join(json.dumps(ep.to_dict(), ensure_ascii=False) + "\n" for ep in proxy.finished)
-        return Response(lines, media_type="application/x-ndjson")
+        return Response(proxy.finished.text(), media_type="application/x-ndjson")  # serialized when written
 
     async def stats(request: Request) -> Response:
         return JSONResponse(proxy.stats())

@@ -109,6 +109,8 @@ class Session:
     group: str = ""
     infra_error: str | None = None
     turns: int = 0
+    owner: str = ""
+    """SHA-256 of the key the episode was opened with: later requests and the outcome must carry it."""
     sampled: dict[str, list[int]] = field(default_factory=dict)
     """Returned text → the ids sampled for it (latest wins): lets a new segment still render the
     agent's earlier replies from their sampled ids instead of re-tokenizing them."""
@@ -164,14 +166,21 @@ _TURN_KEYS = {"reward", "signals", "state_key", "action_valid", "invalid_reason"
 _OUTCOME_KEYS = {"reward", "success", "env_id", "task_id", "group", "seed", "truncated", "turns", "info"}
 
 
-def parse_outcome(body: Any, n_turns: int) -> OutcomeReport:
-    """Validate a client's outcome report; raises ``ValueError`` saying what is wrong."""
+DEFAULT_REWARD_RANGE = (-1e6, 1e6)
+"""Rewards and signals a report may carry: finite, and small enough that a group's mean and
+standard deviation stay meaningful (one 1e308 zeroed its whole group's advantage)."""
+
+
+def parse_outcome(body: Any, n_turns: int, *, reward_range: tuple[float, float] = DEFAULT_REWARD_RANGE) -> OutcomeReport:
+    """Validate a client's outcome report; raises ``ValueError`` saying what is wrong.
+
+    ``reward_range``: the outcome reward, each turn's reward and each signal must lie within it."""
     if not isinstance(body, Mapping):
         raise ValueError('the outcome must be a JSON object such as {"reward": 1.0, "success": true}')
     unknown = sorted(set(body) - _OUTCOME_KEYS)
     if unknown:
         raise ValueError(f"unknown outcome field(s) {unknown}; known: {sorted(_OUTCOME_KEYS)}")
-    reward = _number(body.get("reward"), "reward")
+    reward = _number(body.get("reward"), "reward", reward_range)
     success = body.get("success", reward > 0)
     if not isinstance(success, bool):
         raise ValueError(f"success must be true or false, got {success!r}")
@@ -188,12 +197,12 @@ def parse_outcome(body: Any, n_turns: int) -> OutcomeReport:
         if not isinstance(t, Mapping) or set(t) - _TURN_KEYS:
             raise ValueError(f"turns[{k}] must be an object with keys among {sorted(_TURN_KEYS)}")
         if "reward" in t:
-            _number(t["reward"], f"turns[{k}].reward")
+            _number(t["reward"], f"turns[{k}].reward", reward_range)
         signals = t.get("signals", {})
         if not isinstance(signals, Mapping):
             raise ValueError(f"turns[{k}].signals must be an object of numbers")
         for name, value in signals.items():
-            _number(value, f"turns[{k}].signals[{name!r}]")
+            _number(value, f"turns[{k}].signals[{name!r}]", reward_range)
     info = body.get("info") or {}
     if not isinstance(info, Mapping):
         raise ValueError("info must be an object")
@@ -242,10 +251,17 @@ def tidied(sent: str, text: str, stops: Sequence[str]) -> str | None:
     return None
 
 
-def _number(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
+def _number(value: Any, name: str, bounds: tuple[float, float] = DEFAULT_REWARD_RANGE) -> float:
+    try:
+        x = float(value) if not isinstance(value, bool) and isinstance(value, (int, float)) else math.nan
+    except OverflowError:  # an integer past float's range (10**400)
+        x = math.inf
+    if not math.isfinite(x):
+        raise ValueError(f"{name} must be a finite number, got {str(value)[:40]}")
+    if not bounds[0] <= x <= bounds[1]:
+        raise ValueError(f"{name}={x:g} is outside the proxy's reward range [{bounds[0]:g}, {bounds[1]:g}] "
+                         "(scale your rewards, or start the proxy with a wider --reward-range)")
+    return x
 
 
 def _digest(ids: Sequence[int]) -> str:

@@ -1,7 +1,14 @@
 """The client side: name an episode on each request, report its outcome when it ends.
 
->>> episode_headers("task-7/0")
-{'X-Turngym-Episode': 'task-7/0'}
+An episode belongs to the client that opened it (:mod:`turngym.proxy.guard`): every request and
+the outcome carry its key. These helpers send a key derived from the episode's name and a secret
+of this process (``$TURNGYM_EPISODE_SECRET`` when set, so several processes — an agent and a
+separate grader — derive the same keys), so code that uses both carries it without knowing:
+
+>>> sorted(episode_headers("task-7/0"))
+['X-Turngym-Episode', 'X-Turngym-Episode-Key']
+>>> episode_headers("task-7/0", key="my-own-secret-key-0001")["X-Turngym-Episode-Key"]
+'my-own-secret-key-0001'
 
 With the ``openai`` client::
 
@@ -22,8 +29,9 @@ from urllib.parse import quote
 import httpx
 
 from turngym.core.errors import ConfigError
+from turngym.proxy.guard import KEY_HEADER, KEY_SEP, derive_key
 
-__all__ = ["episode_headers", "report_outcome"]
+__all__ = ["episode_headers", "episode_ref", "report_outcome"]
 
 
 @functools.cache
@@ -32,12 +40,20 @@ def _http() -> httpx.Client:
     return httpx.Client()
 
 
-def episode_headers(episode_id: str, group: str | None = None) -> dict[str, str]:
-    """The headers that thread a request into ``episode_id`` (``extra_headers=`` for openai), and
-    optionally name its ``group`` (episodes of one task; the outcome report may name it instead)."""
+def episode_headers(episode_id: str, group: str | None = None, *, key: str | None = None) -> dict[str, str]:
+    """The headers that thread a request into ``episode_id`` (``extra_headers=`` for openai) with
+    its key (default: derived, see the module docstring), and optionally name its ``group``
+    (episodes of one task; the outcome report may name it instead)."""
     from turngym.proxy.service import EPISODE_HEADER, GROUP_HEADER
 
-    return {EPISODE_HEADER: episode_id} | ({GROUP_HEADER: group} if group else {})
+    key = key or derive_key(episode_id)
+    return {EPISODE_HEADER: episode_id, KEY_HEADER: key} | ({GROUP_HEADER: group} if group else {})
+
+
+def episode_ref(episode_id: str, *, key: str | None = None) -> str:
+    """``NAME~KEY``: the episode and its key in one string, for clients that can set only the body's
+    ``user`` field or one header (a framework that never reads response headers)."""
+    return f"{episode_id}~{key or derive_key(episode_id)}"
 
 
 def report_outcome(
@@ -54,6 +70,7 @@ def report_outcome(
     turns: Sequence[Mapping[str, Any]] | None = None,
     info: Mapping[str, Any] | None = None,
     token: str | None = None,
+    key: str | None = None,
     timeout: float = 30.0,
 ) -> dict[str, Any]:
     """POST ``episode_id``'s outcome to the proxy at ``base_url`` (with or without ``/v1``).
@@ -61,18 +78,21 @@ def report_outcome(
     ``turns``: optional, one ``{"reward", "signals", "state_key", "action_valid"}`` per request
     the episode made, in order (see :class:`~turngym.proxy.capture.OutcomeReport`). Returns the
     proxy's answer (the ids of the episodes written). Raises :class:`ConfigError` with the
-    proxy's message when it refuses the report.
+    proxy's message when it refuses the report. ``key``: the episode's key (default: derived, as
+    :func:`episode_headers` sends it); ``token``: the proxy's bearer token, if it has one.
     """
     body: dict[str, Any] = {"reward": reward, "truncated": truncated}
-    for key, value in (("success", success), ("env_id", env_id), ("task_id", task_id), ("group", group), ("seed", seed)):
+    for field, value in (("success", success), ("env_id", env_id), ("task_id", task_id), ("group", group), ("seed", seed)):
         if value is not None:
-            body[key] = value
+            body[field] = value
     if turns:
         body["turns"] = [dict(t) for t in turns]
     if info:
         body["info"] = dict(info)
     root = base_url.rstrip("/").removesuffix("/v1")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if key is not None or KEY_SEP not in episode_id:  # NAME~KEY carries its own key
+        headers[KEY_HEADER] = key or derive_key(episode_id)
     r = _http().post(f"{root}/turngym/episodes/{quote(episode_id, safe='')}/outcome", json=body, headers=headers, timeout=timeout)
     if r.status_code != 200:
         try:

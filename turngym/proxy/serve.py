@@ -60,6 +60,8 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--outcome-timeout", type=float, default=600.0,
                    help="drop an episode whose outcome is not reported this many seconds after its last request")
     p.add_argument("--max-open-episodes", type=int, default=10_000)
+    p.add_argument("--reward-range", type=float, nargs=2, default=(-1e6, 1e6), metavar=("LO", "HI"),
+                   help="outcome rewards, per-turn rewards and signals outside [LO, HI] are refused (default: -1e6 1e6)")
     p.add_argument("--max-batch-size", type=int, default=64, help="concurrent requests sampled together")
     p.add_argument("--ignore-sampling-params", action="store_true",
                    help="accept requests whose temperature/top_p differ from the proxy's (ignored, counted) instead of refusing them")
@@ -86,12 +88,14 @@ def run_command(args: argparse.Namespace) -> int:
     proxy = build_proxy(args.model, out=args.out, served_name=args.served_model_name, temperature=args.temperature, top_p=args.top_p,
                         seed=args.seed, device=args.device, max_tokens=args.max_tokens, outcome_timeout_s=args.outcome_timeout,
                         max_open_episodes=args.max_open_episodes, max_batch_size=args.max_batch_size,
-                        ignore_sampling_params=args.ignore_sampling_params, tool_call_parser=args.tool_call_parser)
+                        ignore_sampling_params=args.ignore_sampling_params, tool_call_parser=args.tool_call_parser,
+                        reward_range=tuple(args.reward_range))
     if not proxy.template_splices:
         print("turngym: warning: this model's chat template rewrites earlier turns (e.g. strips past reasoning), so no "
               "multi-turn prompt extends the one before it: every chat turn is recorded as an episode of its own "
               "(X-Turngym-Branched: template_mismatch)", flush=True)
     print(f"turngym: proxy for {proxy.config.model_name!r} on http://{args.host}:{args.port}/v1 "
-          f"(episodes -> {args.out}/episodes.jsonl; header {'X-Turngym-Episode'}; token {'required' if token else 'off'})", flush=True)
+          f"(episodes -> {args.out}/episodes.jsonl; headers X-Turngym-Episode and X-Turngym-Episode-Key, or NAME~KEY; "
+          f"token {'required' if token else 'off'})", flush=True)
     uvicorn.run(create_proxy_app(proxy, token=token), host=args.host, port=args.port, log_level=args.log_level)
     return 0

@@ -15,6 +15,10 @@ JSON modes, penalties, logit biases and top log-probs, a temperature or top-p ot
 proxy's (the recorded log-probs must be those of the distribution that sampled: training
 needs them), a prompt plus ``max_tokens`` beyond the model's positions or the proxy's cap, a
 request for an episode already finished or dropped (409), and too many open episodes (429).
+An episode belongs to the client that opened it: ids and keys are checked at the door and a
+request or outcome without the episode's key is refused (403) before it touches the episode
+(:mod:`turngym.proxy.guard`); an outcome is written to ``episodes.jsonl`` before it is
+acknowledged (:mod:`turngym.proxy.ledger`).
 A failure of the model itself answers 500 and marks the episode as an infrastructure error:
 its outcome is recorded, but trainers drop it instead of scoring it.
 
@@ -33,7 +37,6 @@ import hashlib
 import json
 import time
 import uuid
-from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,9 +55,20 @@ from turngym.proxy.capture import (
     tidied,
     to_episodes,
 )
+from turngym.proxy.guard import (
+    KEY_HEADER,
+    EpisodeRef,
+    Refused,
+    check_json,
+    check_size,
+    key_digest,
+    key_matches,
+    mint_key,
+    parse_ref,
+)
+from turngym.proxy.ledger import FinishedLog
 from turngym.proxy.tool_parsers import TOOL_PARSERS, ParsedReply, ToolParser, detect_parser
 from turngym.proxy.tools import ToolRequest, ToolTemplate, parse_reply, parse_tool_request, recognize_calls
-from turngym.rollout.types import Episode
 
 __all__ = ["CaptureProxy", "ProxyConfig", "ProxyError", "model_fingerprint", "tokenizer_fingerprint", "EPISODE_HEADER", "GROUP_HEADER"]
 
@@ -72,7 +86,7 @@ class ProxyError(TurngymError):
         self.status, self.code, self.param = status, code, param
 
     def body(self) -> dict[str, Any]:
-        kind = {404: "not_found_error", 409: "conflict_error", 429: "rate_limit_error"}.get(
+        kind = {403: "permission_error", 404: "not_found_error", 409: "conflict_error", 429: "rate_limit_error"}.get(
             self.status, "server_error" if self.status >= 500 else "invalid_request_error"
         )
         return {"error": {"message": str(self), "type": kind, "param": self.param, "code": self.code}}
@@ -95,9 +109,16 @@ class ProxyConfig:
             top-p when they differ from the policy's, instead of refusing it. The recorded
             log-probs are always those of the distribution the proxy sampled from.
         keep_finished: finished episodes kept in memory (``GET /turngym/episodes``: the latest).
-        out: directory for ``episodes.jsonl`` (each finished episode, appended as it finishes).
+        keep_finished_bytes: and at most this much of their JSON (the oldest go first; the file keeps all).
+        out: directory for ``episodes.jsonl`` (each finished episode, appended before its outcome is acknowledged).
         tool_call_parser: how replies are parsed into tool calls (a :data:`TOOL_PARSERS` name);
             None picks it from the chat template (:func:`~turngym.proxy.tool_parsers.detect_parser`).
+        max_body_bytes: a request body past this is refused (413).
+        max_json_depth: a body nesting deeper is refused (400): tool schemas need ~20 levels.
+        max_info_bytes: an outcome's ``info`` past this, as JSON, is refused (400): it is kept with
+            every segment of the episode, in memory and on disk.
+        reward_range: ``(low, high)``: the outcome reward, each turn's reward and each signal must
+            lie within it (finite always): one reward of 1e308 zeroes its whole group's advantage.
     """
 
     model_name: str = "tiny"
@@ -108,8 +129,13 @@ class ProxyConfig:
     max_messages: int = 1024
     ignore_sampling_params: bool = False
     keep_finished: int = 10_000
+    keep_finished_bytes: int = 64 << 20
     out: Path | None = None
     tool_call_parser: str | None = None
+    max_body_bytes: int = 16 << 20
+    max_json_depth: int = 64
+    max_info_bytes: int = 64 << 10
+    reward_range: tuple[float, float] = (-1e6, 1e6)
 
     def __post_init__(self) -> None:
         from turngym.core.errors import ConfigError
@@ -118,6 +144,12 @@ class ProxyConfig:
             raise ConfigError(f"unknown tool call parser {self.tool_call_parser!r}; known: {sorted(TOOL_PARSERS)}")
         if self.max_tokens < 1 or self.outcome_timeout_s <= 0 or self.max_open_episodes < 1 or self.max_batch_size < 1:
             raise ConfigError("need max_tokens >= 1, outcome_timeout_s > 0, max_open_episodes >= 1 and max_batch_size >= 1")
+        low, high = (float(x) for x in self.reward_range)
+        if not (-float("inf") < low < high < float("inf")):
+            raise ConfigError(f"reward_range must be two finite numbers, low < high; got {self.reward_range!r}")
+        self.reward_range = (low, high)
+        if min(self.max_body_bytes, self.max_json_depth, self.max_info_bytes, self.keep_finished_bytes) < 1:
+            raise ConfigError("max_body_bytes, max_json_depth, max_info_bytes and keep_finished_bytes must be >= 1")
 
 
 def model_fingerprint(model: Any) -> str | None:
@@ -219,7 +251,8 @@ class CaptureProxy:
         self.tokenizer = policy.tokenizer
         self.renderer = policy.renderer
         self.store = SessionStore(outcome_timeout_s=self.config.outcome_timeout_s, max_open=self.config.max_open_episodes)
-        self.finished: deque[Episode] = deque(maxlen=self.config.keep_finished)
+        out = self.config.out / "episodes.jsonl" if self.config.out is not None else None
+        self.finished = FinishedLog(out, max_count=self.config.keep_finished, max_bytes=self.config.keep_finished_bytes)
         """The most recent finished episodes (``GET /turngym/episodes``); ``out/episodes.jsonl`` has them all."""
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._opening: set[str] = set()
@@ -288,20 +321,42 @@ class CaptureProxy:
             else:
                 self._locks[episode_id] = (lock, users - 1)
 
-    def _episode_id(self, body: Mapping[str, Any], header: str | None) -> str:
-        eid = header or body.get("user")
-        if not isinstance(eid, str) or not eid.strip() or len(eid) > 256:
+    def _episode_id(self, body: Mapping[str, Any], header: str | None, key: str | None = None) -> EpisodeRef:
+        """The request's episode reference (``NAME`` or ``NAME~KEY``; see :mod:`turngym.proxy.guard`)."""
+        raw = header or body.get("user")
+        if not isinstance(raw, str) or not raw.strip():
             raise self._fail(ProxyError(400, f"no episode id: send the header {EPISODE_HEADER} (openai: "
-                                             f"extra_headers={{'{EPISODE_HEADER}': ID}}) or the body's user field, at most 256 characters",
+                                             f"extra_headers={{'{EPISODE_HEADER}': ID}}) or the body's user field",
                                         code="missing_episode"))
-        return eid
+        return self._ref(raw, key)
 
-    def _open(self, episode_id: str) -> Session | None:
+    def _ref(self, raw: str, key: str | None) -> EpisodeRef:
+        try:
+            return parse_ref(raw, key)
+        except Refused as exc:
+            raise self._fail(ProxyError(exc.status, str(exc), code=exc.code, param=exc.param)) from None
+
+    def _owned(self, session: Session, ref: EpisodeRef) -> None:
+        """Refuse (403) a request for ``session`` that does not carry the key it was opened with."""
+        if not key_matches(session.owner, ref.key):
+            what = "no key" if ref.key is None else "a key that is not its owner's"
+            raise self._fail(ProxyError(403, f"episode {ref.name!r} belongs to the client that opened it and this request "
+                                             f"carries {what}: send the {KEY_HEADER} header of its first response, or name "
+                                             "episodes NAME~KEY with a secret KEY of your own from the first request "
+                                             "(turngym.proxy.episode_headers and report_outcome do this for you; processes "
+                                             "that share episodes must share TURNGYM_EPISODE_SECRET)",
+                                        code="not_episode_owner"))
+
+    def _open(self, ref: EpisodeRef) -> Session | None:
+        """``ref``'s open session (its owner's only: 403 otherwise), or None for a new episode."""
+        episode_id = ref.name
         why = self.store.closed_reason(episode_id)
         if why is not None:
             raise self._fail(ProxyError(409, f"episode {episode_id!r} is {why}; start a new episode with a new id",
                                         code="episode_closed"))
         session = self.store.get(episode_id)
+        if session is not None:
+            self._owned(session, ref)
         if session is None and not self.store.can_open(pending=len(self._opening)):
             raise self._fail(ProxyError(429, f"{self.config.max_open_episodes} episodes are open; report outcomes "
                                              "(or let them time out) before starting more", code="too_many_episodes"))
@@ -479,18 +534,22 @@ class CaptureProxy:
         return ids, text, 0, EDITED
 
     # ------------------------------------------------------------------ endpoints
-    async def chat(self, body: Any, episode_header: str | None = None, group: str | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    async def chat(self, body: Any, episode_header: str | None = None, group: str | None = None, *,
+                   key: str | None = None) -> tuple[dict[str, Any], dict[str, str]]:
         """Answer a ``/v1/chat/completions`` body; returns the response body and headers.
 
-        ``episode_header``: the ``X-Turngym-Episode`` value; ``group``: the ``X-Turngym-Group``
-        value, the episode's group unless its outcome report names one."""
-        return await self._complete(body, episode_header, group, chat=True)
+        ``episode_header``: the ``X-Turngym-Episode`` value (``NAME`` or ``NAME~KEY``); ``group``:
+        the ``X-Turngym-Group`` value, the episode's group unless its outcome report names one;
+        ``key``: the ``X-Turngym-Episode-Key`` value."""
+        return await self._complete(body, episode_header, group, chat=True, key=key)
 
-    async def completion(self, body: Any, episode_header: str | None = None, group: str | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    async def completion(self, body: Any, episode_header: str | None = None, group: str | None = None, *,
+                         key: str | None = None) -> tuple[dict[str, Any], dict[str, str]]:
         """Answer a ``/v1/completions`` body (a text or token-id prompt, no chat template)."""
-        return await self._complete(body, episode_header, group, chat=False)
+        return await self._complete(body, episode_header, group, chat=False, key=key)
 
-    async def _complete(self, body: Any, header: str | None, group: str | None, *, chat: bool) -> tuple[dict[str, Any], dict[str, str]]:
+    async def _complete(self, body: Any, header: str | None, group: str | None, *, chat: bool,
+                        key: str | None = None) -> tuple[dict[str, Any], dict[str, str]]:
         t0 = time.perf_counter()
         self.store.counts["requests"] += 1
         if t0 - self._reaped > 1.0:  # the app's reaper covers idle servers; this, busy ones
@@ -510,9 +569,10 @@ class CaptureProxy:
         if tools is not None and tools.active and not tools.parallel and self.tool_parser.stop:
             stops = (*stops, self.tool_parser.stop)  # one call, then stop: what parallel_tool_calls=false asks
         forced = self.renderer.encode(self.tool_parser.forced_prefix(tools.name)) if tools is not None and tools.forced else []
-        eid = self._episode_id(body, header)
+        ref = self._episode_id(body, header, key)
+        eid, key = ref.name, ref.key or mint_key()  # no key: the first request is given one, later ones must send it
         async with self._lock(eid):
-            session = self._open(eid)
+            session = self._open(ref)
             if session is not None:
                 session.last_seen = time.monotonic()  # in flight: not idle, not to be reaped meanwhile
             else:
@@ -551,6 +611,7 @@ class CaptureProxy:
                     raise self._fail(ProxyError(409, f"episode {eid!r} was {why} while this request was sampled; start a new "
                                                      "episode (or raise --outcome-timeout)", code="episode_closed"))
                 session = self.store.session(eid)
+                session.owner = session.owner or key_digest(key)
                 session.last_seen = time.monotonic()
                 if group and not session.group:
                     session.group = group[:256]
@@ -574,14 +635,14 @@ class CaptureProxy:
         counts["completions"] += 1
         counts["prompt_tokens"] += len(prompt)
         counts["completion_tokens"] += len(turn.token_ids)
-        headers = {EPISODE_HEADER: eid, "X-Turngym-Turn": str(turn.index), "X-Turngym-Segment": str(seg.index)}
+        headers = {EPISODE_HEADER: eid, KEY_HEADER: key, "X-Turngym-Turn": str(turn.index), "X-Turngym-Segment": str(seg.index)}
         if reason is not None and had:
             headers["X-Turngym-Branched"] = reason
         if tidy is not None:
             headers["X-Turngym-Tidied"] = tidy
         response = self._response(turn, chat=chat, want_logprobs=want_lps, return_ids=bool(body.get("return_token_ids")),
                                   reply=reply)
-        response["turngym"] = {"episode_id": eid, "turn": turn.index, "segment": seg.index,
+        response["turngym"] = {"episode_id": eid, "episode_key": key, "turn": turn.index, "segment": seg.index,
                                "branched": reason if reason is not None and had else None, "tidied": tidy}
         self.request_s += (time.perf_counter() - t0) - gen_s
         return response, headers
@@ -632,36 +693,54 @@ class CaptureProxy:
             out["prompt_token_ids"] = list(turn.prompt_ids)
         return out
 
-    async def outcome(self, episode_id: str, body: Any) -> dict[str, Any]:
+    async def outcome(self, episode_id: str, body: Any, *, key: str | None = None) -> dict[str, Any]:
         """Record ``episode_id``'s outcome (see :class:`~turngym.proxy.capture.OutcomeReport`); its
-        episodes are finished and written out."""
-        async with self._lock(episode_id):
-            session = self.store.get(episode_id)
+        episodes are finished and written out.
+
+        ``episode_id`` is ``NAME`` or ``NAME~KEY`` (``key``: the ``X-Turngym-Episode-Key`` value):
+        only the client that opened the episode may report it (403). Everything is checked before
+        anything changes, and the records are appended to ``episodes.jsonl`` before the episode is
+        closed: a refused or failed report leaves it open, to be reported again."""
+        ref = self._ref(episode_id, key)
+        async with self._lock(ref.name):
+            session = self.store.get(ref.name)
             if session is None:
-                why = self.store.closed_reason(episode_id)
+                why = self.store.closed_reason(ref.name)
                 if why is not None:
-                    raise self._fail(ProxyError(409, f"episode {episode_id!r} is {why}", code="episode_closed"))
-                raise self._fail(ProxyError(404, f"no episode {episode_id!r}: it made no request (or every request failed)",
+                    raise self._fail(ProxyError(409, f"episode {ref.name!r} is {why}", code="episode_closed"))
+                raise self._fail(ProxyError(404, f"no episode {ref.name!r}: it made no request (or every request failed)",
                                             code="unknown_episode"))
+            self._owned(session, ref)
             try:
-                report = parse_outcome(body, session.turns)
+                check_json(body, max_depth=self.config.max_json_depth, where="the outcome")
+                report = parse_outcome(body, session.turns, reward_range=self.config.reward_range)
+                check_size(report.info, self.config.max_info_bytes, "info")
+                check_size(body, self.config.max_info_bytes + _TURN_REPORT_BYTES * (session.turns + 1), "outcome")
+            except Refused as exc:
+                raise self._fail(ProxyError(exc.status, str(exc), code=exc.code, param=exc.param)) from None
             except ValueError as exc:
                 raise self._fail(ProxyError(400, str(exc), code="bad_outcome")) from None
-            self.store.close(episode_id, "finished")
-        meta = dict(self.meta)
+            meta = dict(self.meta)
+            if session.infra_error:
+                meta["infra_error"] = session.infra_error
+            episodes = to_episodes(session, report, meta)
+            try:
+                self.finished.commit(episodes)  # written before it is acknowledged, and before the episode closes
+            except OSError as exc:
+                raise self._fail(ProxyError(500, f"could not write the episode ({type(exc).__name__}: {exc}); it stays open: "
+                                                 "report its outcome again", code="write_failed")) from None
+            self.store.close(ref.name, "finished")
         if session.infra_error:
-            meta["infra_error"] = session.infra_error
             self.store.dropped["infra_error"] += 1
-        episodes = to_episodes(session, report, meta)
-        self.finished.extend(episodes)
         self.store.counts["episodes_finished"] += len(episodes)
-        if self.config.out is not None:
-            with open(self.config.out / "episodes.jsonl", "a", encoding="utf-8") as fh:
-                fh.write("".join(json.dumps(ep.to_dict(), ensure_ascii=False) + "\n" for ep in episodes))
-        return {"episode_id": episode_id, "episodes": [ep.episode_id for ep in episodes], "turns": session.turns}
+        return {"episode_id": ref.name, "episodes": [ep.episode_id for ep in episodes], "turns": session.turns}
 
     def models(self) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": self.config.model_name, "object": "model", "created": 0, "owned_by": "turngym"}]}
+
+
+_TURN_REPORT_BYTES = 4096
+"""What one turn's report (reward, signals, state key) may add to an outcome's size, besides ``info``."""
 
 
 def _reusable(rendered: Any) -> int:
