@@ -12,7 +12,7 @@ import pytest
 
 from tests.proxy.tool_doubles import ScriptedCallsPolicy
 from turngym.core.errors import ConfigError
-from turngym.proxy import CaptureProxy, ProxyConfig, episode_headers, report_outcome
+from turngym.proxy import CaptureProxy, ProxyConfig, episode_headers, episode_ref, report_outcome
 from turngym.proxy.serve import ProxyThread, build_proxy
 from turngym.proxy.tool_parsers import TOOL_PARSERS, HermesParser, Llama3JsonParser, detect_parser
 from turngym.proxy.tools import ToolTemplate, parse_tool_request, recognize_calls, tools_system_prompt
@@ -46,7 +46,7 @@ def _proxy(policy: Any, script: Any = None, **config: Any) -> CaptureProxy:
 
 def _chat(proxy: CaptureProxy, eid: str, messages: list, **body: Any) -> dict[str, Any]:
     body = {"model": "tiny", "messages": messages, "return_token_ids": True, "logprobs": True, **body}
-    return asyncio.run(proxy.chat(body, eid))[0]
+    return asyncio.run(proxy.chat(body, episode_ref(eid)))[0]
 
 
 # ---------------------------------------------------------------------------------------------- parsers
@@ -185,7 +185,7 @@ def test_a_history_with_tool_calls_and_tool_messages_continues_one_episode(tiny)
         msgs, replies = _tool_history_episode(proxy, "hist/0")
         assert replies[0]["choices"][0]["finish_reason"] == "tool_calls" and replies[1]["choices"][0]["message"]["content"] == "It is 5."
         assert proxy.stats()["tool_history_recognized"] == 1 and not proxy.stats()["branches"]
-        asyncio.run(proxy.outcome("hist/0", {"reward": 1.0}))
+        asyncio.run(proxy.outcome(episode_ref("hist/0"), {"reward": 1.0}))
         [ep] = proxy.finished
         for turn, r in zip(ep.turns, replies, strict=True):  # one episode, exactly what the client received
             assert turn.token_ids == r["choices"][0]["token_ids"] and turn.prompt_ids == r["prompt_token_ids"]
@@ -260,13 +260,13 @@ def test_smollm2s_real_template_gets_injected_tools_and_splices_the_sampled_call
         msgs: list[dict[str, Any]] = list(USER)
         seq: list[int] = []
         for _ in range(3):
-            reply, headers = await proxy.chat({"model": "smollm2", "messages": msgs, "tools": [ADD], "return_token_ids": True}, "smol/t")
+            reply, headers = await proxy.chat({"model": "smollm2", "messages": msgs, "tools": [ADD], "return_token_ids": True}, episode_ref("smol/t"))
             prompt, m = reply["prompt_token_ids"], reply["choices"][0]["message"]
             assert "X-Turngym-Branched" not in headers and prompt[: len(seq)] == seq and m["tool_calls"][0]["function"]["name"] == "add"
             seq = prompt + reply["choices"][0]["token_ids"]
             msgs += [m, {"role": "tool", "tool_call_id": m["tool_calls"][0]["id"], "content": "5"}]
         assert "# Tools" in proxy.tokenizer.decode(seq) and "You are a helpful AI assistant named SmolLM" not in proxy.tokenizer.decode(seq)
-        await proxy.outcome("smol/t", {"reward": 1.0})
+        await proxy.outcome(episode_ref("smol/t"), {"reward": 1.0})
         return seq
 
     seq = asyncio.run(go())
@@ -290,7 +290,7 @@ def test_hostile_tool_shapes_are_400s_never_500s(tiny) -> None:
     for extra in bad_bodies:
         body = {"model": "tiny", "messages": USER, **extra}
         with pytest.raises(ProxyError) as err:
-            asyncio.run(proxy.chat(body, "hostile/0"))
+            asyncio.run(proxy.chat(body, episode_ref("hostile/0")))
         assert err.value.status == 400, extra
     assert proxy.store.get("hostile/0") is None  # nothing refused was kept
     # a call with non-object arguments in the history renders (as text), it is not an error
