@@ -184,3 +184,18 @@ def test_the_warm_start_stops_at_the_entropy_floor(tmp_path: Path) -> None:
     Trainer(cfg, tmp_path / "watched", progress=False, log=None).run()
     checks = [r for r in metric_rows(tmp_path / "watched") if r["phase"] == "warmup" and "heldout_nll" in r]
     assert [r["step"] for r in checks] == [3, 6, 9, 12] and not any("stopped" in r for r in checks)  # no rule: it only watches
+
+
+def test_the_small_pretrained_recipe_is_a_valid_config_and_a_cli_choice() -> None:
+    from turngym.cli import build_parser
+    from turngym.trainers import TrainConfig
+    from turngym.trainers.recipe import RECIPES, recipe
+
+    cfg = TrainConfig(**recipe("small-pretrained"), model="smollm2")
+    assert cfg.use_lora and cfg.lora_layers == 0 and cfg.lora_targets == "all-linear" and cfg.group_size >= 8 and cfg.dynamic_sampling
+    assert cfg.kl_coef == 0 and cfg.warmup_holdout > 0
+    args = build_parser().parse_args(["train", "--recipe", "small-pretrained"])
+    assert args.recipe == "small-pretrained"
+    assert set(RECIPES) == {a for a in build_parser()._subparsers._group_actions[0].choices["train"]._option_string_actions["--recipe"].choices}
+    with pytest.raises(KeyError, match="known"):
+        recipe("huge")
