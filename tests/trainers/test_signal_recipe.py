@@ -127,6 +127,7 @@ pytest.importorskip("transformers")
 from tiny_run import metric_rows, tiny_config  # noqa: E402
 
 from turngym.trainers import Trainer  # noqa: E402
+from turngym.trainers.tracking import metric_scalars  # noqa: E402
 
 
 def test_a_run_logs_the_signal_and_samples_dynamically(tmp_path: Path) -> None:
@@ -138,6 +139,7 @@ def test_a_run_logs_the_signal_and_samples_dynamically(tmp_path: Path) -> None:
         assert 0 <= r["sample_rounds"] <= 2 and r["sampled_groups"] == 2 * (1 + r["sample_rounds"])
         assert r["episodes"] == cfg.groups_per_step * cfg.group_size  # the batch keeps its size
         assert r["informative_episodes"] == round((1 - r["uniform_reward_frac"]) * r["episodes"])
+        assert {"rl/entropy", "rl/confident_frac", "rl/identical_group_frac", "rl/sample_rounds"} <= set(metric_scalars(r)[2])  # TB / W&B
 
 
 def _kill_at(name: str):
