@@ -60,11 +60,11 @@ def study_config(args: argparse.Namespace) -> Any:
         overrides |= {"warmup_holdout": 2, "warmup_check_every": 1, "warmup_batch_size": 2, "micro_batch_size": 4, "dynamic_rounds": 1,
                       "max_new_tokens": 6}
         return StudyConfig.pretrained_config(model, envs=("math",), out=args.out, seeds=1, groups_per_step=2, group_size=2, warmup_steps=2,
-                                             demo_episodes=6, eval_episodes=4, heldout_episodes=4, base_episodes=2, lr=1e-3, lora_layers=0,
+                                             demo_episodes=6, eval_episodes=4, heldout_episodes=4, base_episodes=2, lr=overrides["lr"], lora_layers=0,
                                              threads=1, budget=1, train_overrides=overrides, max_turns=2)
     return StudyConfig.pretrained_config("smollm2", envs=("math",), out=args.out, seeds=1, groups_per_step=16, group_size=8, warmup_steps=16,
                                          demo_episodes=256, eval_episodes=args.heldout, heldout_episodes=args.heldout, base_episodes=32,
-                                         lr=1e-3, lora_layers=0, threads=4, budget=1, train_overrides=overrides)
+                                         lr=overrides["lr"], lora_layers=0, threads=4, budget=1, train_overrides=overrides)
 
 
 def arm_diagnostics(run_dirs: list[Path]) -> dict[str, float]:

@@ -376,7 +376,7 @@ def _setup_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="any TrainConfig field (e.g. lr=1e-4)")
     p.add_argument("--recipe", choices=("small-pretrained",),
-                   help="start from a named set of fields (turngym.trainers.recipe: small-pretrained = LoRA everywhere at lr 1e-3, "
+                   help="start from a named set of fields (turngym.trainers.recipe: small-pretrained = LoRA everywhere at lr 3e-4, "
                         "groups of 8, dynamic sampling, a watched warm start); --set and the other options win")
     p.add_argument("--engine", choices=("hf", "vllm"),
                    help="rollout engine: hf (the trained model samples, default) or vllm (a vLLM engine samples; "

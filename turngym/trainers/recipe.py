@@ -6,9 +6,12 @@ result (README) they reproduce; a pretrained model wants other choices, each fro
 reading of what made RL add on small models, and each a field documented in ``TrainConfig``:
 
 - LoRA on every layer and every linear module (``lora_layers=0``, ``lora_targets="all-linear"``),
-  rank 16, alpha 32, at a LoRA learning rate (1e-3: ``docs/study/smollm2-rl-cpu``'s sweep, where
-  2e-4 barely moved the policy and 3e-3 overshot), two minibatches per step so the second sees
-  the first's update (``approx_kl`` is then non-zero and readable);
+  rank 16, alpha 32, at lr 3e-4, two minibatches per step so the second sees the first's update
+  (``approx_kl`` is then non-zero and readable). ``docs/study/smollm2-rl-cpu``'s sweep chose 1e-3
+  for adapters on the top 8 of 30 layers (approx KL 4e-4–9e-3 per step; 3e-3 overshot at up to
+  0.2); on all 30 layers 1e-3 moved SmolLM2 by approx KL 0.10 in one step
+  (``docs/study/smollm2-rl-recipe-cpu``), the overshooting regime, so the recipe takes ~1/3 of it
+  (KL grows about as lr², which puts it back near 1e-2: an estimate, not yet measured);
 - groups of 8 and 16 tasks per step (128 episodes, the scale of every small-model success the
   issue cites), dynamic sampling with two extra rounds at most;
 - temperature 1.0 (the recorded log-probs are the policy's own), no KL term;
@@ -32,7 +35,7 @@ SMALL_PRETRAINED: dict[str, Any] = {
     "lora_targets": "all-linear",
     "lora_rank": 16,
     "lora_alpha": 32,
-    "lr": 1e-3,
+    "lr": 3e-4,
     "minibatches": 2,
     "group_size": 8,
     "groups_per_step": 16,
