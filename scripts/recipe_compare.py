@@ -9,7 +9,8 @@ The arms start from the warm start of a ``turngym study credit`` folder (``--stu
 * ``old``: the study's configuration as it is (``docs/study/smollm2-rl-cpu``: groups of 4, LoRA on
   the top 8 layers, lr 1e-3, two minibatches);
 * ``new``: the same with groups of 8, LoRA on every layer and linear module, dynamic sampling
-  with at most two extra rounds (``--groups`` tasks per step in both arms, for the CPU's sake).
+  with at most two extra rounds (``--groups`` tasks per step in both arms, for the CPU's sake);
+* ``new-lr3e-4``: ``new`` at the recipe's lr (``--arms new-lr3e-4 --steps 1``: its first step's approx KL).
 
     nice python scripts/recipe_compare.py --study docs/study/smollm2-rl-cpu --work /tmp/rc --steps 3 \\
         --out docs/study/smollm2-rl-recipe-cpu
@@ -36,6 +37,7 @@ COLUMNS = ("success", "entropy", "confident_frac", "identical_group_frac", "unif
 ARMS: dict[str, dict[str, Any]] = {
     "old": {},
     "new": {"group_size": 8, "lora_layers": 0, "lora_targets": "all-linear", "dynamic_sampling": True, "dynamic_rounds": 2},
+    "new-lr3e-4": {"group_size": 8, "lora_layers": 0, "lora_targets": "all-linear", "dynamic_sampling": True, "dynamic_rounds": 2, "lr": 3e-4},
 }
 
 
@@ -89,7 +91,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--groups", type=int, default=4, help="tasks per step in both arms")
-    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    p.add_argument("--arms", nargs="+", default=["old", "new"], choices=list(ARMS))
     p.add_argument("--table-only", action="store_true")
     args = p.parse_args()
     if not args.table_only:
