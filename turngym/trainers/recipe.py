@@ -9,9 +9,8 @@ reading of what made RL add on small models, and each a field documented in ``Tr
   rank 16, alpha 32, at lr 3e-4, two minibatches per step so the second sees the first's update
   (``approx_kl`` is then non-zero and readable). ``docs/study/smollm2-rl-cpu``'s sweep chose 1e-3
   for adapters on the top 8 of 30 layers (approx KL 4e-4–9e-3 per step; 3e-3 overshot at up to
-  0.2); on all 30 layers 1e-3 moved SmolLM2 by approx KL 0.10 in one step
-  (``docs/study/smollm2-rl-recipe-cpu``), the overshooting regime, so the recipe takes ~1/3 of it
-  (KL grows about as lr², which puts it back near 1e-2: an estimate, not yet measured);
+  0.2); on all 30 layers the same first batch of SmolLM2 moved it by approx KL 0.10 at 1e-3 and
+  0.019 at 3e-4 (``docs/study/smollm2-rl-recipe-cpu``);
 - groups of 8 and 16 tasks per step (128 episodes, the scale of every small-model success the
   issue cites), dynamic sampling with two extra rounds at most;
 - temperature 1.0 (the recorded log-probs are the policy's own), no KL term;
