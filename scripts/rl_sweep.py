@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-COLUMNS = ("success", "approx_kl", "ratio_std", "clip_frac", "grad_norm", "zero_adv_frac", "adv_abs_mean", "step_s")
+COLUMNS = ("success", "approx_kl", "ratio_std", "clip_frac", "grad_norm", "zero_adv_frac", "adv_abs_mean", "entropy", "confident_frac",
+           "uniform_reward_frac", "step_s")
 
 
 def _study_config(study: Path) -> Any:

@@ -421,6 +421,9 @@ def _setup_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="discard the results of an earlier run in --out and start over")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="any TrainConfig field (e.g. lr=1e-4)")
+    p.add_argument("--recipe", choices=("small-pretrained",),
+                   help="start from a named set of fields (turngym.trainers.recipe: small-pretrained = LoRA everywhere at lr 3e-4, "
+                        "groups of 8, dynamic sampling, a watched warm start); --set and the other options win")
     p.add_argument("--engine", choices=("hf", "vllm"),
                    help="rollout engine: hf (the trained model samples, default) or vllm (a vLLM engine samples; "
                         "weights are pushed into it after every step; engine options: --set engine_kwargs=...)")
@@ -442,8 +445,9 @@ def _setup_train(p: argparse.ArgumentParser) -> None:
 
 def _run_train(args: argparse.Namespace) -> int:
     from turngym.trainers import TrainConfig, Trainer
+    from turngym.trainers.recipe import recipe
 
-    fields = parse_kv(args.set, flag="--set")
+    fields = (recipe(args.recipe) if args.recipe else {}) | parse_kv(args.set, flag="--set")
     for name in ("env_id", "algo", "steps", "model", "seed", "report_to", "engine", "constrain_choices", "async_rollouts", "episodes"):
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)

@@ -49,11 +49,34 @@ class TrainConfig:
     groups_per_step: int = 16
     """Tasks per RL iteration."""
     group_size: int = 8
-    """Rollouts per task (sharing its initial state), the GRPO/GiGPO group."""
+    """Rollouts per task (sharing its initial state), the GRPO/GiGPO group. Keep ≥ 8 for a
+    pretrained model: at a 20–30% success rate a group of 4 is all-failure about a third of the
+    time (0.75⁴ ≈ 0.32), a group of 8 a tenth (0.75⁸ ≈ 0.10)."""
     max_new_tokens: int = 24
     """Token budget of one action."""
     temperature: float = 1.0
-    """Sampling temperature of rollouts (1.0 keeps the recorded log-probs the model's own)."""
+    """Sampling temperature of rollouts (1.0 keeps the recorded log-probs the model's own). A
+    warm-started small model is nearly deterministic at 1.0 (``confident_frac`` ≈ 0.9 in
+    ``docs/study/smollm2-rl-cpu``); 1.0 with dynamic sampling is the recipe's choice, above it
+    the update's ratio is to a tempered policy the model never plays greedily."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling (:func:`turngym.trainers.sampling.dynamic_batch`): drop the groups
+    whose returns are all equal (no group-relative signal) and play more rounds of fresh tasks,
+    at most ``dynamic_rounds``, until ``groups_per_step`` informative groups are in hand. For a
+    small pretrained model: on (its warm-started policy is nearly deterministic, so most groups
+    are uniform); off in the embedded tiny run, whose measured default it would change."""
+    dynamic_rounds: int = 3
+    """Extra rollout rounds dynamic sampling may play per step (bounds the step's cost at
+    ``1 + dynamic_rounds`` rollouts); a batch still short is filled with uniform groups."""
+    edge_pool: int = 0
+    """Difficulty-filtered task pool (:class:`turngym.trainers.sampling.EdgePool`): every
+    ``edge_refresh`` steps score this many candidate tasks with ``edge_k`` rollouts of the current
+    policy and train on those solved 1..k−1 times. 0 = off. For a small pretrained model on fresh
+    tasks: 4 × ``groups_per_step`` candidates (a 25–75% success rate keeps about a third of them)."""
+    edge_k: int = 4
+    """Rollouts per candidate task when scoring the edge pool (≥ 2: a task needs a success and a failure)."""
+    edge_refresh: int = 10
+    """RL steps between two scorings of the edge pool (the policy moves; the edge moves with it)."""
     lr: float = 2e-4
     """RL learning rate (AdamW)."""
     weight_decay: float = 0.0
@@ -71,7 +94,8 @@ class TrainConfig:
     clip_high: float = 0.28
     """PPO clip ε above 1 (DAPO clip-higher)."""
     kl_coef: float = 0.0
-    """β of the KL(π‖π_ref) loss term; the reference is the warm-started policy. 0 = off."""
+    """β of the KL(π‖π_ref) loss term; the reference is the warm-started policy. 0 = off (no
+    reference forward pass): the small-model successes of issue 37 (nanochat, DAPO) train without it."""
     reward_weights: dict[str, float] = field(default_factory=dict)
     """Per-signal shaping weights overriding the env spec's (``{"progress": 0.5}``)."""
     process_weights: dict[str, float] | None = None
@@ -82,6 +106,16 @@ class TrainConfig:
     """Bound on an episode's cumulative shaping reward."""
     warmup_steps: int = 150
     """Imitation (SFT) steps on oracle demonstrations before RL; 0 = none."""
+    warmup_holdout: int = 0
+    """Demonstrations held out of imitation to watch it (:mod:`turngym.trainers.warmstop`); 0 = none
+    (no early stop). The held-out NLL and predictive entropy go to ``metrics.jsonl`` (``phase: warmup``)."""
+    warmup_check_every: int = 5
+    """Imitation steps between two held-out checks."""
+    warmup_patience: int = 0
+    """Stop imitation after this many held-out checks without a lower NLL (0 = never on NLL)."""
+    warmup_entropy_floor: float = 0.0
+    """Stop imitation once the policy's mean predictive entropy (nats per action token) on the
+    held-out demonstrations falls below this: a warm start that leaves room to explore (0 = off)."""
     warmup_lr: float = 2e-3
     """Imitation learning rate."""
     warmup_batch_size: int = 32
@@ -101,9 +135,16 @@ class TrainConfig:
     lora: bool | None = None
     """Train LoRA adapters (peft) instead of all weights; None = only for non-tiny models."""
     lora_rank: int = 16
-    """LoRA rank."""
+    """LoRA rank (1–32 suffices for RL, "LoRA Without Regret"); 16 for a small pretrained model."""
     lora_alpha: int = 32
-    """LoRA alpha."""
+    """LoRA alpha (scale alpha/rank = 2). The RL ``lr`` of a LoRA run is ~10× full fine-tuning's: 1e-3 on SmolLM2-135M
+    (``docs/study/smollm2-rl-cpu``'s sweep)."""
+    lora_targets: str = "all-linear"
+    """Modules that get adapters: ``"all-linear"`` (every linear layer of the decoder: attention and
+    MLP, not the head) or a comma-separated list of module names (``"q_proj,v_proj"``). RL with
+    LoRA matches full fine-tuning only with adapters on every layer and every linear module
+    ("LoRA Without Regret", 2025): keep ``all-linear`` and ``lora_layers=0`` unless the CPU
+    budget forces fewer."""
     lora_layers: int = 0
     """Put adapters on the last ``lora_layers`` decoder layers only (0 = every layer). Backward
     then stops at the lowest adapted layer: on a CPU, where a 135M model's update costs minutes,
@@ -249,7 +290,8 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup_steps", "demo_episodes", "eval_episodes", "eval_every", "kl_coef", "threads", "task_pool", "lora_layers"):
+        for name in ("warmup_steps", "demo_episodes", "eval_episodes", "eval_every", "kl_coef", "threads", "task_pool", "lora_layers",
+                     "dynamic_rounds", "edge_pool", "warmup_holdout", "warmup_patience", "warmup_entropy_floor"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.max_infra_error_rate <= 1.0:
@@ -291,6 +333,18 @@ class TrainConfig:
         if self.async_rollouts and self.engine != "hf":
             raise ConfigError("async_rollouts runs the rollout worker on the hf engine (a vLLM engine takes its weights between "
                               "steps only): drop --engine vllm or --async")
+        if self.edge_k < 2 or self.edge_refresh < 1 or self.warmup_check_every < 1:
+            raise ConfigError(f"need edge_k >= 2, edge_refresh >= 1 and warmup_check_every >= 1; got {self.edge_k}, {self.edge_refresh}, "
+                              f"{self.warmup_check_every}")
+        if (self.dynamic_sampling or self.edge_pool) and (self.async_rollouts or self.episodes is not None):
+            raise ConfigError("dynamic_sampling and edge_pool choose what the synchronous trainer plays: not with async_rollouts "
+                              "or saved episodes")
+        if (self.warmup_patience or self.warmup_entropy_floor) and not self.warmup_holdout:
+            raise ConfigError("warmup_patience and warmup_entropy_floor watch held-out demonstrations: set warmup_holdout > 0")
+        if self.warmup_holdout and self.warmup_holdout >= self.demo_episodes:
+            raise ConfigError(f"warmup_holdout={self.warmup_holdout} leaves none of the {self.demo_episodes} demonstrations to imitate")
+        if not self.lora_targets.strip():
+            raise ConfigError("lora_targets must be 'all-linear' or a comma-separated list of module names")
         if self.groups_per_step * self.group_size % self.minibatches:
             raise ConfigError(f"minibatches={self.minibatches} must divide the {self.groups_per_step * self.group_size} episodes per step")
 

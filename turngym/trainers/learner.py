@@ -143,6 +143,8 @@ class Learner:
 
         cfg = self.config
         samples = [render_episode(ep, self.renderer, train_text_actions=True) for ep in demos]
+        watch = self._warm_stop(samples[len(samples) - cfg.warmup_holdout:]) if cfg.warmup_holdout else None
+        samples = samples[: len(samples) - cfg.warmup_holdout]
         stats = describe(samples)
         self.log(f"warm start: {len(samples)} demonstrations (noise {cfg.demo_noise}, {np.mean([e.success for e in demos]):.0%} solved), "
                  f"{stats['demo_tokens']:.0f} tokens each; {cfg.warmup_steps} imitation steps")
@@ -168,8 +170,23 @@ class Learner:
             bar.set_postfix(nll=f"{np.mean(losses[-5:]):.3f}")
             if (step + 1) % 25 == 0 or step + 1 == len(batches):
                 self._metric({"phase": "warmup", "step": step + 1, "nll": float(np.mean(losses[-25:]))})
+            if watch is not None and ((step + 1) % cfg.warmup_check_every == 0 or step + 1 == len(batches)):
+                stop, row = watch.check(step + 1, model)
+                self._metric(row)
+                if stop:
+                    self.log(f"warm start stopped after {step + 1} of {cfg.warmup_steps} imitation steps: {watch.reason}")
+                    break
         bar.close()
         self.model = model.merge_and_unload() if cfg.use_lora else model
+
+    def _warm_stop(self, heldout: list[Any]) -> Any:
+        """The :class:`~turngym.trainers.warmstop.WarmStop` watching imitation on ``heldout``."""
+        from turngym.trainers.warmstop import WarmStop, heldout_stats
+
+        cfg = self.config
+        return WarmStop(heldout, patience=cfg.warmup_patience, entropy_floor=cfg.warmup_entropy_floor,
+                        measure=lambda model, s: heldout_stats(model, s, self.pad_id, self.device, micro_batch_size=cfg.micro_batch_size,
+                                                               autocast=self.autocast))
 
     def add_lora(self, model: Any) -> Any:
         try:
@@ -179,14 +196,16 @@ class Learner:
         import torch
 
         cfg = self.config
-        layers, targets = None, "all-linear"
+        layers = None
+        targets: str | list[str] = "all-linear" if cfg.lora_targets.strip() == "all-linear" else [t.strip() for t in cfg.lora_targets.split(",") if t.strip()]
         if cfg.lora_layers:
             n_layers = int(model.config.num_hidden_layers)
             if cfg.lora_layers > n_layers:
                 raise ConfigError(f"lora_layers={cfg.lora_layers} but the model has {n_layers} decoder layers")
             layers = list(range(n_layers - cfg.lora_layers, n_layers))
-            head = model.get_output_embeddings()  # peft takes a layer range only with named targets: every linear but the head
-            targets = sorted({name.rsplit(".", 1)[-1] for name, mod in model.named_modules() if isinstance(mod, torch.nn.Linear) and mod is not head})
+            if targets == "all-linear":  # peft takes a layer range only with named targets: every linear but the head
+                head = model.get_output_embeddings()
+                targets = sorted({name.rsplit(".", 1)[-1] for name, mod in model.named_modules() if isinstance(mod, torch.nn.Linear) and mod is not head})
         lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=targets, lora_dropout=0.0, task_type="CAUSAL_LM",
                           layers_to_transform=layers)
         with torch.random.fork_rng(devices=[]):  # adapters initialised from the seed alone: a resumed run draws the same ones

@@ -42,6 +42,7 @@ from turngym.trainers.config import TrainConfig
 from turngym.trainers.learner import Learner
 from turngym.trainers.producer import EVAL_SEED, RolloutProducer, make_env, success_rate
 from turngym.trainers.rundir import ResumePoint, RunDir
+from turngym.trainers.signal import batch_signal
 from turngym.trainers.tracking import NullTracker, Tracker, episode_rows, open_tracker, require_backends
 
 __all__ = ["EVAL_SEED", "Trainer", "TrainResult", "train"]
@@ -185,12 +186,12 @@ class Trainer:
         """RL step ``step``: the producer plays its tasks with the current policy, the learner updates
         on them (asynchronous: the worker played them already, with older versions)."""
         if self.asynchronous is not None:
-            return self.asynchronous.step(step, opt)
+            return self.asynchronous.step(step, opt) | batch_signal(self.learner.last_batch[0])
         cfg = self.config
         t0 = time.perf_counter()
-        episodes, infra = self._screen(self.producer.step_episodes(step))
+        episodes, sampled = self.producer.step_batch(step, self._screen)
         t_rollout = time.perf_counter() - t0
-        record = self.learner.learn(step, episodes, opt, off_policy=cfg.engine == "vllm") | infra
+        record = self.learner.learn(step, episodes, opt, off_policy=cfg.engine == "vllm") | sampled | batch_signal(episodes)
         sync = self.producer.sync() if cfg.engine == "vllm" else None  # the next rollout samples the updated weights
         if sync is not None:
             record |= {"sync_s": round(sync.seconds, 3), "sync_mb": round(sync.bytes / 2**20, 1)}
@@ -249,6 +250,8 @@ class Trainer:
 
         def write(tmp: Path) -> None:
             self.learner.save_state(tmp, opt)
+            if self.producer.edge is not None:  # the pool the next steps draw from, scored by an earlier policy
+                self.producer.edge.save(tmp)
             if self.config.async_rollouts:  # the older versions the worker still samples with after a resume here
                 import torch
 
@@ -267,6 +270,8 @@ class Trainer:
         assert point.source is not None
         fix = f"delete {point.source} to resume from the checkpoint before it, or start over with `turngym train --out {self.out} --overwrite`"
         self.learner.load_state(point.source, opt, fix)
+        if self.producer.edge is not None and not self.producer.edge.load(point.source):
+            self.log(f"warning: {point.source} holds no edge pool: it is rescored with the resumed policy")
         if self.config.async_rollouts:
             import torch
 

@@ -68,17 +68,72 @@ class RolloutProducer:
         self._bar = bar
         self.engine: Any = None
         """The vLLM :class:`~turngym.trainers.engine.RolloutEngine` (``engine="vllm"``), started on first use."""
+        self.edge: Any = self._edge_pool()
+        """The edge-of-ability task pool (``edge_pool`` > 0), or None."""
 
     # ---------------------------------------------------------------------- what is played
-    def step_tasks(self, step: int) -> tuple[list[int], int]:
-        """The task seeds of RL step ``step`` and the seed of the policy that plays them."""
+    def step_tasks(self, step: int, extra: int = 0) -> tuple[list[int], int]:
+        """The task seeds of RL step ``step`` and the seed of the policy that plays them (``extra``:
+        of dynamic sampling's ``extra``-th additional round; from the edge pool when it is on)."""
         cfg = self.config
-        rng = seeded_rng(cfg.seed, 2, step)
-        if cfg.task_pool:
+        rng = seeded_rng(cfg.seed, 2, step) if not extra else seeded_rng(cfg.seed, 5, step, extra)
+        if self.edge is not None:
+            seeds = self.edge.draw(rng, cfg.groups_per_step)
+        elif cfg.task_pool:
             seeds = [int(s) for s in rng.choice(cfg.task_pool, size=cfg.groups_per_step, replace=cfg.groups_per_step > cfg.task_pool)]
         else:
             seeds = [int(s) for s in rng.integers(TRAIN_SEED, 2**31 - 1, size=cfg.groups_per_step)]
         return seeds, int(rng.integers(2**31))
+
+    def step_batch(self, step: int, screen: Callable[[list[Any]], tuple[list[Any], dict[str, Any]]]) -> tuple[list[Any], dict[str, Any]]:
+        """The episodes RL step ``step`` trains on and its row fields: one rollout of
+        :meth:`step_tasks`, or, with ``edge_pool`` / ``dynamic_sampling``
+        (:mod:`turngym.trainers.sampling`), from the edge pool and with further rounds until the
+        batch holds ``groups_per_step`` informative groups. ``screen`` drops each rollout's
+        infrastructure failures (and counts them); the row sums its ``infra_errors``."""
+        from turngym.trainers.sampling import dynamic_batch
+
+        cfg = self.config
+        row: dict[str, Any] = {}
+        if self.edge is not None:
+            row |= self.edge.update(step)
+            row["pool_size"] = len(self.edge.kept)
+        infra = {"infra_errors": 0, "infra_error_rate": 0.0}
+
+        def play(extra: int) -> list[Any]:
+            seeds, policy_seed = self.step_tasks(step, extra)
+            kept, found = screen(self.rollout(seeds, group_size=cfg.group_size, policy_seed=policy_seed))
+            infra["infra_errors"] += found["infra_errors"]
+            infra["infra_error_rate"] = found["infra_error_rate"]
+            return kept
+
+        if self.saved is not None:
+            episodes, infra = screen(list(self.saved))
+        elif cfg.dynamic_sampling:
+            episodes, sampled = dynamic_batch(play(0), play, groups=cfg.groups_per_step, rounds=cfg.dynamic_rounds)
+            row |= sampled
+        else:
+            episodes = play(0)
+        return episodes, row | infra
+
+    def _edge_pool(self) -> Any:
+        """The run's :class:`~turngym.trainers.sampling.EdgePool` (``edge_pool`` > 0), else None."""
+        cfg = self.config
+        if not cfg.edge_pool or self.saved is not None:
+            return None
+        from turngym.trainers.sampling import EdgePool
+
+        def candidates(step: int) -> list[int]:
+            rng = seeded_rng(cfg.seed, 4, step)
+            if cfg.task_pool:
+                return sorted(int(s) for s in rng.choice(cfg.task_pool, size=min(cfg.edge_pool, cfg.task_pool), replace=False))
+            return [int(s) for s in rng.integers(TRAIN_SEED, 2**31 - 1, size=cfg.edge_pool)]
+
+        def score(seeds: list[int], step: int) -> list[Any]:
+            episodes = self.rollout(seeds, group_size=cfg.edge_k, policy_seed=int(seeded_rng(cfg.seed, 6, step).integers(2**31)))
+            return [ep for ep in episodes if not ep.infra_error and ep.turns]  # an infra failure is never a failure to solve
+
+        return EdgePool(candidates, score, refresh=cfg.edge_refresh)
 
     def demo_seeds(self) -> list[int]:
         cfg = self.config

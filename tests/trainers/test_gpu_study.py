@@ -1,0 +1,40 @@
+"""scripts/gpu_study.py's CPU path: the tiny configuration, one RL step per arm, end to end."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_study.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("gpu_study", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_dry_run_writes_the_study_and_its_diagnostics(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gpu_study = _load()
+    assert gpu_study.main(["--dry-run", "--out", str(tmp_path), "--json"]) == 0
+    result = json.loads((tmp_path / "gpu_study.json").read_text())
+    assert json.loads(capsys.readouterr().out) == result
+    assert sorted(result["arms"]) == ["gigpo", "grpo"] and len(result["runs"]) == 2
+    for arm in result["arms"].values():
+        assert arm["n"] == 4 and 0 <= arm["success"] <= 1 and arm["wilson95"][0] <= arm["success"] <= arm["wilson95"][1]
+        d = arm["diagnostics"]
+        assert d["rl_steps"] == 1 and d["entropy"] > 0 and 0 <= d["confident_frac"] <= 1 and "uniform_reward_frac" in d
+    assert result["warm_start"]["n"] == 4 and result["config"]["train_overrides"]["dynamic_sampling"] is True
+    md = (tmp_path / "gpu_study.md").read_text()
+    assert "| gigpo | 1 |" in md and "entropy" in md
+    # a second call finds every run done and only rewrites the summary
+    assert gpu_study.main(["--dry-run", "--out", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "gpu_study.json").read_text())["timings"]["run_s"] == []
