@@ -438,7 +438,7 @@ def _setup_train(p: argparse.ArgumentParser) -> None:
                         "(pip install 'turngym[track]'; WANDB_MODE=offline works without an account)")
     p.add_argument("--episodes", metavar="PATH",
                    help="train on saved episodes instead of env rollouts: turngym proxy's OUT/episodes.jsonl (your own "
-                        "agent's episodes) or any JSONL of episodes sampled by a token policy; no warm start, no evaluation; "
+                        "agent's episodes) or any JSONL of episodes sampled by a token policy; no imitation, no evaluation; "
                         "--model tiny means the embedded model turngym proxy serves")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 

@@ -116,7 +116,7 @@ def test_agent_loop_is_captured_token_for_token(served, agents) -> None:
     assert drift > 0
 
 
-def test_training_on_captured_episodes_moves_the_policy(served, agents, tmp_path: Path) -> None:
+def test_training_on_captured_episodes_moves_the_policy(served, agents, tmp_path: Path, capsys) -> None:
     """``turngym train --episodes``: two GRPO steps on the captured episodes."""
     from transformers import AutoModelForCausalLM
 
@@ -132,6 +132,8 @@ def test_training_on_captured_episodes_moves_the_policy(served, agents, tmp_path
         Trainer(TrainConfig(episodes=str(data), warmup_steps=0, eval_episodes=0), tmp_path / "wrong", progress=False, log=None).run()
     assert main(["train", "--episodes", str(data), "--steps", "2", "--out", str(run), "--algo", "grpo", "--quiet",
                  "--set", "lr=1e-3", "--set", "micro_batch_size=4"]) == 0
+    printed = capsys.readouterr()
+    assert "nan" not in printed.out + printed.err  # no success rate of an evaluation that did not run (issue 39)
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     rl = [r for r in rows if r.get("phase") == "rl"]
     assert len(rl) == 2 and all(math.isfinite(r["loss"]) for r in rl) and rl[0]["episodes"] == 4

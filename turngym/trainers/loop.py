@@ -377,7 +377,8 @@ class Trainer:
             before = self.evaluate() if self.known_before is None else self.known_before
             self._metric({"phase": "eval", "step": 0, "success": before, "label": "warm start"})
             self._event("eval logged@0")
-            self.log(f"success rate of the warm-started policy: {before:.1%} ({cfg.eval_episodes} episodes)")
+            if cfg.eval_episodes:  # none (training on saved episodes): there is no success rate to state
+                self.log(f"success rate of the warm-started policy: {before:.1%} ({cfg.eval_episodes} episodes)")
             if not cfg.async_rollouts:
                 opt = self._rl_setup()
             self._save_checkpoint(0, opt, before)
@@ -407,8 +408,9 @@ class Trainer:
         self._write_summary(before, after, seconds)
         self._event(f"summary@{cfg.steps}")
         self._plot()
-        self.log(f"success rate: {before:.1%} (warm start) -> {after:.1%} (after {cfg.steps} RL steps, {cfg.algo}); "
-                 f"{seconds:.0f} s; see {self.out}/metrics.jsonl and learning_curve.png")
+        rates = (f"success rate: {before:.1%} (warm start) -> {after:.1%} (after {cfg.steps} RL steps, {cfg.algo})"
+                 if cfg.eval_episodes else f"{cfg.steps} RL steps, {cfg.algo}, no evaluation")
+        self.log(f"{rates}; {seconds:.0f} s; see {self.out}/metrics.jsonl and learning_curve.png")
         return TrainResult(success_before=before, success_after=after, steps=cfg.steps, seconds=seconds, out=self.out)
 
     def _rl_loop(self, first: int, opt: Any, before: float) -> None:
