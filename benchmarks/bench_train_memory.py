@@ -155,14 +155,19 @@ def main() -> None:
         print(f"data: {sizes}", flush=True)
         rows = []
         for variant in args.variants.split(","):
-            row = measure(variant, data, work, args.cap_gb)
+            row = {"episodes": args.episodes} | measure(variant, data, work, args.cap_gb)
             print(json.dumps(row), flush=True)
             rows.append(row)
     import torch
 
+    earlier = json.loads(args.out.read_text())["rows"] if args.out.exists() else []  # other variants / sizes measured before
+    done = {(r["variant"], r["episodes"]) for r in rows}
+    rows = [r for r in earlier if (r["variant"], r.get("episodes")) not in done] + rows
     report = {"benchmark": "one turngym train --episodes step, SmolLM2-135M (LoRA r=16 on every layer), CPU",
-              "data": sizes, "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-              f"torch {torch.__version__}, 1 torch thread (TrainConfig.threads)", "target_peak_rss_gb": 4.0, "rows": rows}
+              "data": sizes | {"episodes": sorted({r["episodes"] for r in rows})},
+              "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores (shared with other jobs: "
+              f"times are slow and noisy), torch {torch.__version__}, 1 torch thread (TrainConfig.threads)",
+              "target_peak_rss_gb": 4.0, "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}")

@@ -156,6 +156,8 @@ class Learner:
         self._ref_model: Any = None
         self.saved_episodes: list[Any] | None = None
         """The run's saved training episodes (``config.episodes``), checked against this model."""
+        self.skipped_episodes: list[Any] = []
+        """Saved records left out by ``config.skip_bad_episodes`` (:class:`~turngym.trainers.saved.BadRecord`)."""
 
     # ---------------------------------------------------------------------- setup
     def setup(self, source: Path, make_env: Callable[[], Any]) -> None:
@@ -184,9 +186,16 @@ class Learner:
         self.renderer = ChatRenderer(self.tokenizer)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         if cfg.episodes is not None:
-            from turngym.trainers.saved import load_training_episodes, reward_spec_of
+            from turngym.trainers.saved import load_training_data, reward_spec_of
 
-            self.saved_episodes = load_training_episodes(cfg.episodes, self.tokenizer, self.model)
+            data = load_training_data(cfg.episodes, self.tokenizer, self.model, reward_range=cfg.reward_range,
+                                      skip_bad=cfg.skip_bad_episodes, renderer=self.renderer)
+            for bad in data.skipped:
+                self.log(f"skipped saved episode {bad.episode_id!r}: {bad.reason}")
+            if data.skipped:
+                self.log(f"skipped {len(data.skipped)} of {len(data.skipped) + len(data.episodes)} saved episodes that failed "
+                         "their checks (skip_bad_episodes); training on the rest")
+            self.saved_episodes, self.skipped_episodes = data.episodes, data.skipped
             if cfg.minibatches > len(self.saved_episodes):
                 raise ConfigError(f"minibatches={cfg.minibatches} but {cfg.episodes} holds {len(self.saved_episodes)} trainable "
                                   "episodes: use fewer minibatches")
