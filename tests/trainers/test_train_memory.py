@@ -126,8 +126,9 @@ def test_micro_batches_are_bounded_by_padded_tokens() -> None:
     assert sorted(np.concatenate(parts).tolist()) == idx.tolist()  # every episode once
     for part in parts:
         assert len(part) * max(lengths[i] for i in part) <= 8192
-    assert len(parts) == 3  # [30, 40, 60, 2500, 2550, 2590] would be 6 × 2590: split to 5 + 3 + 2
-    assert by_length(idx, samples, 3, max_tokens=0) == by_length(idx, samples, 3)
+    # sorted by length, then closed before the row that would overflow: four micro-batches instead of one of 10 × 2673
+    assert [[lengths[i] for i in p] for p in parts] == [[30, 40, 60], [2500, 2550, 2590], [2600, 2610, 2640], [2673]]
+    assert [p.tolist() for p in by_length(idx, samples, 3, max_tokens=0)] == [p.tolist() for p in by_length(idx, samples, 3)]
     alone = by_length(np.arange(2), [SimpleNamespace(input_ids=[0] * 9000)] * 2, 32, max_tokens=8192)
     assert [len(p) for p in alone] == [1, 1]  # a row longer than the bound goes alone
     short = [SimpleNamespace(input_ids=[0] * n) for n in (10, 20, 30, 40)]
@@ -196,8 +197,6 @@ def test_a_poisoned_batch_skips_its_update_and_a_clean_one_steps(learner) -> Non
 
 
 def test_an_infinite_gradient_skips_the_update(learner, monkeypatch: pytest.MonkeyPatch) -> None:
-    import turngym.trainers.learner as learner_module
-
     opt = learner.rl_setup()
     before = _trainable(learner)
     real = torch.nn.utils.clip_grad_norm_
@@ -207,7 +206,7 @@ def test_an_infinite_gradient_skips_the_update(learner, monkeypatch: pytest.Monk
         params[0].grad.fill_(math.inf)
         return real(params, max_norm)
 
-    monkeypatch.setattr(learner_module.torch.nn.utils, "clip_grad_norm_", exploding)
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", exploding)
     row = learner.learn(0, _saved_episodes(), opt)
     assert row["skipped_updates"] == 1 and any("non-finite gradient" in m for m in learner.logs)
     assert all(torch.equal(before[k], v) for k, v in _trainable(learner).items())
