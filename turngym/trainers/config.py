@@ -291,9 +291,10 @@ class TrainConfig:
         if self.episodes is not None and self.async_rollouts:
             raise ConfigError("saved episodes (episodes=...) are the same batch every step: there is no rollout for --async to "
                               "overlap with the updates; drop --async or --episodes")
-        self.reward_range = tuple(float(x) for x in self.reward_range)  # JSON gives a list
-        if len(self.reward_range) != 2 or not all(math.isfinite(x) for x in self.reward_range) or self.reward_range[0] > self.reward_range[1]:
+        bounds = [float(x) for x in self.reward_range]  # JSON and --set give a list
+        if len(bounds) != 2 or not all(math.isfinite(x) for x in bounds) or bounds[0] > bounds[1]:
             raise ConfigError(f"reward_range must be [low, high] with finite low <= high, got {list(self.reward_range)}")
+        self.reward_range = (bounds[0], bounds[1])
         if self.max_tokens_per_micro_batch < 0 or self.logit_chunk_tokens < 0:
             raise ConfigError(f"need max_tokens_per_micro_batch >= 0 and logit_chunk_tokens >= 0 (0 = no bound), got "
                               f"{self.max_tokens_per_micro_batch}, {self.logit_chunk_tokens}")
