@@ -244,4 +244,7 @@ def test_the_config_bounds_are_validated() -> None:
                 {"logit_chunk_tokens": -2}):
         with pytest.raises(ConfigError):
             TrainConfig(**bad)
-    assert TrainConfig(model="smollm2", lora=True).use_gradient_checkpointing and not TrainConfig().use_gradient_checkpointing
+    smol, tiny = TrainConfig(model="smollm2"), TrainConfig()
+    assert smol.use_gradient_checkpointing and not tiny.use_gradient_checkpointing
+    assert (smol.micro_batch_tokens, tiny.micro_batch_tokens) == (8192, 0)  # the tiny default run keeps its micro-batches
+    assert TrainConfig(max_tokens_per_micro_batch=100).micro_batch_tokens == 100

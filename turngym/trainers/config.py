@@ -139,10 +139,12 @@ class TrainConfig:
     """The declared range of every reward in saved episodes (each turn's reward and signals, the
     outcome's reward): one reward of 1e308 would swamp its group's baseline and zero every other
     episode's signal, so a record outside it is refused (or skipped with ``skip_bad_episodes``)."""
-    max_tokens_per_micro_batch: int = 8192
+    max_tokens_per_micro_batch: int | None = None
     """Padded tokens per forward/backward (rows × longest row), beside ``micro_batch_size`` rows:
     activation memory grows with tokens, not rows, so a micro-batch of long captured episodes is
-    split further (a row longer than this goes alone). 0 = rows only."""
+    split further (a row longer than this goes alone). 0 = rows only; None = 8192 for every model
+    but the embedded tiny one (its activations are small, and its default run keeps its exact
+    micro-batches)."""
     logit_chunk_tokens: int = 1024
     """Policy tokens whose vocabulary logits exist at once in the update (each chunk checkpointed:
     :func:`turngym.trainers.batch.token_logprobs`); 0 = all of a micro-batch's at once."""
@@ -295,7 +297,7 @@ class TrainConfig:
         if len(bounds) != 2 or not all(math.isfinite(x) for x in bounds) or bounds[0] > bounds[1]:
             raise ConfigError(f"reward_range must be [low, high] with finite low <= high, got {list(self.reward_range)}")
         self.reward_range = (bounds[0], bounds[1])
-        if self.max_tokens_per_micro_batch < 0 or self.logit_chunk_tokens < 0:
+        if (self.max_tokens_per_micro_batch or 0) < 0 or self.logit_chunk_tokens < 0:
             raise ConfigError(f"need max_tokens_per_micro_batch >= 0 and logit_chunk_tokens >= 0 (0 = no bound), got "
                               f"{self.max_tokens_per_micro_batch}, {self.logit_chunk_tokens}")
         if self.tis_cap <= 0:
@@ -327,6 +329,13 @@ class TrainConfig:
     @property
     def use_lora(self) -> bool:
         return self.lora if self.lora is not None else self.model != "tiny"
+
+    @property
+    def micro_batch_tokens(self) -> int:
+        """The bound on a micro-batch's padded tokens (0 = none)."""
+        if self.max_tokens_per_micro_batch is not None:
+            return self.max_tokens_per_micro_batch
+        return 0 if self.model == "tiny" else 8192
 
     @property
     def use_gradient_checkpointing(self) -> bool:

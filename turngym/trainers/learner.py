@@ -235,7 +235,7 @@ class Learner:
         for step, idx in enumerate(batches):
             opt.zero_grad(set_to_none=True)
             total_tokens = sum(sum(samples[i].loss_mask) for i in idx)
-            for chunk in by_length(idx, samples, cfg.micro_batch_size, cfg.max_tokens_per_micro_batch):
+            for chunk in by_length(idx, samples, cfg.micro_batch_size, cfg.micro_batch_tokens):
                 batch = collate([samples[i] for i in chunk], None, self.pad_id, self.device)
                 with self.autocast():
                     logp = token_logprobs(model, batch, chunk_tokens=cfg.logit_chunk_tokens)
@@ -356,7 +356,7 @@ class Learner:
                     self.critic.zero_grad()
                 total_tokens = sum(sum(samples[i].loss_mask) for i in mb)
                 nonfinite: str | None = None
-                for chunk in by_length(mb, samples, cfg.micro_batch_size, cfg.max_tokens_per_micro_batch):
+                for chunk in by_length(mb, samples, cfg.micro_batch_size, cfg.micro_batch_tokens):
                     batch = collate([samples[i] for i in chunk], [tok_adv[i] for i in chunk], self.pad_id, self.device)
                     weight = batch.n_tokens / max(total_tokens, 1)
                     value_loss = None
