@@ -92,8 +92,11 @@ def child(variant: str, data: Path, run: Path, result: Path) -> None:
     wall = time.perf_counter() - t0
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     [rl] = [r for r in rows if r.get("phase") == "rl"]
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
-    result.write_text(json.dumps({"step_s": rl.get("step_s"), "wall_s": round(wall, 1), "ru_maxrss_gb": round(peak, 3),
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    peak = usage.ru_maxrss / 2**20  # KiB on Linux
+    cpu = usage.ru_utime + usage.ru_stime  # on a shared machine, closer to the work than the wall time
+    result.write_text(json.dumps({"step_s": rl.get("step_s"), "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+                                  "ru_maxrss_gb": round(peak, 3),
                                   "loss": rl.get("loss"), "tokens": rl.get("tokens"), "skipped_updates": rl.get("skipped_updates")}))
 
 
