@@ -440,6 +440,10 @@ def _setup_train(p: argparse.ArgumentParser) -> None:
                    help="train on saved episodes instead of env rollouts: turngym proxy's OUT/episodes.jsonl (your own "
                         "agent's episodes) or any JSONL of episodes sampled by a token policy; no imitation, no evaluation; "
                         "--model tiny means the embedded model turngym proxy serves")
+    p.add_argument("--skip-bad-episodes", dest="skip_bad_episodes", action="store_true", default=None,
+                   help="with --episodes: leave out (and count) records that fail the checks run before the first step "
+                        "instead of refusing the run (non-finite log-probs, ids outside the vocabulary, prompts that do "
+                        "not extend, rewards outside reward_range)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -448,7 +452,8 @@ def _run_train(args: argparse.Namespace) -> int:
     from turngym.trainers.recipe import recipe
 
     fields = (recipe(args.recipe) if args.recipe else {}) | parse_kv(args.set, flag="--set")
-    for name in ("env_id", "algo", "steps", "model", "seed", "report_to", "engine", "constrain_choices", "async_rollouts", "episodes"):
+    for name in ("env_id", "algo", "steps", "model", "seed", "report_to", "engine", "constrain_choices", "async_rollouts", "episodes",
+                 "skip_bad_episodes"):
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)
     if args.episodes is not None:  # nothing to imitate or evaluate on: the episodes are the data

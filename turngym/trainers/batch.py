@@ -16,7 +16,7 @@ import numpy as np
 
 from turngym.core.errors import ConfigError
 
-__all__ = ["TokenBatch", "collate", "table_token_advantages", "token_advantages", "token_logprobs"]
+__all__ = ["LOGIT_CHUNK_TOKENS", "TokenBatch", "collate", "table_token_advantages", "token_advantages", "token_logprobs"]
 
 
 def token_advantages(sample: Any, turn_advantages: Sequence[float]) -> list[float]:
@@ -117,7 +117,11 @@ def _allowed(samples: Sequence[Any], mask: np.ndarray, t: Any) -> tuple[Any, Any
     return t(rows), t(cols), t(ids)
 
 
-def token_logprobs(model: Any, batch: TokenBatch, *, only_masked: bool = True) -> Any:
+#: Masked positions whose logits :func:`token_logprobs` computes at once (``TrainConfig.logit_chunk_tokens``).
+LOGIT_CHUNK_TOKENS = 1024
+
+
+def token_logprobs(model: Any, batch: TokenBatch, *, only_masked: bool = True, chunk_tokens: int = LOGIT_CHUNK_TOKENS) -> Any:
     """log π(token_{t+1} | tokens_≤t), shape ``(n, width − 1)``.
 
     With ``only_masked`` (the default) the vocabulary projection and softmax run only at the
@@ -127,6 +131,14 @@ def token_logprobs(model: Any, batch: TokenBatch, *, only_masked: bool = True) -
     demonstrations with the tiny model, ``benchmarks/bench_train.py``) and most of the logits
     memory of a large-vocabulary one. Models whose head is more than a linear layer
     (logit soft-capping or scaling) take the full path, as does ``only_masked=False``.
+
+    ``chunk_tokens`` bounds the logits alive at once: the head and the softmax run on that many
+    masked positions at a time, each chunk under activation checkpointing, so neither the
+    forward nor the backward ever holds more than one chunk's ``chunk_tokens × vocabulary``
+    logits (recomputed in backward: one extra head product per chunk). A SmolLM2 micro-batch of
+    long captured episodes holds ~10k policy tokens: 2 GB of float32 logits, several times that
+    with the softmax and its gradient, all at once without chunks. ``0`` = every masked
+    position at once (no recomputation). Same values either way (to float rounding).
 
     Positions in ``batch.allowed`` (constrained decoding) get the log-prob renormalized over
     their allowed tokens: the distribution the rollout sampled from.
@@ -140,12 +152,16 @@ def token_logprobs(model: Any, batch: TokenBatch, *, only_masked: bool = True) -
     if only_masked and _plain_head(model):
         hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=attn).last_hidden_state[:, :-1]
         where = batch.mask_next > 0
-        logits = model.get_output_embeddings()(hidden[where]).float()
-        picked = torch.log_softmax(logits, dim=-1).gather(-1, targets[where].unsqueeze(-1)).squeeze(-1)
-        if batch.allowed is not None:  # row k of `logits` is the k-th masked position, row-major
-            rows, cols, ids = batch.allowed
-            k = (where.flatten().cumsum(0) - 1).view(where.shape)[rows, cols]
-            picked = picked.index_put((k,), _constrained(logits[k], targets[rows, cols], ids))
+        head = model.get_output_embeddings()
+        rows, picked_targets = hidden[where], targets[where]
+        if chunk_tokens > 0:
+            picked = _chunked_logprobs(head, rows, picked_targets, chunk_tokens)
+        else:
+            picked = torch.log_softmax(head(rows).float(), dim=-1).gather(-1, picked_targets.unsqueeze(-1)).squeeze(-1)
+        if batch.allowed is not None:  # row k of `rows` is the k-th masked position, row-major
+            a_rows, cols, ids = batch.allowed
+            k = (where.flatten().cumsum(0) - 1).view(where.shape)[a_rows, cols]
+            picked = picked.index_put((k,), _constrained(head(rows[k]).float(), targets[a_rows, cols], ids))
         out = torch.zeros(targets.shape, dtype=picked.dtype, device=picked.device)
         return out.masked_scatter(where, picked)
     logits = model(input_ids=batch.input_ids, attention_mask=attn).logits[:, :-1].float()
@@ -154,6 +170,30 @@ def token_logprobs(model: Any, batch: TokenBatch, *, only_masked: bool = True) -
         rows, cols, ids = batch.allowed
         out = out.index_put((rows, cols), _constrained(logits[rows, cols], targets[rows, cols], ids))
     return out
+
+
+def _picked_logprobs(head: Any, hidden: Any, targets: Any) -> Any:
+    """``log_softmax(head(hidden))`` at ``targets``, one value per row (the logits die here)."""
+    import torch
+
+    logits = head(hidden).float()
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def _chunked_logprobs(head: Any, hidden: Any, targets: Any, chunk: int) -> Any:
+    """:func:`_picked_logprobs` over ``chunk`` rows at a time; under autograd each chunk is
+    checkpointed (backward keeps its hidden rows, not its logits, and recomputes them)."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
+    parts = []
+    for start in range(0, hidden.shape[0], chunk):
+        h, t = hidden[start : start + chunk], targets[start : start + chunk]
+        parts.append(checkpoint(_picked_logprobs, head, h, t, use_reentrant=False) if grad else _picked_logprobs(head, h, t))
+    if not parts:
+        return hidden.new_zeros(0, dtype=torch.float32)
+    return torch.cat(parts)
 
 
 def _constrained(logits: Any, targets: Any, allowed: Any) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,28 @@ class TrainConfig:
     them; their recorded log-probs are π_old, so PPO's clip bounds how far the later steps move.
     Needs ``warmup_steps=0`` and ``eval_episodes=0`` (no env to imitate or evaluate on); rewards
     are shaped with the spec of the episodes' env when that env is registered."""
+    skip_bad_episodes: bool = False
+    """With ``episodes``: leave out the saved records that fail the checks run before the first step
+    (non-finite or positive log-probs, token ids outside the vocabulary, a prompt that does not
+    extend the turn before it, a reward outside ``reward_range``), logging each one's id and reason
+    and counting them, instead of refusing the run on the first (``turngym train --skip-bad-episodes``)."""
+    reward_range: tuple[float, float] = (-1000.0, 1000.0)
+    """The declared range of every reward in saved episodes (each turn's reward and signals, the
+    outcome's reward): one reward of 1e308 would swamp its group's baseline and zero every other
+    episode's signal, so a record outside it is refused (or skipped with ``skip_bad_episodes``)."""
+    max_tokens_per_micro_batch: int | None = None
+    """Padded tokens per forward/backward (rows × longest row), beside ``micro_batch_size`` rows:
+    activation memory grows with tokens, not rows, so a micro-batch of long captured episodes is
+    split further (a row longer than this goes alone). 0 = rows only; None = 8192 for every model
+    but the embedded tiny one (its activations are small, and its default run keeps its exact
+    micro-batches)."""
+    logit_chunk_tokens: int = 1024
+    """Policy tokens whose vocabulary logits exist at once in the update (each chunk checkpointed:
+    :func:`turngym.trainers.batch.token_logprobs`); 0 = all of a micro-batch's at once."""
+    gradient_checkpointing: bool | None = None
+    """Recompute each decoder layer's activations in backward instead of keeping them (one more
+    forward pass per update): a 2.6k-token SmolLM2 episode otherwise keeps ~4 GB of activations.
+    None = on for every model but the embedded tiny one (whose activations are small)."""
     save_every: int = 1
     """Checkpoint every N RL steps (and always at the end)."""
     keep_checkpoints: int = 2
@@ -317,6 +340,13 @@ class TrainConfig:
         if self.episodes is not None and self.async_rollouts:
             raise ConfigError("saved episodes (episodes=...) are the same batch every step: there is no rollout for --async to "
                               "overlap with the updates; drop --async or --episodes")
+        bounds = [float(x) for x in self.reward_range]  # JSON and --set give a list
+        if len(bounds) != 2 or not all(math.isfinite(x) for x in bounds) or bounds[0] > bounds[1]:
+            raise ConfigError(f"reward_range must be [low, high] with finite low <= high, got {list(self.reward_range)}")
+        self.reward_range = (bounds[0], bounds[1])
+        if (self.max_tokens_per_micro_batch or 0) < 0 or self.logit_chunk_tokens < 0:
+            raise ConfigError(f"need max_tokens_per_micro_batch >= 0 and logit_chunk_tokens >= 0 (0 = no bound), got "
+                              f"{self.max_tokens_per_micro_batch}, {self.logit_chunk_tokens}")
         if self.tis_cap <= 0:
             raise ConfigError(f"tis_cap must be > 0 (2 is common), got {self.tis_cap}")
         if self.async_lag < 1 or self.async_swap_call < 0 or self.max_staleness < 0:
@@ -360,6 +390,17 @@ class TrainConfig:
     @property
     def use_lora(self) -> bool:
         return self.lora if self.lora is not None else self.model != "tiny"
+
+    @property
+    def micro_batch_tokens(self) -> int:
+        """The bound on a micro-batch's padded tokens (0 = none)."""
+        if self.max_tokens_per_micro_batch is not None:
+            return self.max_tokens_per_micro_batch
+        return 0 if self.model == "tiny" else 8192
+
+    @property
+    def use_gradient_checkpointing(self) -> bool:
+        return self.gradient_checkpointing if self.gradient_checkpointing is not None else self.model != "tiny"
 
     @property
     def show_system_prompt(self) -> bool:
