@@ -248,7 +248,7 @@ def test_finished_episodes_in_memory_stay_within_their_byte_budget() -> None:
 
 # ------------------------------------------------------------------------ rewards
 @pytest.mark.parametrize("body", [
-    b'{"reward": 1e308}', b'{"reward": -1e7}', b'{"reward": NaN}', b'{"reward": Infinity}', b'{"reward": 1' + b"0" * 400 + b"}",
+    b'{"reward": 1e308}', b'{"reward": -1001}', b'{"reward": NaN}', b'{"reward": Infinity}', b'{"reward": 1' + b"0" * 400 + b"}",
     b'{"reward": 0.0, "turns": [{"reward": 1e308}]}', b'{"reward": 0.0, "turns": [{"signals": {"s": 1e308}}]}',
     b'{"reward": 0.0, "info": {"x": NaN}}',
 ])
@@ -258,7 +258,7 @@ def test_rewards_must_be_finite_and_in_range(served, body: bytes) -> None:
     assert _chat(http, owner).status_code == 200
     r = _outcome(http, owner[EPISODE], body, {KEY: owner[KEY]})
     assert r.status_code == 400, r.text
-    assert _outcome(http, owner[EPISODE], {"reward": 1e6}, {KEY: owner[KEY]}).status_code == 200  # the range's edge
+    assert _outcome(http, owner[EPISODE], {"reward": 1000.0}, {KEY: owner[KEY]}).status_code == 200  # the range's edge
 
 
 # ------------------------------------------------------------------------ nothing accepted lost

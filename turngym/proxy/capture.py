@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turngym.agents.render import RECORDED
-from turngym.rollout.types import Episode, Turn
+from turngym.rollout.types import DEFAULT_REWARD_RANGE, Episode, Turn
 
 __all__ = ["CapturedTurn", "OutcomeReport", "Segment", "Session", "SessionStore", "parse_outcome", "tidied"]
 
@@ -166,7 +166,6 @@ _TURN_KEYS = {"reward", "signals", "state_key", "action_valid", "invalid_reason"
 _OUTCOME_KEYS = {"reward", "success", "env_id", "task_id", "group", "seed", "truncated", "turns", "info"}
 
 
-DEFAULT_REWARD_RANGE = (-1e6, 1e6)
 """Rewards and signals a report may carry: finite, and small enough that a group's mean and
 standard deviation stay meaningful (one 1e308 zeroed its whole group's advantage)."""
 

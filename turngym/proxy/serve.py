@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym.core.errors import ConfigError
+from turngym.rollout.types import DEFAULT_REWARD_RANGE
 from turngym.server.testing import UvicornThread
 
 __all__ = ["ProxyThread", "build_proxy", "run_command", "setup_parser"]
@@ -60,8 +61,8 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--outcome-timeout", type=float, default=600.0,
                    help="drop an episode whose outcome is not reported this many seconds after its last request")
     p.add_argument("--max-open-episodes", type=int, default=10_000)
-    p.add_argument("--reward-range", type=float, nargs=2, default=(-1e6, 1e6), metavar=("LO", "HI"),
-                   help="outcome rewards, per-turn rewards and signals outside [LO, HI] are refused (default: -1e6 1e6)")
+    p.add_argument("--reward-range", type=float, nargs=2, default=DEFAULT_REWARD_RANGE, metavar=("LO", "HI"),
+                   help="outcome rewards, per-turn rewards and signals outside [LO, HI] are refused (default: -1000 1000)")
     p.add_argument("--max-batch-size", type=int, default=64, help="concurrent requests sampled together")
     p.add_argument("--ignore-sampling-params", action="store_true",
                    help="accept requests whose temperature/top_p differ from the proxy's (ignored, counted) instead of refusing them")

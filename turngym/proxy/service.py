@@ -69,6 +69,7 @@ from turngym.proxy.guard import (
 from turngym.proxy.ledger import FinishedLog
 from turngym.proxy.tool_parsers import TOOL_PARSERS, ParsedReply, ToolParser, detect_parser
 from turngym.proxy.tools import ToolRequest, ToolTemplate, parse_reply, parse_tool_request, recognize_calls
+from turngym.rollout.types import DEFAULT_REWARD_RANGE
 
 __all__ = ["CaptureProxy", "ProxyConfig", "ProxyError", "model_fingerprint", "tokenizer_fingerprint", "EPISODE_HEADER", "GROUP_HEADER"]
 
@@ -135,7 +136,7 @@ class ProxyConfig:
     max_body_bytes: int = 16 << 20
     max_json_depth: int = 64
     max_info_bytes: int = 64 << 10
-    reward_range: tuple[float, float] = (-1e6, 1e6)
+    reward_range: tuple[float, float] = DEFAULT_REWARD_RANGE
 
     def __post_init__(self) -> None:
         from turngym.core.errors import ConfigError

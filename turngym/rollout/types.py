@@ -14,7 +14,13 @@ from typing import Any
 
 from turngym.core.errors import ConfigError
 
-__all__ = ["Turn", "Episode", "group_id", "save_episodes", "load_episodes"]
+__all__ = ["DEFAULT_REWARD_RANGE", "Turn", "Episode", "group_id", "save_episodes", "load_episodes"]
+
+DEFAULT_REWARD_RANGE: tuple[float, float] = (-1000.0, 1000.0)
+"""Rewards (outcome and per turn) and signals that episodes from outside may carry: what the capture
+proxy accepts in an outcome and what ``turngym train --episodes`` trains on (both configurable).
+Wide for any sane scale, narrow enough that one reported reward cannot swamp its group: a reward of
+1e308 made every other member's advantage zero."""
 
 
 def group_id(env_id: str, seed: int | None, task_id: Any = None) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 
 from turngym.core.errors import ConfigError
 from turngym.rollout.metrics import DEFAULT_MAX_INFRA_ERROR_RATE
+from turngym.rollout.types import DEFAULT_REWARD_RANGE
 
 __all__ = ["TrainConfig"]
 
@@ -176,7 +177,7 @@ class TrainConfig:
     (non-finite or positive log-probs, token ids outside the vocabulary, a prompt that does not
     extend the turn before it, a reward outside ``reward_range``), logging each one's id and reason
     and counting them, instead of refusing the run on the first (``turngym train --skip-bad-episodes``)."""
-    reward_range: tuple[float, float] = (-1000.0, 1000.0)
+    reward_range: tuple[float, float] = DEFAULT_REWARD_RANGE
     """The declared range of every reward in saved episodes (each turn's reward and signals, the
     outcome's reward): one reward of 1e308 would swamp its group's baseline and zero every other
     episode's signal, so a record outside it is refused (or skipped with ``skip_bad_episodes``)."""

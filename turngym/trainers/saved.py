@@ -24,7 +24,7 @@ from typing import Any
 
 from turngym.core.errors import ConfigError
 from turngym.core.spec import RewardSpec
-from turngym.rollout.types import Episode, Turn, load_episodes
+from turngym.rollout.types import DEFAULT_REWARD_RANGE, Episode, Turn, load_episodes
 
 __all__ = ["BadRecord", "SavedEpisodes", "load_training_data", "load_training_episodes", "record_problem", "reward_spec_of", "vocab_size"]
 
@@ -33,7 +33,6 @@ __all__ = ["BadRecord", "SavedEpisodes", "load_training_data", "load_training_ep
 MIN_LOGPROB = -1000.0
 # Slack above 0 for a log-prob rounded up by float arithmetic.
 _LOGPROB_SLACK = 1e-4
-DEFAULT_REWARD_RANGE = (-1000.0, 1000.0)
 
 
 @dataclass(frozen=True)
