@@ -12,7 +12,9 @@ Arms: ``original`` (the first loop: growing cache, a host sync per row per token
 heads, the CPU default since 2026-12-06), ``bf16`` (``grouped`` on a bfloat16 copy of the model)
 and, on CUDA, ``graphs`` (each decode step replayed as one CUDA graph). Every row gets a prompt of about
 ``--prompt-tokens`` tokens and samples exactly ``--new-tokens`` (no stop string, so the arms
-do the same work); the best of ``--repeats`` timed calls after one warm-up call is reported.
+do the same work); the best of ``--repeats`` timed calls after one warm-up call is reported, the
+arms interleaved within each repeat, with the process CPU time beside the wall time (on a shared
+machine wall time swings with the neighbours' load; CPU time much less).
 Targets (issue #32): on an H200 with SmolLM2-135M, ≥ 5,000 tokens/s at 256 rows and ≥ 20× the
 original loop's 110 tokens/s at 16 rows; on a CPU, static no slower than original. Issue #37: on a
 CPU, ≥ 4× the ``static`` arm's tokens/s at 16 and 64 rows.
@@ -67,7 +69,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     else:
         arms["grouped"] = {"grouped_attention": True}
         arms["bf16"] = {"grouped_attention": True, "model": "bf16"}
-    arms = {k: v for k, v in arms.items() if not args.arms or k in args.arms}
+    if args.arms:  # in the order given: a second run in reverse order shows a load trend's bias
+        arms = {k: arms[k] for k in args.arms if k in arms}
     if any(kw.get("model") == "bf16" for kw in arms.values()):
         models["bf16"] = copy.deepcopy(base.model).to(torch.bfloat16).eval()
     results: dict[str, Any] = {"model": args.model, "device": device, "dtype": str(base.model.dtype).replace("torch.", ""),
@@ -78,6 +81,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for rows in args.rows:
         inputs = [AgentInput(m, max_new_tokens=args.new_tokens) for m in _prompts(base.tokenizer, rows, args.prompt_tokens)]
         per: dict[str, Any] = {}
+        policies: dict[str, Any] = {}
         for arm, kw in arms.items():
             if arm == "original" and rows > args.original_max_rows:
                 continue
@@ -88,30 +92,38 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             policy.eos_ids = frozenset()
             # warm-up: allocation, graph capture (the same shapes on CUDA; on a CPU two rows suffice)
             policy.act(inputs if device.startswith("cuda") else inputs[:2])
-            best = float("inf")
-            load = []
-            for _ in range(args.repeats):
+            policies[arm] = policy
+            per[arm] = {"wall": [], "cpu": [], "load_1min": []}
+        actions: dict[str, Any] = {}
+        for _ in range(args.repeats):  # arms interleaved per repeat: a load swing hits every arm alike
+            for arm, policy in policies.items():
                 if device.startswith("cuda"):
                     torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                actions = policy.act(inputs)
+                t0, c0 = time.perf_counter(), time.process_time()
+                actions[arm] = policy.act(inputs)
                 if device.startswith("cuda"):
                     torch.cuda.synchronize()
-                best = min(best, time.perf_counter() - t0)
-                load.append(_load())
-            tokens = sum(len(a.token_ids) for a in actions)
-            per[arm] = {"seconds": round(best, 4), "tokens": tokens, "tokens_per_s": round(tokens / best, 1), "load_1min": load}
+                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+                per[arm]["wall"].append(round(wall, 3))
+                per[arm]["cpu"].append(round(cpu, 3))
+                per[arm]["load_1min"].append(_load())
+                print(f"[bench_hf_decode] rows={rows} {arm}: {rows * args.new_tokens / wall:,.0f} tokens/s "
+                      f"({wall:.3f} s wall, {cpu:.3f} s CPU, load {per[arm]['load_1min'][-1]})", file=sys.stderr, flush=True)
+        for arm, policy in policies.items():
+            tokens = sum(len(a.token_ids) for a in actions[arm])
+            best, cpu = min(per[arm]["wall"]), min(per[arm]["cpu"])
+            per[arm].update(seconds=best, tokens=tokens, tokens_per_s=round(tokens / best, 1),
+                            tokens_per_cpu_s=round(tokens / cpu, 1))
             if policy._static is not None and policy._static.graph_error:
                 per[arm]["graph_error"] = policy._static.graph_error
             if arm == "bf16" and args.gap_rows:
                 ref = HFPolicy(models["base"], base.tokenizer, prefix_cache_mb=0)
-                per[arm]["logprob_gap"] = _gap(policy, ref, actions[: args.gap_rows])
-            print(f"[bench_hf_decode] rows={rows} {arm}: {tokens / best:,.0f} tokens/s ({best:.3f} s, load {load})",
-                  file=sys.stderr, flush=True)
+                per[arm]["logprob_gap"] = _gap(policy, ref, actions[arm][: args.gap_rows])
         for ref in ("original", "static"):
             if ref in per:
                 for arm in per:
                     per[arm][f"speedup_vs_{ref}"] = round(per[arm]["tokens_per_s"] / per[ref]["tokens_per_s"], 2)
+                    per[arm][f"cpu_speedup_vs_{ref}"] = round(per[arm]["tokens_per_cpu_s"] / per[ref]["tokens_per_cpu_s"], 2)
         results["rows"][str(rows)] = per
     return results
 
@@ -135,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--original-max-rows", type=int, default=64, help="skip the original loop above this many rows (slow)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default; 1 is steadiest on a shared box)")
-    p.add_argument("--arms", nargs="*", default=None, help="arms to run (default: all for the device)")
+    p.add_argument("--arms", nargs="*", default=None, help="arms to run, in this order (default: all for the device)")
     p.add_argument("--gap-rows", type=int, default=0, help="score this many bf16 samples in bf16 and fp32 (log-prob gap)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
