@@ -500,7 +500,11 @@ class HFPolicy:
     ) -> HFPolicy:
         """Load ``path`` (``"tiny"``, ``"smollm2"`` or a model directory); GPU if available.
 
-        ``dtype`` defaults to float32 on CPU and bfloat16 on CUDA.
+        ``dtype`` defaults to float32 on CPU and bfloat16 on CUDA. ``dtype="bfloat16"`` on a CPU
+        with avx512_bf16 samples SmolLM2 several times faster than float32
+        (``benchmarks/results/hf_decode.md``); the recorded log-probs are then the bf16 model's
+        (what the sampler drew from), ~0.04 per token from any teacher-forced recompute, in bf16
+        or float32 alike: a learner in another dtype treats them as behaviour log-probs.
         """
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
