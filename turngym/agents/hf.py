@@ -420,6 +420,11 @@ class HFPolicy:
         prefix_cache_mb: memory for keys/values kept between turns (0 disables prefix reuse).
             A multi-turn prompt extends the previous turn's sequence, so only the new
             observation is run through the model instead of the whole history.
+        static_decoding: the static-cache loop (:mod:`turngym.agents.hf_decode`; default: where the model runs it).
+        cuda_graphs: replay decode steps as CUDA graphs (default: on CUDA).
+        sync_every: decode steps between host reads (default 8 on CUDA, 1 elsewhere).
+        grouped_attention: the static loop's forwards attend over written cache columns with grouped
+            key/value heads (:func:`~turngym.agents.hf_decode.grouped_attention`; default: on a CPU).
         name: shown in reports.
     """
 
@@ -439,6 +444,7 @@ class HFPolicy:
         static_decoding: bool | None = None,
         cuda_graphs: bool | None = None,
         sync_every: int | None = None,
+        grouped_attention: bool | None = None,
         name: str = "hf",
     ) -> None:
         import torch
@@ -484,7 +490,8 @@ class HFPolicy:
         if static_decoding and self.static_reason is not None:
             raise ConfigError(f"static_decoding=True, but {self.static_reason}; leave static_decoding unset to fall back")
         self._static = (
-            StaticDecoder.for_model(model, graphs=cuda_graphs, sync_every=sync_every) if self.static_reason is None else None
+            StaticDecoder.for_model(model, graphs=cuda_graphs, sync_every=sync_every, grouped=grouped_attention)
+            if self.static_reason is None else None
         )
 
     @classmethod
@@ -493,7 +500,11 @@ class HFPolicy:
     ) -> HFPolicy:
         """Load ``path`` (``"tiny"``, ``"smollm2"`` or a model directory); GPU if available.
 
-        ``dtype`` defaults to float32 on CPU and bfloat16 on CUDA.
+        ``dtype`` defaults to float32 on CPU and bfloat16 on CUDA. ``dtype="bfloat16"`` on a CPU
+        with avx512_bf16 samples SmolLM2 several times faster than float32
+        (``benchmarks/results/hf_decode.md``); the recorded log-probs are then the bf16 model's
+        (what the sampler drew from), ~0.04 per token from any teacher-forced recompute, in bf16
+        or float32 alike: a learner in another dtype treats them as behaviour log-probs.
         """
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -30,6 +30,15 @@ the overhead:
   half the size; then the survivors' cache rows are copied into that smaller bucket. On a CPU the
   bucket is the exact row count (the forward pass costs per row), so it shrinks as before.
 
+* **Grouped attention without copies (CPU).** transformers' sdpa path repeats every key/value
+  head ``heads / kv_heads`` times whenever a mask is given (GQA: SmolLM2 has 9 query heads over 3
+  key/value heads), copying the whole cache in every layer at every step, and its CPU flash kernel
+  is slow in bfloat16 for one query row. On a CPU the decoder's own forward passes instead attend
+  over the written columns only, grouping query heads over their shared key/value head: torch's
+  sdpa with ``enable_gqa`` in float32, a grouped matmul with a float32 softmax in bfloat16
+  (:func:`grouped_attention`). Only this decoder's forwards take that path (they pass
+  ``turngym_columns``); every other forward of the model (the learner's) runs transformers' own.
+
 Models it cannot run (sliding-window or hybrid attention, attention implementations that take no
 4-D mask, configs without the usual head fields) fall back to the original loop; so does any
 failure to capture a graph (then the eager static loop runs and the reason is kept in
@@ -50,7 +59,7 @@ from turngym.agents.choices import ChoiceTrie
 if TYPE_CHECKING:
     from turngym.agents.hf import Generation, HFPolicy
 
-__all__ = ["StaticDecoder", "static_decoding_unsupported"]
+__all__ = ["StaticDecoder", "grouped_attention", "static_decoding_unsupported"]
 
 _MASK_IMPLS = ("sdpa", "eager")
 
@@ -72,6 +81,65 @@ def static_decoding_unsupported(model: Any) -> str | None:
         if not isinstance(getattr(config, name, None), int):
             return f"config has no integer {name}"
     return None
+
+
+def grouped_attention(query: Any, key: Any, value: Any, mask: Any, scaling: float | None) -> Any:
+    """Attention of ``query`` [rows, heads, q, d] over ``key``/``value`` [rows, kv_heads, cols, d]
+    under the boolean ``mask`` [rows, 1, q, cols] (True: attend), as [rows, q, heads, d].
+
+    Query head ``h`` reads key/value head ``h // (heads / kv_heads)`` (transformers' ``repeat_kv``
+    order) without materializing the repeat. Float32 goes through torch's sdpa (``enable_gqa``);
+    half precision through a grouped matmul whose scores are softmaxed in float32 (torch's CPU
+    flash kernel is ~10x slower in bfloat16 for a single query row).
+    """
+    import torch
+
+    rows, heads, q, d = query.shape
+    kv_heads = key.shape[1]
+    if query.dtype == torch.float32:
+        out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling,
+                                                               enable_gqa=kv_heads != heads)
+        return out.transpose(1, 2).contiguous()
+    groups = heads // kv_heads
+    scores = torch.matmul(query.reshape(rows, kv_heads, groups * q, d), key.transpose(-1, -2))
+    scores = scores.float().view(rows, kv_heads, groups, q, -1) * (scaling if scaling is not None else d**-0.5)
+    scores = scores.masked_fill(~mask[:, :, None], float("-inf"))
+    probs = torch.softmax(scores, dim=-1).to(value.dtype).view(rows, kv_heads, groups * q, -1)
+    return torch.matmul(probs, value).view(rows, heads, q, d).transpose(1, 2).contiguous()
+
+
+_SDPA_LOCK = threading.Lock()
+
+
+def _install_grouped_attention() -> bool:
+    """Route sdpa forwards that carry ``turngym_columns`` to :func:`grouped_attention` (once per process).
+
+    transformers picks the attention function by the config's name from a global registry, so the
+    entry for ``"sdpa"`` is wrapped: a forward without the keyword (anyone but this decoder) calls
+    the original function unchanged. False when this transformers has no such registry.
+    """
+    try:
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    except ImportError:
+        return False
+    with _SDPA_LOCK:
+        original = ALL_ATTENTION_FUNCTIONS.get("sdpa")
+        if original is None:
+            return False
+        if getattr(original, "_turngym_grouped", False):
+            return True
+
+        def sdpa_or_grouped(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, *args: Any,
+                            turngym_columns: int | None = None, **kwargs: Any) -> tuple[Any, Any]:
+            if turngym_columns is None or attention_mask is None or attention_mask.dtype.is_floating_point:
+                return original(module, query, key, value, attention_mask, *args, **kwargs)
+            n = turngym_columns
+            return grouped_attention(query, key[:, :, :n], value[:, :, :n], attention_mask[..., :n],
+                                     kwargs.get("scaling")), None
+
+        sdpa_or_grouped._turngym_grouped = True  # type: ignore[attr-defined]
+        ALL_ATTENTION_FUNCTIONS.register("sdpa", sdpa_or_grouped)
+        return True
 
 
 def _layer_class() -> type:
@@ -141,10 +209,12 @@ class StaticDecoder:
             read costs nothing and steps past a row's end would be wasted arithmetic).
         max_bytes: cache buffers kept between calls (default: a quarter of the card's memory on CUDA,
             none on a CPU, where allocation is cheap; 0 keeps none, so every call allocates and captures anew).
+        grouped: attend over the written columns with :func:`grouped_attention` (default: on a CPU
+            with sdpa; never under CUDA graphs, whose captured shapes cannot follow the column count).
     """
 
     def __init__(self, model: Any, *, graphs: bool | None = None, sync_every: int | None = None,
-                 max_bytes: int | None = None) -> None:
+                 max_bytes: int | None = None, grouped: bool | None = None) -> None:
         import torch
 
         self.model = model
@@ -162,6 +232,8 @@ class StaticDecoder:
         self.kv_heads = getattr(config, "num_key_value_heads", None) or heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         self.bool_mask = (getattr(config, "_attn_implementation", None) or "eager") == "sdpa"
+        want = (not self.cuda) if grouped is None else bool(grouped) and not self.graphs
+        self.grouped = want and self.bool_mask and _install_grouped_attention()
         self._slots: OrderedDict[tuple[int, int], _Slots] = OrderedDict()
         self._signature: tuple[int, ...] = ()
         self._pool = torch.cuda.graph_pool_handle() if self.graphs else None
@@ -171,13 +243,14 @@ class StaticDecoder:
         self.lock = threading.Lock()
 
     @classmethod
-    def for_model(cls, model: Any, *, graphs: bool | None = None, sync_every: int | None = None) -> StaticDecoder:
+    def for_model(cls, model: Any, *, graphs: bool | None = None, sync_every: int | None = None,
+                  grouped: bool | None = None) -> StaticDecoder:
         """The decoder shared by every policy over ``model`` with these settings."""
         with _SHARED_LOCK:
             per = _SHARED.setdefault(model, {})
-            key = (graphs, sync_every)
+            key = (graphs, sync_every, grouped)
             if key not in per:
-                per[key] = cls(model, graphs=graphs, sync_every=sync_every)
+                per[key] = cls(model, graphs=graphs, sync_every=sync_every, grouped=grouped)
             return per[key]
 
     # ------------------------------------------------------------------ buckets and buffers
@@ -255,20 +328,25 @@ class StaticDecoder:
         allowed = s.valid[:, None, :] & causal[None]  # [rows, d, length]
         allowed[:, torch.arange(d, device=self.device), q] = True  # a pad position sees itself: no empty softmax row
         pos = (s.valid.long().cumsum(-1) - 1).clamp(min=0)[:, start : start + d]
+        if self.grouped:
+            extra = {**extra, "turngym_columns": start + d}
         out = self.model(input_ids=ids, attention_mask=self._mask_of(allowed[:, None]), position_ids=pos,
                          past_key_values=s.cache, use_cache=True, **extra)
         s.pos.copy_(pos[:, -1:])
         s.cols[0] = s.step_col
         return out.logits[:, -1, :]
 
-    def _forward_step(self, s: _Slots) -> Any:
-        out = self.model(input_ids=s.tok, attention_mask=s.mask, position_ids=s.pos, past_key_values=s.cache, use_cache=True)
+    def _forward_step(self, s: _Slots, columns: int | None = None) -> Any:
+        extra = {"turngym_columns": columns} if self.grouped and columns is not None else {}
+        out = self.model(input_ids=s.tok, attention_mask=s.mask, position_ids=s.pos, past_key_values=s.cache, use_cache=True,
+                         **extra)
         return out.logits[:, -1, :]
 
-    def step(self, s: _Slots) -> Any:
-        """One decode step with the inputs already in ``s``: the next logits [rows, vocab]."""
+    def step(self, s: _Slots, columns: int | None = None) -> Any:
+        """One decode step with the inputs already in ``s``: the next logits [rows, vocab]. ``columns``:
+        how many cache columns are written (eager steps attend over those only)."""
         if not self.graphs or self.graph_error is not None:
-            return self._forward_step(s)
+            return self._forward_step(s, columns)
         if s.graph is None:
             self._capture(s)
             if s.graph is None:
@@ -446,7 +524,7 @@ class StaticDecoder:
             s.pos.add_(1)
             self._open(s, col)
             col += 1
-            logits = self.step(s)
+            logits = self.step(s, col)
         return policy._finish(prompts, gen_ids, gen_lps, finish, gen_allowed)
 
     @staticmethod

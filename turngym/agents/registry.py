@@ -29,7 +29,8 @@ def _pick(options: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _hf(arg: str | None, **options: Any) -> Policy:
-    """``hf`` / ``hf:tiny`` (embedded model), ``hf:smollm2``, ``hf:/path/to/model_dir``.
+    """``hf`` / ``hf:tiny`` (embedded model), ``hf:smollm2``, ``hf:/path/to/model_dir``; ``dtype=bfloat16``
+    samples in bf16 (~3x float32's tokens/s on an avx512_bf16 CPU: ``benchmarks/results/hf_decode.md``).
 
     Forces each env's action prefix unless ``force_action_prefix=False``: a small chat model
     asked for ``<calc>...</calc>`` otherwise starts most answers with prose, and nearly every
@@ -39,7 +40,7 @@ def _hf(arg: str | None, **options: Any) -> Policy:
     with require_extra("the hf agent", "train"):
         from turngym.agents.hf import HFPolicy  # torch is imported only when an HF agent is built
 
-        return HFPolicy.from_pretrained(arg, device=options.get("device"), **_pick(options, (*_SAMPLING, "max_batch_size", "force_action_prefix", "constrain_choices")))
+        return HFPolicy.from_pretrained(arg, device=options.get("device"), **_pick(options, (*_SAMPLING, "max_batch_size", "force_action_prefix", "constrain_choices", "dtype")))
 
 
 def _openai(arg: str | None, **options: Any) -> Policy:
