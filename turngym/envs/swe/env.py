@@ -135,9 +135,10 @@ class SWEEnv(TurngymEnv[SWETask, SWEState | None]):
             Signal("p2p_failing", 0, 1, "verifiable", "fraction of PASS_TO_PASS tests failing on the current tree", weight=-0.5),
             Signal("touched_buggy_function", 0, 1, "verifiable", "this turn's edit overlapped the buggy function (gold-patch localization)", weight=0.05),
             Signal("imports_ok", 0, 1, "verifiable", "the repository's test suite still collects"),
-            Signal("resolved", 0, 1, "verifiable", "at submit: all FAIL_TO_PASS pass and no PASS_TO_PASS fails"),
+            Signal("resolved", 0, 1, "verifiable", "at submit: all FAIL_TO_PASS pass, no PASS_TO_PASS fails, hidden cases agree"),
         ),
-        outcome="1 if at submit all FAIL_TO_PASS tests pass and no PASS_TO_PASS test fails (SWE-bench), else 0",
+        outcome="1 if at submit all FAIL_TO_PASS tests pass, no PASS_TO_PASS test fails (SWE-bench) and the hidden "
+                "cases agree with the gold code (shipped tasks), else 0",
     )
     default_max_turns = 30
     corpus_episodes: ClassVar[int | None] = 12  # the tiny model's tokenizer corpus: each step runs sandboxed tests

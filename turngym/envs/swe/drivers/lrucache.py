@@ -83,7 +83,7 @@ def _ops(pkg, case):
         elif op == "del":
             out.append(_try(c.delete, key))
         elif op == "in":
-            out.append(_try(lambda: key in c))
+            out.append(_try(c.__contains__, key))
         elif op == "len":
             out.append(_try(len, c))
         elif op == "keys":
