@@ -77,6 +77,10 @@ import time
 BANNER = b"turngym-grader-started\n"
 MAX_FRAME = 8 << 20
 MAX_DEPTH = 100
+#: The hidden cases: the largest observation sent as is, and the most all of them may take on the verdict line
+#: (the sandbox keeps 1 MiB of output; the gold packages' answers take at most ~250 KB).
+HIDDEN_OBS_MAX = 16 << 10
+HIDDEN_TOTAL_MAX = 640 << 10
 _PLAIN_TAGS = {list: "L", tuple: "T", set: "S", frozenset: "F"}
 _BUILDERS = {"L": list, "T": tuple, "S": set, "F": frozenset}
 
@@ -339,6 +343,7 @@ def _hidden_cases(source, package, cases):
 
     The answers are the package's claims like any other: they count only where they equal the
     gold package's, which never enters this sandbox, on inputs this process sees only now."""
+    import hashlib
     import importlib
 
     driver = {"__name__": "_turngym_hidden"}
@@ -347,7 +352,9 @@ def _hidden_cases(source, package, cases):
     out = []
     for case in cases:
         try:
-            obs = json.loads(json.dumps(driver["run"](pkg, case)))
+            text = json.dumps(driver["run"](pkg, case))
+            # a large answer (the gold ones are a few KB) travels as its digest: the verdict line stays small
+            obs = json.loads(text) if len(text) <= HIDDEN_OBS_MAX else ["!large", hashlib.sha256(text.encode()).hexdigest()]
         except Exception as exc:  # noqa: BLE001 - what the package did to the driver is part of its answer
             obs = ["!driver", type(exc).__name__, str(exc)[:200]]
         out.append(obs)
@@ -1058,7 +1065,8 @@ def _run_hidden(spec, results):
                                "cases": spec["cases"]})
         if type(obs) is not list or len(obs) != len(spec["cases"]):
             raise ValueError("not one observation per case")
-        json.dumps(obs, allow_nan=True)
+        if len(json.dumps(obs)) > HIDDEN_TOTAL_MAX:
+            raise ValueError("the observations are too large")
     except CandidateGone as exc:
         results["error"] = f"the package's process is gone ({exc})"
         return

@@ -507,7 +507,7 @@ def run_pytest(tree: Tree, tests: Sequence[str] | None = None, *, timeout: float
     if split:
         config.update(mode="split", test_dirs=sorted({d.split("/", 1)[0] for d in test_dirs if d}), hidden=bool(hidden_line))
     t0 = time.perf_counter()
-    raw = executor(run_tree, config, (nonce + "\n" + hidden_line + "\n").encode(), timeout)
+    raw = executor(run_tree, config, (nonce + "\n" + (hidden_line + "\n" if hidden_line else "")).encode(), timeout)
     run = _interpret(raw, nonce, canary_id, time.perf_counter() - t0)
     _store((scope, tree.digest, selected, canary, split, hidden_key), run)
     if hidden_key:
