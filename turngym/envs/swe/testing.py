@@ -449,7 +449,7 @@ def _lookup(scope: str, tree: Tree, tests: tuple[str, ...], canary: bool, split:
         if hit is not None:
             _CACHE.move_to_end(key)
             return hit
-    if tests:
+    if tests and not hidden:  # a subset carries no hidden part
         for c, sp in flags:
             full = _CACHE.get((scope, tree.digest, (), c, sp, hidden))
             if full is not None and (sub := _subset(full, tests)) is not None:
