@@ -23,6 +23,7 @@ from pathlib import Path
 
 from turngym.core.errors import ConfigError, TaskError
 from turngym.core.task import Task, read_jsonl
+from turngym.envs.swe.hidden import gold_observations, hidden_failing
 from turngym.envs.swe.mutations import Mutation, propose_mutations
 from turngym.envs.swe.repos import REPO_NAMES, Tree, load_repo, repos_dir
 from turngym.envs.swe.testing import TestRun, run_pytest
@@ -202,9 +203,7 @@ def generate_tasks(
 def validate_task(task: SWETask) -> list[str]:
     """Problems with a task: the buggy repo must fail F2P and the gold fix must resolve it (graded as the env grades);
     where the task has hidden cases, the buggy repo must disagree with the gold one on some and the fix on none."""
-    # grading and the verifier build on this module
-    from turngym.envs.swe.grading import evaluate, hidden_cases_of
-    from turngym.envs.swe.verifier import measure
+    from turngym.envs.swe.grading import evaluate, hidden_cases_of  # grading builds on this module
 
     problems = []
     start = buggy_tree(task)
@@ -222,10 +221,12 @@ def validate_task(task: SWETask) -> list[str]:
         problems.append("the gold patch breaks PASS_TO_PASS tests")
     if fixed_src != load_repo(task.repo)[task.path]:
         problems.append("gold_old -> gold_new does not restore the original file")
-    if hidden_cases_of(task) is not None:
-        if measure(task, start, start).hidden_failing == 0:
+    spec = hidden_cases_of(task)
+    if spec is not None:
+        gold = gold_observations(task.repo, spec)
+        if hidden_failing(broken, gold) == 0:
             problems.append("no hidden case catches the bug")
-        if measure(task, fixed_tree, start).hidden_failing:
+        if hidden_failing(fixed, gold):
             problems.append("the gold patch disagrees with the gold package on hidden cases")
     return problems
 
