@@ -30,6 +30,14 @@ the agent's package is never imported here:
   at the deadline whatever happens. pytest's own report hooks run here and build the only
   verdict line, ``NONCE <json>``, on a stdout the candidate never holds.
 
+* **Hidden cases** (the host's :mod:`turngym.envs.swe.hidden`): a second stdin line after the
+  nonce may carry a driver (source) and inputs. Read after the fork like the nonce, they are
+  never on disk, and reach the candidate only once pytest is done, in one request; it answers
+  one plain-JSON observation per case, which travels on the verdict line (``"hidden"``) for the
+  host to compare with the gold package's answers (which never enter the sandbox). The tests'
+  part of the verdict is taken before, so nothing the package does with the hidden inputs
+  (print them, die, stall) shows in it: only in the hidden part.
+
 * Where the sandbox gives the session a second, untrusted uid (``TURNGYM_UNTRUSTED_UID``: a
   trusted launch, bubblewrap as root), this process keeps the session uid and the
   capabilities to switch uids and to kill, and the candidate drops to the untrusted uid with
@@ -69,6 +77,10 @@ import time
 BANNER = b"turngym-grader-started\n"
 MAX_FRAME = 8 << 20
 MAX_DEPTH = 100
+#: The hidden cases: the largest observation sent as is, and the most all of them may take on the verdict line
+#: (the sandbox keeps 1 MiB of output; the gold packages' answers take at most ~250 KB).
+HIDDEN_OBS_MAX = 16 << 10
+HIDDEN_TOTAL_MAX = 640 << 10
 _PLAIN_TAGS = {list: "L", tuple: "T", set: "S", frozenset: "F"}
 _BUILDERS = {"L": list, "T": tuple, "S": set, "F": frozenset}
 
@@ -268,6 +280,8 @@ class _Server:
             for name in req["names"]:
                 importlib.import_module(name)
             return None
+        if op == "hidden":
+            return _hidden_cases(str(req["source"]), str(req["package"]), req["cases"])
         obj = self.dec(req["obj"])
         if op == "getattr":
             return getattr(obj, str(req["name"]))
@@ -321,6 +335,30 @@ class _Server:
         except BaseException:  # noqa: BLE001
             text = type(exc).__name__
         return {"mro": mro, "args": enc["args"], "attrs": enc["attrs"], "text": text}
+
+
+def _hidden_cases(source, package, cases):
+    """The candidate's side of the hidden cases: the driver's ``run(package, case)`` for every
+    case, each observation made plain JSON here (a driver error is an observation too).
+
+    The answers are the package's claims like any other: they count only where they equal the
+    gold package's, which never enters this sandbox, on inputs this process sees only now."""
+    import hashlib
+    import importlib
+
+    driver = {"__name__": "_turngym_hidden"}
+    exec(compile(source, "<turngym hidden cases>", "exec"), driver)  # noqa: S102 - the host's driver
+    pkg = importlib.import_module(package)
+    out = []
+    for case in cases:
+        try:
+            text = json.dumps(driver["run"](pkg, case))
+            # a large answer (the gold ones are a few KB) travels as its digest: the verdict line stays small
+            obs = json.loads(text) if len(text) <= HIDDEN_OBS_MAX else ["!large", hashlib.sha256(text.encode()).hexdigest()]
+        except Exception as exc:  # noqa: BLE001 - what the package did to the driver is part of its answer
+            obs = ["!driver", type(exc).__name__, str(exc)[:200]]
+        out.append(obs)
+    return out
 
 
 def _no_handle(value):
@@ -1008,6 +1046,37 @@ def _scratch_dir():
     return scratch
 
 
+def _read_hidden(line):
+    """The hidden cases of the stdin line after the nonce: ``{"package", "source", "cases"}``, or None."""
+    if not line.strip():
+        return None
+    spec = json.loads(line.decode("utf-8", "surrogatepass"))
+    if type(spec) is not dict or type(spec.get("source")) is not str or type(spec.get("cases")) is not list:
+        raise ValueError("malformed hidden cases")
+    return spec
+
+
+def _run_hidden(spec, results):
+    """Send the driver and its inputs to the package's process in one request and keep what it
+    answers: one plain-JSON observation per case. A package that dies, stalls or answers
+    anything else ends the cases with ``error`` set (the host scores them as disagreeing)."""
+    try:
+        obs = _client.request({"op": "hidden", "obj": None, "package": spec.get("package"), "source": spec["source"],
+                               "cases": spec["cases"]})
+        if type(obs) is not list or len(obs) != len(spec["cases"]):
+            raise ValueError("not one observation per case")
+        if len(json.dumps(obs)) > HIDDEN_TOTAL_MAX:
+            raise ValueError("the observations are too large")
+    except CandidateGone as exc:
+        results["error"] = f"the package's process is gone ({exc})"
+        return
+    except Exception as exc:  # noqa: BLE001 - a malformed answer (or a handle): no observation counts
+        results["error"] = f"the package's process answered the hidden cases with no observations ({type(exc).__name__})"
+        return
+    results["obs"] = obs
+    results["done"] = True
+
+
 def main():
     global _client
     cfg = json.loads(sys.argv[1])
@@ -1055,6 +1124,14 @@ def main():
         signal.signal(sig, signal.SIG_IGN)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     nonce = sys.stdin.buffer.readline().strip().decode("ascii", "replace")
+    try:
+        hidden_spec = _read_hidden(sys.stdin.buffer.readline()) if cfg.get("hidden") else None
+    except ValueError as exc:
+        sys.stderr.write(f"the SWE grader got malformed hidden cases ({exc})\n")
+        sys.stderr.flush()
+        os._exit(3)
+    hidden = {"obs": [], "done": False, "error": ""}
+    visible = {}  # the tests' part of the verdict, taken when pytest is done (before the hidden cases)
     result_fd = os.dup(1)
     import tempfile
 
@@ -1086,23 +1163,29 @@ def main():
     lock = threading.Lock()
     reported = []
 
+    def tests_part(timed_out):
+        _flush()
+        try:
+            size = os.lseek(console_fd, 0, os.SEEK_END)
+            os.lseek(console_fd, max(0, size - (64 << 10)), os.SEEK_SET)
+            console = os.read(console_fd, 64 << 10)
+        except OSError:
+            console = b""
+        text = console.decode("utf-8", "replace") + cand_out.decode("utf-8", "replace")
+        return {"records": list(reporter.records), "timed_out": timed_out or _client.timed_out, "console": text,
+                "fatal": _client.fatal}
+
     def report(timed_out):
         with lock:
             if reported:
                 return
             reported.append(True)
             _client.stop()
-            _flush()
-            try:
-                size = os.lseek(console_fd, 0, os.SEEK_END)
-                os.lseek(console_fd, max(0, size - (64 << 10)), os.SEEK_SET)
-                console = os.read(console_fd, 64 << 10)
-            except OSError:
-                console = b""
-            records = list(reporter.records)
-            text = console.decode("utf-8", "replace") + cand_out.decode("utf-8", "replace")
-            out = {"records": records, "forged": 0, "timed_out": timed_out or _client.timed_out,
-                   "status": None, "console": text, "fatal": _client.fatal}
+            part = visible or tests_part(timed_out)
+            out = {**part, "forged": 0, "status": None}
+            if hidden_spec is not None:
+                error = hidden["error"] or ("" if hidden["done"] else "the hidden cases ran past the deadline")
+                out["hidden"] = {"obs": list(hidden["obs"]), "done": hidden["done"] and not error, "error": error}
             _write_all(result_fd, (nonce + " " + json.dumps(out) + "\n").encode())
             if scratch:
                 import shutil
@@ -1118,6 +1201,11 @@ def main():
         pytest.main(list(cfg["args"]), plugins=[reporter])
     except BaseException as exc:  # noqa: BLE001 - report, never hang
         reporter.records.append({"k": "crash", "text": repr(exc)[:500]})
+    if hidden_spec is not None:
+        with lock:
+            if not reported:
+                visible.update(tests_part(False))
+        _run_hidden(hidden_spec, hidden)
     report(False)
     os._exit(0)
 

@@ -84,7 +84,10 @@ class SWEEnv(TurngymEnv[SWETask, SWEState | None]):
     note) after a call.
 
     ## Rewards
-    Outcome: 1 if, at submit, every FAIL_TO_PASS test passes and no PASS_TO_PASS test fails.
+    Outcome: 1 if, at submit, every FAIL_TO_PASS test passes, no PASS_TO_PASS test fails and,
+    for the shipped tasks, the code agrees with the gold package on hidden cases the tree never
+    shows (random inputs over the public API, :mod:`turngym.envs.swe.hidden`; a fix that only
+    answers the visible tests' asserted inputs is not resolved).
     The hidden evaluation grades the agent's code with the task's own test files and
     ``conftest.py`` files (edits to them do not count) and a pytest configuration the tree
     cannot change (:mod:`turngym.envs.swe.testing`); a run the code under test tampered with,
@@ -132,9 +135,10 @@ class SWEEnv(TurngymEnv[SWETask, SWEState | None]):
             Signal("p2p_failing", 0, 1, "verifiable", "fraction of PASS_TO_PASS tests failing on the current tree", weight=-0.5),
             Signal("touched_buggy_function", 0, 1, "verifiable", "this turn's edit overlapped the buggy function (gold-patch localization)", weight=0.05),
             Signal("imports_ok", 0, 1, "verifiable", "the repository's test suite still collects"),
-            Signal("resolved", 0, 1, "verifiable", "at submit: all FAIL_TO_PASS pass and no PASS_TO_PASS fails"),
+            Signal("resolved", 0, 1, "verifiable", "at submit: all FAIL_TO_PASS pass, no PASS_TO_PASS fails, hidden cases agree"),
         ),
-        outcome="1 if at submit all FAIL_TO_PASS tests pass and no PASS_TO_PASS test fails (SWE-bench), else 0",
+        outcome="1 if at submit all FAIL_TO_PASS tests pass, no PASS_TO_PASS test fails (SWE-bench) and the hidden "
+                "cases agree with the gold code (shipped tasks), else 0",
     )
     default_max_turns = 30
     corpus_episodes: ClassVar[int | None] = 12  # the tiny model's tokenizer corpus: each step runs sandboxed tests
@@ -311,7 +315,7 @@ class SWEEnv(TurngymEnv[SWETask, SWEState | None]):
             resolved = progress.resolved
             signals["resolved"] = 1.0 if resolved else 0.0
             return Transition(
-                obs=truncate("\n".join(outputs)) + ("\nResolved." if resolved else "\nNot resolved." + (f" ({progress.reason})" if progress.reason else "")),
+                obs=truncate("\n".join(outputs)) + ("\nResolved." if resolved else "\nNot resolved." + _why(progress)),
                 terminated=True,
                 signals=signals,
                 outcome={
@@ -320,6 +324,7 @@ class SWEEnv(TurngymEnv[SWETask, SWEState | None]):
                     "f2p_passing": progress.f2p_passing,
                     "p2p_failing": progress.p2p_failing,
                     "reason": progress.reason,
+                    "hidden_failing": progress.hidden_failing,
                 },
             )
         return Transition(obs=truncate("\n".join(outputs)), signals=signals)
@@ -352,6 +357,15 @@ class SWEEnv(TurngymEnv[SWETask, SWEState | None]):
         if u < 0.95:
             return json.dumps({"name": "run_tests", "arguments": {}})
         return json.dumps({"name": "submit", "arguments": {}})
+
+
+def _why(progress: Progress) -> str:
+    """Why a submission is not resolved, as far as the agent may know (never which hidden case)."""
+    if progress.reason:
+        return f" ({progress.reason})"
+    if progress.hidden_failing and progress.f2p_passing == 1.0 and progress.p2p_failing == 0.0:
+        return " (the tests pass, but the code disagrees with the reference on hidden cases)"
+    return ""
 
 
 _EDITS = (("<", "<="), ("<=", "<"), ("+ 1", "- 1"), ("==", "!="), ("True", "False"), ("return ", "return not "))

@@ -23,11 +23,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from turngym.core.errors import ConfigError
+from turngym.envs.swe.hidden import has_hidden_cases, hidden_spec
 from turngym.envs.swe.repos import Tree
 from turngym.envs.swe.tasks import SWETask
 from turngym.envs.swe.testing import TestRun, run_pytest
 
-__all__ = ["grading_tree", "protected_dirs", "evaluate", "grader", "split_problem", "GRADERS"]
+__all__ = ["grading_tree", "protected_dirs", "evaluate", "grader", "split_problem", "GRADERS", "hidden_cases_of"]
 
 #: ``split``: tests and verdict apart from the code under test (unforgeable by that code);
 #: ``inprocess``: pytest beside the code (any suite; its verdict is a claim of the agent's code).
@@ -112,11 +113,20 @@ def grading_tree(task: SWETask, tree: Tree, pristine: Tree) -> Tree:
     return Tree(files)
 
 
+def hidden_cases_of(task: SWETask) -> dict[str, object] | None:
+    """The hidden cases that grade ``task`` beside its tests (a generated task of a shipped
+    repository with a driver, graded split), or None (SWE-bench instances: their own tests only)."""
+    if task.meta.get("source") != "generated" or grader(task) != "split" or not has_hidden_cases(task.repo):
+        return None
+    return hidden_spec(task.repo)
+
+
 def evaluate(task: SWETask, tree: Tree, pristine: Tree) -> TestRun:
-    """The hidden evaluation of ``tree``: the task's tests on the agent's code, canary included."""
+    """The hidden evaluation of ``tree``: the task's tests on the agent's code, canary included,
+    and the hidden cases where the task has them (:func:`hidden_cases_of`)."""
     # generated tasks: the whole (small) suite; imported tasks (SWE-bench): only the tests the
     # instance names, as its harness does
     generated = task.meta.get("source") == "generated"
     tests = None if generated else sorted({*task.fail_to_pass, *task.pass_to_pass})
     return run_pytest(grading_tree(task, tree, pristine), tests, canary=True, split=grader(task) == "split",
-                      test_dirs=protected_dirs(task))
+                      test_dirs=protected_dirs(task), hidden=hidden_cases_of(task))

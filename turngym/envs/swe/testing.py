@@ -72,6 +72,7 @@ the files, and envs re-check the same states often (branching, the checker's rep
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -85,7 +86,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -286,6 +287,8 @@ class TestRun:
         duration: seconds.
         aborted: why the run ended before pytest finished ("" if it finished); no test passed.
         tampering: what the code under test changed in the runner ("" if nothing); no test passed.
+        hidden: the split grader's hidden-case part as JSON text (``{"obs", "done", "error"}``), or
+            None when the run had no hidden cases (see :mod:`turngym.envs.swe.hidden`).
     """
 
     passed: frozenset[str]
@@ -297,6 +300,7 @@ class TestRun:
     duration: float
     aborted: str = ""
     tampering: str = ""
+    hidden: str | None = None
 
     @property
     def imports_ok(self) -> bool:
@@ -414,12 +418,14 @@ def _interpret(raw: RawRun, nonce: str, canary_id: str | None, duration: float) 
     if tampered or aborted:
         failed |= passed
         passed = set()
+    hidden = json.dumps(payload["hidden"]) if isinstance(payload.get("hidden"), dict) else None
     return TestRun(frozenset(passed), frozenset(failed), tuple(sorted(messages.items())), collection_error,
                    bool(payload.get("timed_out")), console, duration, aborted=aborted if not payload.get("timed_out") else "",
-                   tampering=tampered)
+                   tampering=tampered, hidden=hidden)
 
 
-_CACHE: OrderedDict[tuple[str, str, tuple[str, ...], bool, bool], TestRun] = OrderedDict()
+#: (scope, tree digest, selected tests, canary, split, hidden-cases digest) -> run
+_CACHE: OrderedDict[tuple[str, str, tuple[str, ...], bool, bool, str], TestRun] = OrderedDict()
 _CACHE_SIZE = 4096
 
 
@@ -432,20 +438,20 @@ def _subset(full: TestRun, tests: Sequence[str]) -> TestRun | None:
                    False, False, full.output, 0.0)
 
 
-def _lookup(scope: str, tree: Tree, tests: tuple[str, ...], canary: bool, split: bool) -> TestRun | None:
+def _lookup(scope: str, tree: Tree, tests: tuple[str, ...], canary: bool, split: bool, hidden: str = "") -> TestRun | None:
     # a canary run answers a canary-less question too (the canary never touches other tests);
     # a split run answers an in-process question, never the other way round (an in-process
     # run's records are claims of the code under test, never a verdict)
     flags = [(c, sp) for c in ((True,) if canary else (True, False)) for sp in ((True,) if split else (True, False))]
     for c, sp in flags:
-        key = (scope, tree.digest, tests, c, sp)
+        key = (scope, tree.digest, tests, c, sp, hidden)
         hit = _CACHE.get(key)
         if hit is not None:
             _CACHE.move_to_end(key)
             return hit
-    if tests:
+    if tests and not hidden:  # a subset carries no hidden part
         for c, sp in flags:
-            full = _CACHE.get((scope, tree.digest, (), c, sp))
+            full = _CACHE.get((scope, tree.digest, (), c, sp, hidden))
             if full is not None and (sub := _subset(full, tests)) is not None:
                 return sub
     return None
@@ -457,8 +463,14 @@ def canary_path(tree: Tree, tests: Sequence[str]) -> str:
     return f"{first.rsplit('/', 1)[0]}/{CANARY_NAME}"
 
 
+def _store(key: tuple[str, str, tuple[str, ...], bool, bool, str], run: TestRun) -> None:
+    _CACHE[key] = run
+    if len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+
+
 def run_pytest(tree: Tree, tests: Sequence[str] | None = None, *, timeout: float = 30.0, canary: bool = False,
-               split: bool = False, test_dirs: Sequence[str] = ("tests",)) -> TestRun:
+               split: bool = False, test_dirs: Sequence[str] = ("tests",), hidden: Mapping[str, Any] | None = None) -> TestRun:
     """Run the suite (or the selected test ids) of ``tree``; cached by tree digest.
 
     ``canary`` adds a test that must fail (the grader's check against runs that report
@@ -466,11 +478,21 @@ def run_pytest(tree: Tree, tests: Sequence[str] | None = None, *, timeout: float
     a process that never imports the tree's code outside ``test_dirs`` (see
     ``_split_boot.py``): only for suites that call the package and assert on what it returns,
     and only when every file in ``test_dirs`` is trusted (the task's own).
+
+    ``hidden`` (split runs only): hidden cases, ``{"package", "source", "cases"}``, that the
+    grader runs after the tests and reports in :attr:`TestRun.hidden`. They travel on the
+    grader's stdin, never in the tree. The tests' part of such a run also answers the same
+    question without hidden cases (e.g. the agent's ``run_tests``): the grader takes it before
+    the hidden cases run, and the copy cached for that question carries nothing of them.
     """
     selected = tuple(tests or ())
     _check_test_ids(selected)
+    if hidden is not None and not split:
+        raise ConfigError("hidden cases run only in the split grader (split=True)")
+    hidden_line = json.dumps(hidden, sort_keys=True) if hidden is not None else ""
+    hidden_key = hashlib.sha256(hidden_line.encode()).hexdigest() if hidden is not None else ""
     scope, executor = _scoped.get() or ("", _executor)
-    hit = _lookup(scope, tree, selected, canary, split)
+    hit = _lookup(scope, tree, selected, canary, split, hidden_key)
     if hit is not None:
         return hit
     run_tree, canary_id, args_tests = tree, None, list(selected or ["tests"])
@@ -483,11 +505,11 @@ def run_pytest(tree: Tree, tests: Sequence[str] | None = None, *, timeout: float
     nonce = secrets.token_hex(16)
     config: dict[str, Any] = {"args": _pytest_args(run_tree, args_tests), "deadline": timeout}
     if split:
-        config.update(mode="split", test_dirs=sorted({d.split("/", 1)[0] for d in test_dirs if d}))
+        config.update(mode="split", test_dirs=sorted({d.split("/", 1)[0] for d in test_dirs if d}), hidden=bool(hidden_line))
     t0 = time.perf_counter()
-    raw = executor(run_tree, config, (nonce + "\n").encode(), timeout)
+    raw = executor(run_tree, config, (nonce + "\n" + (hidden_line + "\n" if hidden_line else "")).encode(), timeout)
     run = _interpret(raw, nonce, canary_id, time.perf_counter() - t0)
-    _CACHE[(scope, tree.digest, selected, canary, split)] = run
-    if len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
+    _store((scope, tree.digest, selected, canary, split, hidden_key), run)
+    if hidden_key:
+        _store((scope, tree.digest, selected, canary, split, ""), replace(run, hidden=None))
     return run

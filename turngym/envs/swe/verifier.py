@@ -10,7 +10,8 @@ import ast
 from dataclasses import dataclass
 
 from turngym.core.parsing import parse_python
-from turngym.envs.swe.grading import evaluate
+from turngym.envs.swe.grading import evaluate, hidden_cases_of
+from turngym.envs.swe.hidden import gold_observations, hidden_failing
 from turngym.envs.swe.repos import Tree
 from turngym.envs.swe.tasks import SWETask
 
@@ -19,31 +20,37 @@ __all__ = ["Progress", "measure", "function_span", "edit_touches_function"]
 
 @dataclass(frozen=True, slots=True)
 class Progress:
-    """The hidden evaluation of one tree (``reason``: why its verdicts do not count, if so)."""
+    """The hidden evaluation of one tree (``reason``: why its verdicts do not count, if so;
+    ``hidden_failing``: the fraction of hidden cases where the code disagrees with the gold one)."""
 
     f2p_passing: float
     p2p_failing: float
     imports_ok: bool
     reason: str = ""
+    hidden_failing: float = 0.0
 
     @property
     def resolved(self) -> bool:
-        return self.imports_ok and not self.reason and self.f2p_passing == 1.0 and self.p2p_failing == 0.0
+        return (self.imports_ok and not self.reason and self.f2p_passing == 1.0 and self.p2p_failing == 0.0
+                and self.hidden_failing == 0.0)
 
 
 def measure(task: SWETask, tree: Tree, pristine: Tree) -> Progress:
-    """Grade ``tree`` with the task's own tests (taken from ``pristine``) and score it.
+    """Grade ``tree`` with the task's own tests (taken from ``pristine``) and its hidden cases
+    (checked against the gold package's answers), and score it.
 
     A run that was tampered with, ended early or timed out counts no test as passing: the
     agent's failure, with the reason, never an infrastructure error.
     """
     run = evaluate(task, tree, pristine)
+    spec = hidden_cases_of(task)
+    hidden = hidden_failing(run, gold_observations(task.repo, spec)) if spec is not None else 0.0
     if not run.imports_ok:
         reason = run.problem or "the test suite could not be collected (import error?)"
-        return Progress(0.0, 1.0 if task.pass_to_pass else 0.0, False, reason)
+        return Progress(0.0, 1.0 if task.pass_to_pass else 0.0, False, reason, 1.0 if spec is not None else 0.0)
     f2p = sum(t in run.passed for t in task.fail_to_pass) / len(task.fail_to_pass)
     p2p = sum(t not in run.passed for t in task.pass_to_pass) / len(task.pass_to_pass) if task.pass_to_pass else 0.0
-    return Progress(f2p, p2p, True)
+    return Progress(f2p, p2p, True, hidden_failing=hidden)
 
 
 def function_span(source: str, qualname: str) -> tuple[int, int] | None:
