@@ -100,7 +100,7 @@ CHECKS: dict[tuple[str, str], Check] = {
         Pinned("tests/core/test_write_your_own_env.py::test_the_doc_shows_this_files_example_verbatim", "class GuessEnv"),
     ("docs/write_your_own_env.md", "import turngym"): Run(after=(GUESS,)),
     ("docs/write_your_own_env.md", "turngym.register("):
-        Run(after=("import turngym",), modules=(("mypackage/guess.py", GUESS),)),
+        Run(after=(GUESS, "import turngym"), modules=(("mypackage/guess.py", GUESS),)),
     ("docs/write_your_own_env.md",
      '"""A team-notes env over the published @modelcontextprotocol/server-memory, in public API only."""'):
         Pinned("tests/envs/test_mcp_doc_example.py::test_the_doc_shows_this_files_example_verbatim", "class NotesEnv"),
