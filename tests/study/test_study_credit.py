@@ -158,7 +158,7 @@ def test_cli_lists_the_study_command(capsys) -> None:
 
 
 def test_quick_mode_runs_every_claim_end_to_end(tmp_path) -> None:
-    """``turngym study credit --quick``, the CI smoke test of the whole study (~30 s)."""
+    """``turngym study credit --quick``, the CI smoke test of the whole study (1-2 min on 2 CPU cores)."""
     from turngym.study.credit import run_study
 
     report = run_study(StudyConfig.quick_config(out=tmp_path), log=lambda msg: None)

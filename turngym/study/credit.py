@@ -576,7 +576,7 @@ def setup_parser(parser: Any) -> None:
     c.add_argument("--budget", type=int, help="RL env steps per run (default 6000; --quick: 64)")
     c.add_argument("--out", default=None, help="output directory (default runs/study; --quick: runs/study-quick)")
     c.add_argument("--jobs", type=int, default=1, help="training runs in parallel (processes of 1 torch thread each)")
-    c.add_argument("--quick", action="store_true", help="CI smoke test: every claim at a tiny scale (about 30 s)")
+    c.add_argument("--quick", action="store_true", help="CI smoke test: every claim at a tiny scale (1-2 min on 2 CPU cores)")
     c.add_argument("--report-to", metavar="BACKENDS", help="mirror every training run's metrics to tensorboard and/or wandb, comma-separated")
     c.add_argument("--model", help="tiny (default: the study's 0.5M-parameter model, trained in full) or a pretrained model: smollm2 or a "
                    "model directory (LoRA; defaults sized for a 2-core CPU: StudyConfig.pretrained_config)")
