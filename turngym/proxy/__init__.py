@@ -8,6 +8,7 @@ sampled ids and log-probs of every turn, to ``captured/episodes.jsonl`` in turng
 format, and ``turngym train --episodes captured/episodes.jsonl`` trains on them.
 
 * :mod:`turngym.proxy.capture` — requests → sessions → token-exact episodes; history edits.
+* :mod:`turngym.proxy.request` — headers, errors, settings, chat messages normalized.
 * :mod:`turngym.proxy.service` — the OpenAI request semantics, refusals.
 * :mod:`turngym.proxy.batcher` — concurrent requests sampled in one ``generate`` call per round.
 * :mod:`turngym.proxy.tools` — ``tools`` / ``tool_choice``: rendering, forced openings, call ids in history.
