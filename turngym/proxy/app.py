@@ -52,8 +52,8 @@ async def _body(request: Request) -> Any:
         raise ProxyError(413, str(exc), code="body_too_large") from None
     try:
         return json.loads(raw or b"{}")
-    except ValueError:
-        raise ProxyError(400, "the request body is not valid JSON", code="invalid_json") from None
+    except (ValueError, RecursionError):  # nesting deeper than the decoder's stack is not a body we serve
+        raise ProxyError(400, "the request body is not valid JSON (or nests too deep)", code="invalid_json") from None
 
 
 def _error(exc: ProxyError) -> JSONResponse:
