@@ -8,12 +8,14 @@ arguments), unhashable item fields in a Responses input, a sampling parameter to
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
+from tests.proxy.tool_doubles import ScriptedCallsPolicy
 from turngym.proxy import CaptureProxy, ProxyConfig
 from turngym.proxy.app import create_proxy_app
 from turngym.proxy.serve import build_proxy
@@ -25,8 +27,12 @@ DEEP_STRING = json.dumps("[" * 5000)  # a JSON string whose content nests 5000 a
 
 
 @pytest.fixture(scope="module")
-def client() -> Any:
-    policy = build_proxy("tiny", max_tokens=8, seed=0, device="cpu").policy
+def policy() -> Any:
+    return build_proxy("tiny", max_tokens=8, seed=0, device="cpu").policy
+
+
+@pytest.fixture(scope="module")
+def client(policy: Any) -> Any:
     proxy = CaptureProxy(policy, ProxyConfig(model_name="tiny", max_tokens=8))
     return TestClient(create_proxy_app(proxy), raise_server_exceptions=False)
 
@@ -40,6 +46,16 @@ def test_generated_call_with_arguments_nested_past_the_stack_is_a_parse_failure_
     assert not hermes.calls and hermes.attempted and hermes.content
     llama = Llama3JsonParser().parse('{"name": "add", "parameters": ' + DEEP_STRING + "}")
     assert not llama.calls and llama.attempted and llama.content
+
+
+def test_such_a_generated_call_is_recorded_and_counted_through_the_proxy(policy: Any) -> None:
+    """On main the RecursionError escaped after sampling: a 500, and the episode had no turn at all."""
+    text = '<tool_call>\n{"name": "add", "arguments": ' + json.dumps("[" * 3000) + "}\n</tool_call>"  # fits 4096 positions
+    proxy = CaptureProxy(ScriptedCallsPolicy(policy, lambda _: text), ProxyConfig(model_name="tiny", max_tokens=8))
+    body = {"model": "tiny", "messages": USER, "tools": [ADD]}
+    reply = asyncio.run(proxy.chat(body, "deep-generated"))[0]
+    assert "tool_calls" not in reply["choices"][0]["message"] and reply["choices"][0]["message"]["content"]
+    assert proxy.store.counts["tool_parse_failures"] == 1 and proxy.store.get("deep-generated").turns == 1
 
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/v1/completions"])
