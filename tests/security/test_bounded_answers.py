@@ -94,3 +94,29 @@ def test_oracle_replies_score_on_every_store_turn():
         for k, answers in enumerate(t.answers):
             reply = oracle_message(t, k, 1)
             assert missing_answers(answers, reply, kinds=(ORDER_STATUSES,), context=t.turns[k]) == [], (t.id, k)
+
+
+def test_naming_the_whole_vocabulary_scores_nothing_even_when_the_request_mentioned_part_of_it():
+    """Attack round: the request's mentions are excused as context, so on MCP-Memory a city
+    question whose request names two other cities was credited for a reply listing all five
+    (20 of 1805 question tasks of seeds 0-2999); and a kind of answers + slack members or fewer
+    could always be listed whole."""
+    from turngym.envs.mcp.memory_tasks import ANSWER_KINDS as MEMORY_KINDS
+    from turngym.envs.mcp.memory_tasks import generate_memory_task
+
+    cities = ["Oakridge", "Millbrook", "Harbor City", "Pinecrest", "Eastwick"]
+    context = "Please add Ivy Fox, who lives in Pinecrest, and remove the fact 'lives in Eastwick' from Hugo Ito."
+    every = "It is " + ", ".join(cities) + "."
+    assert missing_answers(["Millbrook"], every, kinds=[cities], context=context) == ["Millbrook"]
+    assert missing_answers(["Millbrook"], "Millbrook (Ivy lives in Pinecrest).", kinds=[cities], context=context) == []
+    small = ["red", "green", "blue"]
+    assert missing_answers(["red"], "red, green or blue", kinds=[small]) == ["red"]
+    assert missing_answers(["red"], "red, not green", kinds=[small]) == []
+    forged = []
+    for seed in range(3000):
+        t = generate_memory_task(seed)
+        kind = next((k for k in MEMORY_KINDS if t.answers and t.answers[0] in k), None)
+        if kind is not None and not missing_answers(t.answers, ", ".join(sorted(kind)), kinds=MEMORY_KINDS,
+                                                     context=t.prompt):
+            forged.append(seed)
+    assert forged == []

@@ -14,7 +14,10 @@ the rule here is one for numbers and text alike:
   ones the user's own request mentions (context the user gave is not a guess: "order O1003 cost
   45.50");
 * a reply naming more candidates of a kind than that kind has answers, plus :data:`ANSWER_SLACK`,
-  gets no credit for that kind: all its answers count as missing.
+  gets no credit for that kind: all its answers count as missing;
+* a reply naming *every* member of a text kind (one with more members than answers) gets none
+  either, however small the kind and whatever the request mentioned: context excuses a restatement, not the whole list (a
+  5-city vocabulary with 2 cities in the request was otherwise creditable by listing all five).
 
 So a reply can make at most ``answers + slack`` candidates "given" per kind, whatever its length.
 """
@@ -73,7 +76,11 @@ def answer_kinds_exceeded(
             candidates = len(_numbers(text) - _numbers(ctx))
         else:
             pool = set(kind) | {a.lower() for a in members}
-            candidates = sum(1 for c in pool if c in text and c not in ctx)
+            named = {c for c in pool if c in text}
+            candidates = sum(1 for c in named if c not in ctx)
+            if len(pool) > len(set(members)) and named == pool:  # the whole vocabulary, however much of it was context
+                exceeded.update(members)
+                continue
         if candidates > len(set(members)) + slack:
             exceeded.update(members)
     return exceeded

@@ -97,7 +97,7 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
         if not isinstance(item, Mapping):
             raise _bad(f"{where} must be an object", "input")
         kind = item.get("type", "message")
-        handler = _ITEMS.get(kind)
+        handler = _ITEMS.get(kind) if isinstance(kind, str) else None
         if handler is None:
             raise _bad(f"{where}: items of type {kind!r} are not supported (message, function_call and "
                        "function_call_output are)", "input")
@@ -106,7 +106,7 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _message_item(item: Mapping[str, Any], where: str, out: list[dict[str, Any]]) -> None:
-    role = _ROLES.get(item.get("role"))  # type: ignore[arg-type]
+    role = _ROLES.get(item["role"]) if isinstance(item.get("role"), str) else None
     if role is None:
         raise _bad(f"{where}: role must be one of {sorted(_ROLES)}, got {item.get('role')!r}", "input")
     out.append({"role": role, "content": _text(item.get("content"), where)})

@@ -230,7 +230,7 @@ class CaptureProxy:
                                         param="response_format"))
         for key in ("temperature", "top_p"):
             value, mine = body.get(key), getattr(self.policy, key)
-            if value is not None and (not isinstance(value, (int, float)) or float(value) != mine):
+            if value is not None and (not isinstance(value, (int, float)) or abs(value) > 1e6 or float(value) != mine):
                 if self.config.ignore_sampling_params:
                     self.store.counts[f"ignored_{key}"] += 1
                     continue

@@ -75,11 +75,14 @@ def _call_from(obj: Any, arg_keys: Sequence[str]) -> ToolCall | None:
     if isinstance(args, str):  # some models write the arguments as a JSON string
         try:
             args = json.loads(args)
-        except ValueError:
+        except (ValueError, RecursionError):  # generated text: nesting past the decoder's stack is no call
             return None
     if not isinstance(args, dict) or set(obj) - {"name", *arg_keys}:
         return None
-    return ToolCall(obj["name"], json.dumps(args, ensure_ascii=False))
+    try:
+        return ToolCall(obj["name"], json.dumps(args, ensure_ascii=False))
+    except RecursionError:  # decoded near the stack's limit, re-encoded deeper in it
+        return None
 
 
 def _loads(text: str) -> Any:

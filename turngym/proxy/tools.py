@@ -115,7 +115,7 @@ def _arguments(raw: Any) -> Any:
     if isinstance(raw, str):
         try:
             return json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # a client's history: too deep to decode is text
             return raw
     return raw
 

@@ -65,7 +65,7 @@ async def _session_ws(ws: WebSocket) -> None:
             return
         try:
             first = loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             first = None
         if not isinstance(first, dict) or first.get("op") != "make":
             await ws.send_text(dumps({"ok": False, "error": {"type": "ConfigError", "turngym": True,

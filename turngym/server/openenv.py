@@ -198,7 +198,7 @@ async def _serve(ws: WebSocket, env_id: str) -> None:
             raw = None
             try:
                 msg = loads(frame)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:  # nested past the decoder's stack: bad JSON, not a hang-up
                 await ws.send_text(_error(f"Invalid JSON: {exc}", "INVALID_JSON"))
                 continue
             kind = msg.get("type") if isinstance(msg, dict) else None

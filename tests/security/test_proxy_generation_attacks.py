@@ -1,0 +1,86 @@
+"""A hostile client (or a model's own text) against the capture proxy: every malformed request is an
+OpenAI-shaped 4xx, every malformed generation is counted text -- never a 500 with the turn lost.
+
+Found by the attack round on native tool calls and ``/v1/responses``: JSON nested past the
+decoder's stack (a request body, a history call's arguments, a generated call's string
+arguments), unhashable item fields in a Responses input, a sampling parameter too large for a float.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from tests.proxy.tool_doubles import ScriptedCallsPolicy
+from turngym.proxy import CaptureProxy, ProxyConfig
+from turngym.proxy.app import create_proxy_app
+from turngym.proxy.serve import build_proxy
+from turngym.proxy.tool_parsers import HermesParser, Llama3JsonParser
+
+ADD = {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}
+USER = [{"role": "user", "content": "hi"}]
+DEEP_STRING = json.dumps("[" * 5000)  # a JSON string whose content nests 5000 arrays deep
+
+
+@pytest.fixture(scope="module")
+def policy() -> Any:
+    return build_proxy("tiny", max_tokens=8, seed=0, device="cpu").policy
+
+
+@pytest.fixture(scope="module")
+def client(policy: Any) -> Any:
+    proxy = CaptureProxy(policy, ProxyConfig(model_name="tiny", max_tokens=8))
+    return TestClient(create_proxy_app(proxy), raise_server_exceptions=False)
+
+
+def _post(client: Any, path: str, eid: str, raw: str) -> Any:
+    return client.post(path, content=raw, headers={"X-Turngym-Episode": eid, "content-type": "application/json"})
+
+
+def test_generated_call_with_arguments_nested_past_the_stack_is_a_parse_failure_not_an_exception() -> None:
+    hermes = HermesParser().parse('<tool_call>{"name": "add", "arguments": ' + DEEP_STRING + "}</tool_call>")
+    assert not hermes.calls and hermes.attempted and hermes.content
+    llama = Llama3JsonParser().parse('{"name": "add", "parameters": ' + DEEP_STRING + "}")
+    assert not llama.calls and llama.attempted and llama.content
+
+
+def test_such_a_generated_call_is_recorded_and_counted_through_the_proxy(policy: Any) -> None:
+    """On main the RecursionError escaped after sampling: a 500, and the episode had no turn at all."""
+    text = '<tool_call>\n{"name": "add", "arguments": ' + json.dumps("[" * 3000) + "}\n</tool_call>"  # fits 4096 positions
+    proxy = CaptureProxy(ScriptedCallsPolicy(policy, lambda _: text), ProxyConfig(model_name="tiny", max_tokens=8))
+    body = {"model": "tiny", "messages": USER, "tools": [ADD]}
+    reply = asyncio.run(proxy.chat(body, "deep-generated"))[0]
+    assert "tool_calls" not in reply["choices"][0]["message"] and reply["choices"][0]["message"]["content"]
+    assert proxy.store.counts["tool_parse_failures"] == 1 and proxy.store.get("deep-generated").turns == 1
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/v1/completions"])
+def test_a_body_nested_past_the_decoders_stack_is_a_400(client: Any, path: str) -> None:
+    r = _post(client, path, f"deep{path}", '{"model": "tiny", "messages": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+
+
+def test_history_call_arguments_nested_past_the_stack_are_text_not_a_500(client: Any) -> None:
+    call = {"id": "call_x", "type": "function", "function": {"name": "add", "arguments": "[" * 5000}}
+    body = {"model": "tiny", "tools": [ADD], "max_tokens": 2,
+            "messages": [*USER, {"role": "assistant", "content": "", "tool_calls": [call]}, {"role": "user", "content": "go"}]}
+    r = _post(client, "/v1/chat/completions", "deephist", json.dumps(body))
+    assert r.status_code in (200, 400), r.text
+
+
+@pytest.mark.parametrize("item", [{"type": "message", "role": ["user"], "content": "x"},
+                                  {"type": ["message"], "role": "user", "content": "x"},
+                                  {"type": {"a": 1}, "role": "user", "content": "x"}])
+def test_responses_items_with_unhashable_fields_are_400s(client: Any, item: dict) -> None:
+    r = _post(client, "/v1/responses", "unhashable", json.dumps({"model": "tiny", "input": [item]}))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input"
+
+
+def test_a_temperature_too_large_for_a_float_is_a_400(client: Any) -> None:
+    raw = '{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "temperature": 1' + "0" * 400 + "}"
+    r = _post(client, "/v1/chat/completions", "bigtemp", raw)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "temperature"
