@@ -61,7 +61,7 @@ def test_such_a_generated_call_is_recorded_and_counted_through_the_proxy(policy:
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/v1/completions"])
 def test_a_body_nested_past_the_decoders_stack_is_a_400(client: Any, path: str) -> None:
     r = _post(client, path, f"deep{path}", '{"model": "tiny", "messages": ' + "[" * 100_000 + "]" * 100_000 + "}")
-    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+    assert r.status_code == 400 and r.json()["error"]["code"] in ("invalid_json", "json_too_deep")  # the guard refuses it by depth
 
 
 def test_history_call_arguments_nested_past_the_stack_are_text_not_a_500(client: Any) -> None:
