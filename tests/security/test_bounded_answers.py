@@ -22,10 +22,20 @@ ALL_NAMES = ", ".join(f"{f} {last}" for f in _FIRST for last in _LAST)
 def test_rule_counts_candidates_of_the_answers_kind():
     names = [["Ava Kim", "Ben Rossi", "Chloe Silva", "Dev Novak", "Elena Haddad"]]
     assert missing_answers(["Ben Rossi"], "It is Ben Rossi.", kinds=names) == []
-    # answer + slack candidates still score; one more and nothing does
-    within = ", ".join(names[0][: 1 + 1 + ANSWER_SLACK - 1])
-    assert missing_answers(["Ben Rossi"], within, kinds=names) == []
+    # a small vocabulary allows no extra guess: two names of five would pay 40% for none of the work
+    assert missing_answers(["Ben Rossi"], "Ben Rossi or Ava Kim", kinds=names) == ["Ben Rossi"]
+    # a large one allows ANSWER_SLACK: answer + slack candidates still score; one more and nothing does
+    many = [[f"{a} {b}" for a in ("Ava", "Ben", "Cy", "Dee", "Eve") for b in ("Kim", "Rossi", "Silva", "Novak")]]
+    within = ", ".join(["Ben Rossi", *[n for n in many[0] if n != "Ben Rossi"][:ANSWER_SLACK]])
+    assert missing_answers(["Ben Rossi"], within, kinds=many) == []
+    over = ", ".join(["Ben Rossi", *[n for n in many[0] if n != "Ben Rossi"][: ANSWER_SLACK + 1]])
+    assert missing_answers(["Ben Rossi"], over, kinds=many) == ["Ben Rossi"]
     assert missing_answers(["Ben Rossi"], ", ".join(names[0]), kinds=names) == ["Ben Rossi"]
+    # a choice the request offers: restating it names the answer for free, so context is not excused
+    assert missing_answers(["Ben Rossi"], "Ben Rossi or Dev Novak.", kinds=many, context="Ben Rossi or Dev Novak?") == []
+    assert missing_answers(["Ben Rossi"], "Ben Rossi or Dev Novak.", kinds=names, context="Ben Rossi or Dev Novak?") == ["Ben Rossi"]
+    assert missing_answers(["45"], "45 or 54", context="is it 45 or 54?") == []  # numbers keep the slack of 2
+    assert missing_answers(["45"], "45, 54, 12 or 7", context="is it 45 or 54?") == ["45"]
     # numbers are one kind: every distinct number counts, except those the user's request gave
     assert missing_answers(["3"], "0 1 2 3 4 5 6 7 8 9") == ["3"]
     assert missing_answers(["45.50"], "Order O1003 (2 items) cost 45.5.", context="order O1003") == []
@@ -111,7 +121,8 @@ def test_naming_the_whole_vocabulary_scores_nothing_even_when_the_request_mentio
     assert missing_answers(["Millbrook"], "Millbrook (Ivy lives in Pinecrest).", kinds=[cities], context=context) == []
     small = ["red", "green", "blue"]
     assert missing_answers(["red"], "red, green or blue", kinds=[small]) == ["red"]
-    assert missing_answers(["red"], "red, not green", kinds=[small]) == []
+    assert missing_answers(["red"], "red", kinds=[small]) == []
+    assert missing_answers(["red"], "red, not green", kinds=[small]) == ["red"]  # 2 of 3: a guess, in a small vocabulary
     forged = []
     for seed in range(3000):
         t = generate_memory_task(seed)

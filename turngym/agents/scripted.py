@@ -36,8 +36,9 @@ class RandomAgent:
     Seeded, with one generator per episode (seeded by the agent's seed and the episode id), so an
     episode's actions depend on nothing but the seed and the episode: not on the batch size, the
     order in which the runner schedules episodes, or an episode elsewhere ending early (a dead Ray
-    node) — the same seed plays the same episodes on every stepper. Inputs without an episode id
-    share one generator.
+    node) — a fresh agent with the same seed plays the same episodes on every stepper. An agent
+    reused for a second run goes on drawing where each episode's generator stopped (make a new one
+    to replay). Inputs without an episode id share one generator.
     """
 
     name = "random"
