@@ -156,7 +156,7 @@ def test_snapshots_move_between_envs_sharing_one_server():
         untouched = other.step(dump)[0]
         assert changed != untouched
         other.restore(snap)
-        assert other._state_key() == env._state_key()
+        assert other.state_key() == env.state_key()
         assert other.step(dump)[0] == changed
         a, b = play_oracle(env), play_oracle(other)
         assert [(s[0], s[1], s[4]["state_key"]) for s in a] == [(s[0], s[1], s[4]["state_key"]) for s in b]
