@@ -15,7 +15,7 @@ from turngym.core.env import Transition, TurngymEnv
 from turngym.core.errors import ConfigError
 from turngym.core.hashing import state_hash
 from turngym.core.spec import RewardSpec, Signal
-from turngym.envs.code import oracle
+from turngym.envs.code import MAX_TURNS, oracle
 from turngym.envs.code.parsing import parse_code_action
 from turngym.envs.code.runner import Evaluation, Problem, evaluate
 from turngym.envs.code.tasks import CodeTask, load_builtin_tasks, load_humaneval, load_mbpp
@@ -139,7 +139,7 @@ class CodeEnv(TurngymEnv[CodeTask, CodeState]):
         ),
         outcome="1 if the submitted solution passes every hidden test, else 0",
     )
-    default_max_turns = 8
+    default_max_turns = MAX_TURNS
     corpus_episodes: ClassVar[int | None] = 32  # the tiny model's tokenizer corpus: each step runs sandboxed tests
     task_type = CodeTask
     immutable_state = True

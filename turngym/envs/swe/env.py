@@ -16,7 +16,7 @@ from turngym.core.env import Transition, TurngymEnv
 from turngym.core.errors import ConfigError
 from turngym.core.parsing import parse_tool_calls
 from turngym.core.spec import RewardSpec, Signal
-from turngym.envs.swe import oracle, swebench, testing
+from turngym.envs.swe import MAX_TURNS, oracle, swebench, testing
 from turngym.envs.swe import swebench as swebench_mod  # the constructor's `swebench` argument shadows the name
 from turngym.envs.swe.grading import GRADERS
 from turngym.envs.swe.repos import Tree, load_repo
@@ -140,7 +140,7 @@ class SWEEnv(TurngymEnv[SWETask, SWEState | None]):
         outcome="1 if at submit all FAIL_TO_PASS tests pass, no PASS_TO_PASS test fails (SWE-bench) and the hidden "
                 "cases agree with the gold code (shipped tasks), else 0",
     )
-    default_max_turns = 30
+    default_max_turns = MAX_TURNS
     corpus_episodes: ClassVar[int | None] = 12  # the tiny model's tokenizer corpus: each step runs sandboxed tests
     task_type = SWETask
     immutable_state = True
