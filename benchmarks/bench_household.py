@@ -58,7 +58,7 @@ def bench_latency(episodes: int, seed: int = 0) -> dict[str, dict[str, float]]:
             env.restore(s)
             restore.append(clock() - t0)
             t0 = clock()
-            env._state_key()
+            env.state_key()
             key.append(clock() - t0)
             action = env.sample_action(rng) if policy_random else env.oracle_action()
             t0 = clock()

@@ -1,13 +1,26 @@
 """Every registered env, parametrized over the registry: the contract and the oracle."""
 
+import importlib
+
 import numpy as np
 import pytest
 
 import turngym
 from turngym.agents import OracleAgent, RandomAgent
+from turngym.core.registry import load_entry_point
 from turngym.rollout import run_episodes
 
 ENV_IDS = sorted(turngym.list_envs())
+#: Ids registered with a budget of their own rather than their family's default.
+OWN_BUDGET = {"turngym/Tools-Store-v0": 20}
+
+
+@pytest.mark.parametrize("env_id", [i for i in ENV_IDS if i.startswith("turngym/")])
+def test_one_max_turns_default_per_family(env_id):
+    info = turngym.env_info(env_id)
+    family_default = importlib.import_module(f"turngym.envs.{info.family}").MAX_TURNS
+    assert load_entry_point(info.entry_point).default_max_turns == family_default
+    assert info.max_turns == OWN_BUDGET.get(env_id, family_default)
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)

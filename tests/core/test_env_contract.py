@@ -131,6 +131,14 @@ def test_infra_error_ends_episode_unscored():
     assert info["outcome"]["reason"] == "infra_error"
 
 
+def test_public_state_key_reads_the_family_hook_and_matches_info():
+    env = CounterEnv()  # implements only the _state_key hook, as docs/write_your_own_env.md shows
+    _, info = env.reset(options={"task": "count/3"})
+    assert env.state_key() == info["state_key"] == "n=0"
+    *_, info = env.step("+1")
+    assert env.state_key() == info["state_key"] == env._state_key() == "n=1"
+
+
 def test_snapshot_restore_is_exact_and_reusable():
     env = CounterEnv()
     env.reset(seed=1, options={"task": "count/4"})

@@ -56,7 +56,7 @@ def test_code_episodes_match_bubblewrap_on_the_same_seeds(docker_sb, bwrap_sb):
 
 
 def test_agent_code_that_kills_its_grader_fails_its_tests_not_the_infra(docker_sb):
-    env = turngym.make("turngym/Code-v0", sandbox=docker_sb, warm=False, run_limits=Limits(wall_s=3, cpu_s=3))
+    env = turngym.make("turngym/Code-v0", sandbox=docker_sb, warm=False, limits=Limits(wall_s=3, cpu_s=3))
     try:
         env.reset(seed=0)
         bomb = "```python\nimport os, signal\nos.kill(-1, signal.SIGKILL)\n```"

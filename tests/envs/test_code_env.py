@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 import turngym
+from turngym.core.errors import ConfigError
 from turngym.envs.code.catalog import build_catalog
 from turngym.envs.code.parsing import parse_code_action
 from turngym.envs.code.runner import Problem, evaluate, evaluate_many
@@ -260,6 +262,24 @@ def test_run_snippet_sees_the_current_solution(env):
     assert "23" in obs and not term and info["signals"]["runs"] == 1.0
     obs, *_ = env.step("<run>import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)</run>")
     assert "exit code 1" in obs
+
+
+def test_limits_bound_run_snippets_and_run_limits_is_the_deprecated_old_name(sandbox):
+    env = turngym.make("turngym/Code-v0", sandbox=sandbox, limits=Limits(wall_s=1.0, cpu_s=1.0))
+    try:
+        env.reset(options={"task": "code/sum_multiples/0"})
+        t0 = time.monotonic()
+        obs, *_ = env.step("<run>while True: pass</run>")
+        assert "limit" in obs.lower() and time.monotonic() - t0 < 4.0  # killed at the 1 s given, not the 5 s default
+        assert env.unwrapped.limits.wall_s == 1.0 and env.unwrapped.run_limits is env.unwrapped.limits
+    finally:
+        env.close()
+    with pytest.warns(DeprecationWarning, match="limits=Limits"):
+        old = turngym.make("turngym/Code-v0", sandbox=sandbox, run_limits=Limits(wall_s=2.0, cpu_s=2.0))
+    assert old.unwrapped.limits.wall_s == 2.0
+    old.close()
+    with pytest.raises(ConfigError, match="limits= only"):
+        turngym.make("turngym/Code-v0", sandbox=sandbox, limits=Limits(), run_limits=Limits())
 
 
 def test_invalid_actions_are_part_of_the_episode(env):

@@ -194,7 +194,7 @@ def test_invalid_actions_are_part_of_the_episode(actions: tuple[str, ...], bad: 
     env = _env(HEAT)
     for a in actions:
         _step(env, a)
-    key = env._state_key()
+    key = env.state_key()
     obs, reward, term, trunc, info = env.step(bad)
     assert not info["action_valid"] and reason in info["invalid_reason"]
     assert obs.startswith("Nothing happens.")
@@ -282,7 +282,7 @@ def test_look_in_light_signals_and_lamp_toggle() -> None:
 def test_read_only_commands_are_noops_with_unchanged_state() -> None:
     env = _env(HEAT)
     _step(env, "go to countertop 1")
-    key = env._state_key()
+    key = env.state_key()
     for action in ("look", "inventory", "examine countertop 1"):
         _, _, _, _, info = _step(env, action)
         assert info["signals"]["noop"] == 1.0 and info["signals"]["revisit"] == 0.0
@@ -314,16 +314,16 @@ def test_state_key_ignores_history() -> None:
         _step(a, act)
     for act in ("go to cabinet 1", "open cabinet 1", "go to countertop 1"):
         _step(b, act)
-    assert a._state_key() == b._state_key()  # different paths (and memories), same world
+    assert a.state_key() == b.state_key()  # different paths (and memories), same world
     c = _env(HEAT)
     _step(c, "go to countertop 1")
-    assert c._state_key() != a._state_key()  # cabinet 1 still closed
+    assert c.state_key() != a.state_key()  # cabinet 1 still closed
     _step(c, "go to cabinet 1")
-    key = c._state_key()
+    key = c.state_key()
     _step(c, "open cabinet 1")
-    assert c._state_key() != key
+    assert c.state_key() != key
     _step(c, "close cabinet 1")
-    assert c._state_key() == key
+    assert c.state_key() == key
 
 
 def test_snapshot_restore_is_exact_and_isolated() -> None:
@@ -333,16 +333,16 @@ def test_snapshot_restore_is_exact_and_isolated() -> None:
     for _ in range(5):
         env.step(env.sample_action(rng))
     snap = env.snapshot()
-    key, actions = env._state_key(), env.admissible_actions()
+    key, actions = env.state_key(), env.admissible_actions()
     runs = []
     for _ in range(2):
         env.restore(snap)
-        assert env._state_key() == key and env.admissible_actions() == actions
+        assert env.state_key() == key and env.admissible_actions() == actions
         r = np.random.default_rng(7)
         runs.append([env.step(env.sample_action(r))[::2] for _ in range(10)])
     assert runs[0] == runs[1]
     env.restore(snap)  # the snapshot survived two branches
-    assert env._state_key() == key and env.admissible_actions() == actions
+    assert env.state_key() == key and env.admissible_actions() == actions
 
 
 def test_restore_into_another_task_env() -> None:
@@ -376,7 +376,7 @@ def test_snapshots_pickle_for_other_processes() -> None:
     snap = pickle.loads(pickle.dumps(env.snapshot()))
     other = HouseholdEnv()
     other.restore(snap)
-    assert other._state_key() == env._state_key()
+    assert other.state_key() == env.state_key()
     assert other.admissible_actions() == env.admissible_actions()
     assert other.step("examine apple 2")[0] == env.step("examine apple 2")[0]
 

@@ -15,7 +15,7 @@ import pytest
 import turngym
 from turngym.agents import OracleAgent, RandomAgent
 from turngym.envs.mcp.env import close_shared_servers
-from turngym.envs.mcp.server import MCPServer
+from turngym.envs.mcp.server import SERVER_LIMITS, MCPServer
 from turngym.envs.mcp.sqlite_env import MCPSQLiteEnv
 from turngym.envs.mcp.sqlite_tasks import build_database, generate_sqlite_task, sqlite_task_from_id
 from turngym.envs.mcp.sqlite_world import diff_count, progress, read_world
@@ -156,7 +156,7 @@ def test_snapshots_move_between_envs_sharing_one_server():
         untouched = other.step(dump)[0]
         assert changed != untouched
         other.restore(snap)
-        assert other._state_key() == env._state_key()
+        assert other.state_key() == env.state_key()
         assert other.step(dump)[0] == changed
         a, b = play_oracle(env), play_oracle(other)
         assert [(s[0], s[1], s[4]["state_key"]) for s in a] == [(s[0], s[1], s[4]["state_key"]) for s in b]
@@ -312,3 +312,23 @@ def test_a_forked_child_starts_its_own_server(env):
     os.waitpid(pid, 0)
     obs, *_ = env.step(call("list_tables"))  # the parent's server is untouched
     assert "employees" in obs and env._server is parent_server
+
+
+def test_limits_argument_bounds_the_server_sandbox():
+    """``limits=`` (the argument Code and SWE envs take) replaces the server spec's limits."""
+    lim = SERVER_LIMITS.replace(memory_mb=768, processes=24, cpu_cores=0.5)
+    others = _sandboxes()
+    env = MCPSQLiteEnv(limits=lim)
+    try:
+        env.reset(seed=2)
+        obs, *_, info = env.step(call("list_tables"))
+        assert info["infra_error"] is None and "employees" in obs
+        assert env._server.server.limits == lim
+        (pid,) = _sandboxes() - others
+        nproc = set()
+        for p in tree_pids(pid):
+            with contextlib.suppress(OSError), open(f"/proc/{p}/limits") as fh:
+                nproc |= {line.split()[2] for line in fh if line.startswith("Max processes")}
+        assert "24" in nproc  # the server's processes run under the env's bound, not the spec's 32
+    finally:
+        env.close()

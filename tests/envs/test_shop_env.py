@@ -192,7 +192,7 @@ def test_search_without_matches_gives_empty_results():
 def test_invalid_actions_are_part_of_the_episode(action, reason):
     env = make(difficulty="easy")
     search(env)
-    key = env._state_key()
+    key = env.state_key()
     obs, reward, term, trunc, info = env.step(action)
     assert info["action_valid"] is False and reason in info["invalid_reason"]
     assert reward == pytest.approx(-0.1) and not term
@@ -292,24 +292,24 @@ def test_state_key_ignores_history_but_not_page_product_or_options():
     env = make(difficulty="easy")
     env.reset(seed=2)
     env.step("search[shampoo sulfate free]")
-    k_results = env._state_key()
+    k_results = env.state_key()
     item = env.state.results[0]
     asin = env.product(item).asin
     env.step(f"click[{asin}]")
-    k_item = env._state_key()
+    k_item = env.state_key()
     # another route to the same page: detour through a sub-page and another search
     env.step("click[back to search]")
     env.step("search[free sulfate shampoos]")  # same bag of terms: same results page
-    assert env._state_key() == k_results
+    assert env.state_key() == k_results
     env.step(f"click[{asin}]")
     env.step("click[reviews]")
     env.step("click[< prev]")
-    assert env._state_key() == k_item
+    assert env.state_key() == k_item
     value = env.product(item).options[0][1][0]
     env.step(f"click[{value}]")
-    assert env._state_key() != k_item
+    assert env.state_key() != k_item
     env.step("click[< prev]")
-    assert env._state_key() == k_results
+    assert env.state_key() == k_results
 
 
 def test_snapshot_restore_branches_identically():

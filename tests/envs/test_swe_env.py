@@ -15,9 +15,10 @@ from turngym.envs.swe.env import SWEEnv
 from turngym.envs.swe.mutations import OPERATORS, propose_mutations
 from turngym.envs.swe.repos import REPO_NAMES, Tree, load_repo, repos_dir
 from turngym.envs.swe.tasks import load_tasks, validate_task
-from turngym.envs.swe.testing import run_pytest
+from turngym.envs.swe.testing import SandboxExecutor, run_pytest, use_executor
 from turngym.envs.swe.tools import validate_args
 from turngym.rollout import run_episodes
+from turngym.sandbox import BubblewrapSandbox, Limits, SandboxUnavailable
 
 SAMPLE = '''\
 def clamp(x, lo=0, hi=10):
@@ -288,3 +289,54 @@ def test_search_with_a_catastrophic_regex_is_a_failed_call_within_its_deadline()
     ok = search(tree, {"pattern": r"x\s*=", "regex": True})  # ordinary patterns still work
     assert ok.ok and "b.py:1: x = 1" in ok.output
     assert not search(tree, {"pattern": "(", "regex": True}).ok
+
+
+def test_limits_argument_reaches_the_env_test_runs():
+    # a memory limit too small for pytest: the run dies of it, an infra error (never a graded 0)
+    env = turngym.make("turngym/SWE-v0", limits=Limits(memory_mb=24, disk_mb=8, tmp_mb=8)).unwrapped
+    try:
+        env.reset(seed=0)
+        infra = None
+        while infra is None and not env.done:
+            *_, info = env.step(env.oracle_action())
+            infra = info["infra_error"]
+        assert infra is not None and "limit memory" in infra
+    finally:
+        env.close()
+
+
+class LimitsRecordingSandbox(BubblewrapSandbox):
+    """Test double: the real bubblewrap sandbox, recording the limits each session opened with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opened: list[Limits | None] = []
+
+    def open_session(self, limits=None):
+        self.opened.append(limits)
+        return super().open_session(limits)
+
+
+def test_sandbox_executor_runs_under_its_limits_cpu_cores_included():
+    try:
+        sb = LimitsRecordingSandbox()
+    except SandboxUnavailable as exc:
+        pytest.skip(f"bubblewrap unavailable: {exc}")
+    executor = SandboxExecutor(sb, limits=Limits(memory_mb=1536, processes=48, cpu_cores=0.5))
+    try:
+        with use_executor(executor, scope="limits-recording"):
+            run_pytest(load_repo("intervals").with_file("marker_limits.py", "# fresh: nothing cached\n"), timeout=60)
+    finally:
+        executor.close()
+    assert sb.opened, "no test run opened a session"
+    for lim in sb.opened:
+        assert (lim.memory_mb, lim.processes, lim.cpu_cores) == (1536, 48, 0.5)
+        assert lim.wall_s == lim.cpu_s == 65  # the run's timeout + 5 replaces the limits' own
+
+
+def test_sandbox_executor_old_limit_names_still_work_with_a_warning():
+    with pytest.warns(DeprecationWarning, match="limits=Limits"):
+        executor = SandboxExecutor(memory_mb=1000, processes=40)
+    assert (executor.limits.memory_mb, executor.limits.processes) == (1000, 40)
+    assert (executor.memory_mb, executor.processes) == (1000, 40)
+    assert SandboxExecutor().limits == Limits(memory_mb=2048, processes=64)  # the default, unchanged

@@ -239,11 +239,11 @@ def test_a_result_too_large_to_print_is_an_execution_error_not_an_exception():
 def test_integers_past_64_bits_are_refused_before_any_call(env):
     task = next(t for t in ALL if "MathAPI" in t.classes)
     env.reset(options={"task": task})
-    key = env._state_key()
+    key = env.state_key()
     action = json.dumps({"name": "multiply", "arguments": {"a": 10**4000, "b": 10**4000}})
     obs, reward, term, trunc, info = env.step(action)  # a 4000-digit literal: BFCL's multiply would build 8000
     assert info["action_valid"] is False and "fit in 64 bits" in info["invalid_reason"]
-    assert env._state_key() == key and info["infra_error"] is None
+    assert env.state_key() == key and info["infra_error"] is None
 
 
 def _process_state() -> dict:

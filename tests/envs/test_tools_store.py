@@ -154,10 +154,10 @@ def test_cancel_pending_order_restocks_and_moves_progress():
 def test_broken_call_is_invalid_and_executes_nothing():
     env = make()
     env.reset(seed=0)
-    key = env._state_key()
+    key = env.state_key()
     obs, reward, term, trunc, info = env.step('{"name": "cancel_order", "arguments": {"order_id": ')
     assert info["action_valid"] is False and "not complete JSON" in info["invalid_reason"]
-    assert not term and env._state_key() == key and reward < 0
+    assert not term and env.state_key() == key and reward < 0
 
 
 def test_schema_violation_names_the_argument():
@@ -275,7 +275,7 @@ def test_env_tools_are_openai_format():
 def test_hostile_json_is_an_invalid_action_with_a_reason():
     env = make()
     env.reset(seed=0)
-    key = env._state_key()
+    key = env.state_key()
     for action, reason in [
         ('{"name": "get_order", "arguments": {"order_id": ' + "[" * 100_000 + "]" * 100_000 + "}}", "nested too deeply"),
         ('{"name": "get_order", "arguments": "' + "[" * 100_000 + '"}', "nested too deeply"),
@@ -284,4 +284,4 @@ def test_hostile_json_is_an_invalid_action_with_a_reason():
     ]:
         *_, info = env.step(action)
         assert info["action_valid"] is False and reason in info["invalid_reason"], info["invalid_reason"]
-        assert env._state_key() == key
+        assert env.state_key() == key

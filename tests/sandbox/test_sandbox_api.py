@@ -9,6 +9,7 @@ import pytest
 
 from turngym.core.errors import ConfigError, InfraError
 from turngym.sandbox import (
+    BACKENDS,
     BubblewrapSandbox,
     Limits,
     NotIsolatedWarning,
@@ -21,6 +22,7 @@ from turngym.sandbox import (
     SessionClosed,
     make_sandbox,
 )
+from turngym.sandbox.factory import BACKEND_CLASSES
 
 
 def _bwrap_or_skip() -> BubblewrapSandbox:
@@ -182,6 +184,20 @@ def test_make_sandbox_auto_prefers_an_isolated_backend():
         sb.close()
     with pytest.raises(ConfigError, match="unknown sandbox backend"):
         make_sandbox("firejail")
+
+
+def test_each_backend_name_builds_its_own_class():
+    assert BACKENDS == ("bubblewrap", "docker", "rlimit")  # the order "auto" tries them
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # rlimit warns that it is not isolated
+        sb = make_sandbox("rlimit")
+    try:
+        assert type(sb) is RlimitSandbox and sb.name == "rlimit"
+    finally:
+        sb.close()
+    for name, target in BACKEND_CLASSES.items():
+        module, _, cls = target.partition(":")
+        assert cls.lower().startswith(name.lower()), (name, target)
 
 
 def test_broken_interpreter_surfaces_as_a_failed_run_not_a_crash():

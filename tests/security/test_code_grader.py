@@ -370,7 +370,7 @@ def test_a_daemon_left_behind_cannot_touch_the_next_step(env):
     "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\nimport time\ntime.sleep(30)",
 ])
 def test_a_snippet_that_kills_its_worker_is_not_an_infra_error(sandbox, snippet):
-    env = turngym.make("turngym/Code-v0", sandbox=sandbox, run_limits=Limits(wall_s=1.0, cpu_s=1.0))
+    env = turngym.make("turngym/Code-v0", sandbox=sandbox, limits=Limits(wall_s=1.0, cpu_s=1.0))
     try:
         env.reset(options={"task": BUILTIN})
         env.step("<run>\n```python\nprint(1)\n```\n</run>")
@@ -560,7 +560,7 @@ def test_a_worker_killed_from_outside_mid_step_is_an_infra_error(sandbox):
 
     if not isinstance(sandbox, BubblewrapSandbox):
         pytest.skip("needs bubblewrap")
-    env = turngym.make("turngym/Code-v0", sandbox=sandbox, run_limits=Limits(wall_s=3.0, cpu_s=3.0))
+    env = turngym.make("turngym/Code-v0", sandbox=sandbox, limits=Limits(wall_s=3.0, cpu_s=3.0))
     try:
         env.reset(options={"task": BUILTIN})
         env.step("<run>\n```python\nprint(1)\n```\n</run>")

@@ -56,6 +56,8 @@ def open_server():
 KWARG_ATTACKS = [
     (CODE, {"sandbox": "rlimit"}, "sandbox"),  # agent code as uid 0 on the host
     (CODE, {"run_limits": {"cpu_s": -1}}, "run_limits"),  # breaks every step
+    (CODE, {"limits": {"cpu_s": -1}}, "limits"),  # the same, under the argument's current name
+    (SWE, {"limits": {"memory_mb": 1 << 30}}, "limits"),  # lifts the sandbox's memory bound
     (CODE, {"tasks": "/etc"}, "tasks"),  # probes the host filesystem
     (CODE, {"per_test_s": 1e9}, "per_test_s"),
     (SWE, {"tasks": "/etc/passwd"}, "tasks"),

@@ -69,7 +69,7 @@ def test_step_info_is_the_full_local_info(server):
         assert remote.oracle_action() == a
         lo, ro = local.step(a), remote.step(a)
         assert _normalize(lo) == _normalize(list(ro))
-        assert remote.turn == local.turn and remote._state_key() == local._state_key()
+        assert remote.turn == local.turn and remote.state_key() == local.state_key()
         if lo[2] or lo[3]:
             break
     assert ro[4]["outcome"]["success"] is True
@@ -129,7 +129,7 @@ def test_snapshot_restore_branches_on_the_server(server):
     snap = env.snapshot()
     first = [env.step(a)[:4] for a in ("<calc>2*3</calc>", "<calc>7-1</calc>")]
     env.restore(snap)
-    assert env.turn == 1 and env._state_key() == snap.state_key
+    assert env.turn == 1 and env.state_key() == snap.state_key
     assert [env.step(a)[:4] for a in ("<calc>2*3</calc>", "<calc>7-1</calc>")] == first
     env.release(snap)
     with pytest.raises(SnapshotError, match="released or evicted"):

@@ -40,7 +40,7 @@ from typing import Any
 
 from turngym.agents.base import Action, AgentInput
 from turngym.agents.choices import ChoiceCache, ChoiceTrie, encode_choices
-from turngym.agents.hf_decode import StaticDecoder, static_decoding_unsupported
+from turngym.agents.hf_decode import DecodeHooks, StaticDecoder, static_decoding_unsupported
 from turngym.agents.render import ChatRenderer
 from turngym.core.errors import ConfigError
 
@@ -607,7 +607,8 @@ class HFPolicy:
             j = i + self.max_batch_size
             self._check_positions(prompts[i:j], limits[i:j])
             if self._static is not None:
-                out += self._static.generate(self, prompts[i:j], stops[i:j], reuse[i:j], limits[i:j], force[i:j], trie[i:j])
+                out += self._static.generate(self._decode_hooks(), prompts[i:j], stops[i:j], reuse[i:j], limits[i:j],
+                                             force[i:j], trie[i:j])
             else:
                 out += self._generate_batch(prompts[i:j], stops[i:j], reuse[i:j], limits[i:j], force[i:j], trie[i:j])
         self.stats.add(out, time.perf_counter() - t0)
@@ -725,6 +726,21 @@ class HFPolicy:
                 f"a prompt of {longest} tokens + max_new_tokens={budget} exceeds the model's "
                 f"{self.max_positions} positions; keep fewer turns in the prompt (history=k) or lower max_new_tokens"
             )
+
+    def _decode_hooks(self) -> DecodeHooks:
+        """What the static decoder needs of this policy (its sampling, stop and choice rules, the
+        prefix cache as it is now: :meth:`clear_prefix_cache` replaces it)."""
+        return DecodeHooks(
+            pad_id=self.pad_id,
+            eos_ids=self.eos_ids,
+            prefix=self._prefix,
+            forward_extra=self._last_logits_only,
+            stop_candidates=self._stop_candidates,
+            stop_hit=self._stop_hit,
+            mask_choices=self._mask_choices,
+            sample=self._sample_full,
+            finish=self._finish,
+        )
 
     def _stop_candidates(self, stops: tuple[str, ...]) -> Any:
         """A membership test: after which tokens a stop string may have appeared."""

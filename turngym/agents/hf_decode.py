@@ -50,16 +50,56 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from turngym.agents.choices import ChoiceTrie
 
 if TYPE_CHECKING:
-    from turngym.agents.hf import Generation, HFPolicy
+    from turngym.agents.hf import Generation
 
-__all__ = ["StaticDecoder", "grouped_attention", "static_decoding_unsupported"]
+__all__ = ["StaticDecoder", "DecodeHooks", "PrefixStore", "grouped_attention", "static_decoding_unsupported"]
+
+
+class PrefixStore(Protocol):
+    """The prefix key/value cache the decoder reads prompts from and stores finished rows in."""
+
+    def take(self, prompts: Sequence[Sequence[int]], lengths: Sequence[int]) -> list[Any]:
+        """Per prompt, its longest cached prefix within ``lengths`` (``.ids``, ``.kv`` per layer) or None."""
+        ...
+
+    def store(self, ids: list[int], past: Any, row: int, mask: Any) -> None:
+        """Keep row ``row`` of ``past`` (its ``mask`` columns) as the cache of ``ids``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeHooks:
+    """Everything :class:`StaticDecoder` needs of the policy it decodes for, declared in one place.
+
+    The decoder runs the policy's own sampling, stop and choice rules (so both decode paths give
+    the same tokens); it reaches them only through these fields, never through the policy's
+    private members, so either side can change its internals without breaking the other.
+    :meth:`turngym.agents.hf.HFPolicy.generate` builds one per batch.
+    """
+
+    pad_id: int
+    eos_ids: frozenset[int]
+    #: the prefix cache (read at the prompt, written when a row ends)
+    prefix: PrefixStore
+    #: extra keyword arguments of the prefill forward (``{"logits_to_keep": 1}`` where the model takes it)
+    forward_extra: Mapping[str, Any]
+    #: stop strings -> a test of after which tokens one of them may have appeared
+    stop_candidates: Callable[[tuple[str, ...]], Callable[[int], bool]]
+    #: the stop string a row's generated ids now end in (ids, stops, window), or None
+    stop_hit: Callable[[list[int], Sequence[str], int], str | None]
+    #: logits with every token a row's choice trie forbids at its node set to -inf
+    mask_choices: Callable[[Any, Sequence[tuple[ChoiceTrie | None, int | None]]], Any]
+    #: logits -> (token ids, their log-probs, the whole log-prob table)
+    sample: Callable[[Any], tuple[Any, Any, Any]]
+    #: (prompts, generated ids, log-probs, finish reasons, allowed ids) -> the policy's generations
+    finish: Callable[..., list[Generation]]
 
 _MASK_IMPLS = ("sdpa", "eager")
 
@@ -318,7 +358,7 @@ class StaticDecoder:
             s.mask[:, 0, 0, col] = 0.0
 
     # ------------------------------------------------------------------ forward passes
-    def prefill(self, s: _Slots, ids: Any, start: int, extra: dict[str, Any]) -> Any:
+    def prefill(self, s: _Slots, ids: Any, start: int, extra: Mapping[str, Any]) -> Any:
         """Feed ``ids`` [rows, d] at columns ``start .. start+d`` (``s.valid`` already marks them); last logits."""
         import torch
 
@@ -400,8 +440,9 @@ class StaticDecoder:
 
     # ------------------------------------------------------------------ the loop
     def generate(self, *args: Any) -> list[Generation]:
-        """:meth:`_decode` under this decoder's lock and in inference mode (buffers kept between
-        calls are inference tensors: a later call must be able to reset them)."""
+        """:meth:`_decode` (``hooks, prompts, stops, reusable, limits, forced, tries``) under this
+        decoder's lock and in inference mode (buffers kept between calls are inference tensors: a
+        later call must be able to reset them)."""
         import torch
 
         with self.lock, torch.inference_mode():
@@ -409,7 +450,7 @@ class StaticDecoder:
 
     def _decode(
         self,
-        policy: HFPolicy,
+        hooks: DecodeHooks,
         prompts: Sequence[Sequence[int]],
         stops: Sequence[Sequence[str]],
         reusable: Sequence[int],
@@ -417,13 +458,13 @@ class StaticDecoder:
         forced: Sequence[Sequence[int]],
         tries: Sequence[ChoiceTrie | None],
     ) -> list[Generation]:
-        """One batch: ``policy``'s prompts, stop strings, reusable prefix lengths, budgets, forced
-        prefixes and choice tries, as :meth:`HFPolicy.generate` documents them."""
+        """One batch, decoded under ``hooks``: prompts, stop strings, reusable prefix
+        lengths, budgets, forced prefixes and choice tries, as :meth:`HFPolicy.generate` documents them."""
         import torch
 
         self._check_signature()
         n = len(prompts)
-        cached = policy._prefix.take(prompts, reusable)
+        cached = hooks.prefix.take(prompts, reusable)
         lengths = [len(c.ids) if c is not None else 0 for c in cached]
         deltas = [list(p[c:]) for p, c in zip(prompts, lengths, strict=True)]
         cmax, dmax, budget = max(lengths), max(map(len, deltas)), max(limits)
@@ -432,7 +473,7 @@ class StaticDecoder:
 
         # --- the prompt: cached prefixes written in, the rest fed in one batched forward
         s.valid.zero_()
-        ids = torch.full((rows, dmax), policy.pad_id, dtype=torch.long, device="cpu")
+        ids = torch.full((rows, dmax), hooks.pad_id, dtype=torch.long, device="cpu")
         for r, (c, d) in enumerate(zip(cached, deltas, strict=True)):
             if c is not None:
                 for layer, (k, v) in zip(s.layers, c.kv, strict=True):
@@ -442,7 +483,7 @@ class StaticDecoder:
             if d:
                 ids[r, dmax - len(d) :] = torch.tensor(d, dtype=torch.long, device="cpu")
                 s.valid[r, cmax + dmax - len(d) : cmax + dmax] = True
-        logits = self.prefill(s, ids.to(dev), cmax, policy._last_logits_only)
+        logits = self.prefill(s, ids.to(dev), cmax, hooks.forward_extra)
         self._refresh_mask(s)
 
         # --- host-side state, per original row
@@ -452,7 +493,7 @@ class StaticDecoder:
         finish: list[tuple[str, str | None]] = [("length", None)] * n
         node: list[int | None] = [ChoiceTrie.ROOT if tries[r] is not None else None for r in range(n)]
         window = [max((len(x) for x in st), default=0) + 2 for st in stops]
-        stop_cand = [policy._stop_candidates(tuple(st)) if st else None for st in stops]
+        stop_cand = [hooks.stop_candidates(tuple(st)) if st else None for st in stops]
         slot_row: list[int | None] = [r if r < n else None for r in range(rows)]
         live = set(range(n))
         fmax = max((len(f) for f in forced), default=0)
@@ -483,13 +524,13 @@ class StaticDecoder:
                     t = int(toks[t_step][b])
                     gen_ids[r].append(t)
                     gen_lps[r].append(lps[t_step][b])
-                    if self._row_done(policy, r, t, gen_ids, finish, node, tries, gen_allowed, stops, window,
+                    if self._row_done(hooks, r, t, gen_ids, finish, node, tries, gen_allowed, stops, window,
                                       stop_cand, limits):
                         live.discard(r)
                         # the cache holds the prompt and every generated token fed before this one (generated
                         # token j is fed at column cmax + dmax + j; the last one never was)
                         fed = torch.arange(s.length, device=dev) < cmax + dmax + len(gen_ids[r]) - 1
-                        policy._prefix.store(list(prompts[r]) + gen_ids[r][:-1], s.cache, b, s.valid[b] & fed)
+                        hooks.prefix.store(list(prompts[r]) + gen_ids[r][:-1], s.cache, b, s.valid[b] & fed)
                         break
 
         for step in range(budget):
@@ -497,8 +538,8 @@ class StaticDecoder:
                          for r in slot_row]
             trie_rows = any(t is not None for t, _ in row_tries)  # their next mask needs this step's token
             if trie_rows:
-                logits = policy._mask_choices(logits, row_tries)
-            token, logprob, logp = policy._sample_full(logits)
+                logits = hooks.mask_choices(logits, row_tries)
+            token, logprob, logp = hooks.sample(logits)
             if force_t is not None and step < fmax:
                 f = force_t[:, step]
                 use = f >= 0
@@ -513,7 +554,7 @@ class StaticDecoder:
                 keep = [b for b, r in enumerate(slot_row) if r is not None and r in live]
                 if self.bucket_rows(len(keep)) < s.rows:
                     s = self.compact(s, keep)
-                    token = _rows(token, keep, s.rows, policy.pad_id)
+                    token = _rows(token, keep, s.rows, hooks.pad_id)
                     if force_t is not None:
                         force_t = _rows(force_t, keep, s.rows, -1)
                     slot_row = [slot_row[b] for b in keep] + [None] * (s.rows - len(keep))
@@ -525,10 +566,10 @@ class StaticDecoder:
             self._open(s, col)
             col += 1
             logits = self.step(s, col)
-        return policy._finish(prompts, gen_ids, gen_lps, finish, gen_allowed)
+        return hooks.finish(prompts, gen_ids, gen_lps, finish, gen_allowed)
 
     @staticmethod
-    def _row_done(policy: HFPolicy, r: int, t: int, gen_ids: list[list[int]], finish: list[tuple[str, str | None]],
+    def _row_done(hooks: DecodeHooks, r: int, t: int, gen_ids: list[list[int]], finish: list[tuple[str, str | None]],
                   node: list[int | None], tries: Sequence[ChoiceTrie | None], allowed: list[list[list[int]] | None],
                   stops: Sequence[Sequence[str]], window: Sequence[int], stop_cand: Sequence[Callable[[int], bool] | None],
                   limits: Sequence[int]) -> bool:
@@ -536,14 +577,14 @@ class StaticDecoder:
         if node[r] is not None:
             allowed[r].append(tries[r].allowed(node[r]))
             node[r] = tries[r].advance(node[r], t)
-        if t in policy.eos_ids:
+        if t in hooks.eos_ids:
             finish[r] = ("eos", None)
             return True
         if node[r] is not None:  # a constrained row ends only at its end token
             return False
         cand = stop_cand[r]
         if cand is not None and cand(t):
-            hit = policy._stop_hit(gen_ids[r], stops[r], window[r])
+            hit = hooks.stop_hit(gen_ids[r], stops[r], window[r])
             if hit is not None:
                 finish[r] = ("stop", hit)
                 return True

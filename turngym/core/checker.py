@@ -203,12 +203,12 @@ class _Checker:
             if ended:
                 continue
             snap = env.snapshot()
-            key_before = env._state_key()
+            key_before = env.state_key()
             actions = [policy(branch_at + j) for j in range(env.max_turns)]
             continuations = []
             for _ in range(2):
                 env.restore(snap)
-                if env._state_key() != key_before:
+                if env.state_key() != key_before:
                     self.fail("restore() did not bring back the snapshot's state_key")
                 trace = []
                 for a in actions:

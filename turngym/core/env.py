@@ -253,7 +253,10 @@ class TurngymEnv(gym.Env[str, str], Generic[TaskT, StateT]):
         return {}
 
     def _state_key(self) -> str:
-        """A canonical key of the current state without history (see core.hashing)."""
+        """A canonical key of the current state without history (see core.hashing).
+
+        The family's implementation hook; callers use the public :meth:`state_key`.
+        """
         raise NotImplementedError
 
     def _outcome_on_truncation(self) -> dict[str, Any]:
@@ -271,6 +274,15 @@ class TurngymEnv(gym.Env[str, str], Generic[TaskT, StateT]):
     def _oracle_action(self) -> str:
         """The oracle's next action (called only during an episode)."""
         raise NotImplementedError
+
+    def state_key(self) -> str:
+        """A canonical key of the current state without history (``info["state_key"]``).
+
+        The public name of the family's :meth:`_state_key` hook (families implement the hook, as
+        they implement ``_reset`` behind ``reset``): two states with the same key are the same state,
+        whatever path led there, which is what checkers, GiGPO anchors and variance studies compare.
+        """
+        return self._state_key()
 
     def oracle_action(self) -> str:
         """The next action of a scripted policy that solves the current task.
@@ -334,7 +346,7 @@ class TurngymEnv(gym.Env[str, str], Generic[TaskT, StateT]):
         self._done = False
         obs = self._reset(self.task, options)
         self._last_obs = obs
-        return obs, {"turn": 0, "task_id": task.id, "state_key": self._state_key()}
+        return obs, {"turn": 0, "task_id": task.id, "state_key": self.state_key()}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._done:
@@ -373,7 +385,7 @@ class TurngymEnv(gym.Env[str, str], Generic[TaskT, StateT]):
         info: dict[str, Any] = {
             "turn": self.turn,
             "signals": signals,
-            "state_key": self._state_key(),
+            "state_key": self.state_key(),
             "action_valid": t.valid,
             "invalid_reason": t.invalid_reason,
             "infra_error": t.infra_error,

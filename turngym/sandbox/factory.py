@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import warnings
 from typing import Any
 
 from turngym.core.errors import ConfigError
@@ -9,26 +11,27 @@ from turngym.sandbox.base import Sandbox
 from turngym.sandbox.errors import SandboxUnavailable
 from turngym.sandbox.limits import Limits
 
-__all__ = ["make_sandbox", "available_backends", "BACKENDS"]
+__all__ = ["make_sandbox", "available_backends", "BACKENDS", "BACKEND_CLASSES"]
+
+#: Each backend name mapped to its class as ``"module:Class"``, in the order ``"auto"`` tries them.
+#: Dispatch is by this table, never by an ``if/elif`` chain on names; the class is imported when
+#: the backend is asked for, so ``import turngym.sandbox`` does not load the Docker backend.
+BACKEND_CLASSES: dict[str, str] = {
+    "bubblewrap": "turngym.sandbox.local:BubblewrapSandbox",
+    "docker": "turngym.sandbox.docker:DockerSandbox",
+    "rlimit": "turngym.sandbox.local:RlimitSandbox",
+}
 
 #: Backend names in the order ``"auto"`` tries them.
-BACKENDS = ("bubblewrap", "docker", "rlimit")
+BACKENDS = tuple(BACKEND_CLASSES)
 
 
 def _construct(name: str, limits: Limits | None, kwargs: dict[str, Any]) -> Sandbox:
-    if name == "bubblewrap":
-        from turngym.sandbox.local import BubblewrapSandbox
-
-        return BubblewrapSandbox(limits, **kwargs)
-    if name == "docker":
-        from turngym.sandbox.docker import DockerSandbox
-
-        return DockerSandbox(limits, **kwargs)
-    if name == "rlimit":
-        from turngym.sandbox.local import RlimitSandbox
-
-        return RlimitSandbox(limits, **kwargs)
-    raise ConfigError(f"unknown sandbox backend {name!r}; choose one of {('auto', *BACKENDS)} or pass a Sandbox")
+    target = BACKEND_CLASSES.get(name)
+    if target is None:
+        raise ConfigError(f"unknown sandbox backend {name!r}; choose one of {('auto', *BACKENDS)} or pass a Sandbox")
+    module, _, cls = target.partition(":")
+    return getattr(importlib.import_module(module), cls)(limits, **kwargs)
 
 
 def make_sandbox(
@@ -65,8 +68,6 @@ def available_backends() -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for name in BACKENDS:
         try:
-            import warnings
-
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 _construct(name, None, {}).close()

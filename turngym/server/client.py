@@ -471,9 +471,12 @@ class RemoteEnv(gym.Env[str, str]):
     def task(self) -> Any:
         return _run(self._async.task())
 
-    def _state_key(self) -> str:
-        """The state key of the current state (as ``TurngymEnv._state_key``), from the last reply."""
+    def state_key(self) -> str:
+        """The state key of the current state (as ``TurngymEnv.state_key``), from the last reply."""
         return self._async.state_key
+
+    #: The name before ``state_key()`` was public; kept so callers written against it still work.
+    _state_key = state_key
 
     # --- gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:

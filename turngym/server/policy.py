@@ -90,7 +90,7 @@ BASE_ARGS: dict[str, Arg] = {
 }
 
 #: Per env family, the constructor arguments a remote client may set (besides :data:`BASE_ARGS`).
-#: Deliberately absent everywhere: ``tasks`` (paths, Task objects), ``sandbox``, ``run_limits``,
+#: Deliberately absent everywhere: ``tasks`` (paths, Task objects), ``sandbox``, ``limits``, ``run_limits``,
 #: ``corpus``, ``retriever`` URLs, ``catalog``, ``swebench``, ``repo_dirs``, ``backend``, ``grader`` (a client
 #: never picks the forgeable in-process SWE-bench grader).
 ENV_ARGS: dict[str, dict[str, Arg]] = {

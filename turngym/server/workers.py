@@ -133,7 +133,7 @@ def _step(h: EnvHost, action: Any) -> Any:
 
 def _restore(h: EnvHost, handle: str) -> dict[str, Any]:
     h.env.restore(h.get_snapshot(handle))
-    reply = {"ok": True, "state_key": h.env._state_key(), "turn": h.env.turn, "done": h.env.done}
+    reply = {"ok": True, "state_key": h.env.state_key(), "turn": h.env.turn, "done": h.env.done}
     choices = _choices(h)  # the restored state's, not the last step's
     if choices is not None:
         reply["choices"] = choices
@@ -152,7 +152,7 @@ def _state(h: EnvHost) -> dict[str, Any]:
     return {
         "step_count": env.turn,
         "task_id": getattr(task, "id", None),
-        "state_key": env._state_key() if task is not None else None,
+        "state_key": env.state_key() if task is not None else None,
         "done": env.done,
         "max_turns": env.max_turns,
     }

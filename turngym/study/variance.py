@@ -136,7 +136,7 @@ def _rollout(env: Any, policy: _Policy, task_seed: int, branching: tuple[int, ..
         for snap, turns, parent in frontier:
             for _ in range(width):
                 env.restore(snap)
-                key = (task_seed, env._state_key(), env.turn)
+                key = (task_seed, env.state_key(), env.turn)
                 action = policy(env)
                 obs, r, term, trunc, _ = env.step(action)
                 turn = {"node": next(counter), "parent": parent, "key": key, "snap": snap, "action": action, "reward": float(r), "obs": str(obs)}

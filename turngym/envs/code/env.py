@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from turngym.core.env import Transition, TurngymEnv
 from turngym.core.errors import ConfigError
 from turngym.core.hashing import state_hash
 from turngym.core.spec import RewardSpec, Signal
-from turngym.envs.code import oracle
+from turngym.envs.code import MAX_TURNS, oracle
 from turngym.envs.code.parsing import parse_code_action
 from turngym.envs.code.runner import Evaluation, Problem, evaluate
 from turngym.envs.code.tasks import CodeTask, load_builtin_tasks, load_humaneval, load_mbpp
@@ -109,8 +110,9 @@ class CodeEnv(TurngymEnv[CodeTask, CodeState]):
     ``tasks`` and ``levels`` (above); ``sandbox``: a backend name or a :class:`Sandbox`
     (default ``"auto"``); ``per_test_s``: each hidden test's time limit (2 s);
     ``feedback``: ``"traceback"`` or ``"names"`` (hide test bodies and values);
-    ``max_feedback_chars``: cap on feedback text (2000); ``run_limits``: limits of ``<run>``
-    snippets (5 s); ``warm``: fork a warm worker per run (default: when bubblewrap).
+    ``max_feedback_chars``: cap on feedback text (2000); ``limits``: a :class:`Limits` for
+    ``<run>`` snippets (5 s; the same argument SWE and MCP envs take; ``run_limits`` is its old
+    name, deprecated); ``warm``: fork a warm worker per run (default: when bubblewrap).
 
     >>> import turngym
     >>> env = turngym.make("turngym/Code-v0", levels=[1])
@@ -139,7 +141,7 @@ class CodeEnv(TurngymEnv[CodeTask, CodeState]):
         ),
         outcome="1 if the submitted solution passes every hidden test, else 0",
     )
-    default_max_turns = 8
+    default_max_turns = MAX_TURNS
     corpus_episodes: ClassVar[int | None] = 32  # the tiny model's tokenizer corpus: each step runs sandboxed tests
     task_type = CodeTask
     immutable_state = True
@@ -156,11 +158,18 @@ class CodeEnv(TurngymEnv[CodeTask, CodeState]):
         per_test_s: float = 2.0,
         feedback: Literal["traceback", "names"] = "traceback",
         max_feedback_chars: int = 2000,
-        run_limits: Limits | None = None,
+        limits: Limits | None = None,
         warm: bool | None = None,
+        run_limits: Limits | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if run_limits is not None:
+            if limits is not None:
+                raise ConfigError("pass limits= only (run_limits= is its old name)")
+            warnings.warn("CodeEnv(run_limits=...) is deprecated: pass limits=Limits(...) instead",
+                          DeprecationWarning, stacklevel=2)
+            limits = run_limits
         if feedback not in ("traceback", "names"):
             raise ConfigError(f"feedback must be 'traceback' or 'names', got {feedback!r}")
         if isinstance(tasks, str) and tasks == "builtin":
@@ -178,7 +187,8 @@ class CodeEnv(TurngymEnv[CodeTask, CodeState]):
         self.per_test_s = per_test_s
         self.feedback_mode = feedback
         self.max_feedback_chars = max_feedback_chars
-        self.run_limits = run_limits or Limits(wall_s=5.0, cpu_s=5.0, output_bytes=64_000)
+        #: what one ``<run>`` snippet may use
+        self.limits = limits or Limits(wall_s=5.0, cpu_s=5.0, output_bytes=64_000)
         self._warm_pref = warm
         self._session: Session | None = None
         self._warm: WarmPython | None = None
@@ -188,6 +198,11 @@ class CodeEnv(TurngymEnv[CodeTask, CodeState]):
         self.state: CodeState = CodeState()
 
     # -- infrastructure --------------------------------------------------------------------
+    @property
+    def run_limits(self) -> Limits:
+        """:attr:`limits` under its old name (read-only; deprecated)."""
+        return self.limits
+
     @property
     def sandbox(self) -> Sandbox:
         """The sandbox, created on first use (so ``make`` stays cheap)."""
@@ -307,7 +322,7 @@ class CodeEnv(TurngymEnv[CodeTask, CodeState]):
         files = {"solution.py": self.state.solution or ""}
         res: RunResult = self._memoized(
             "run", (self.state.solution or "") + "\x00" + code,
-            lambda: self._run_python()(code, files=files, limits=self.run_limits),
+            lambda: self._run_python()(code, files=files, limits=self.limits),
         )
         head = f"[{'killed: ' + res.limit_hit + ' limit' if res.limit_hit else f'exit code {res.exit_code}'}]"
         body = res.stdout + (("\n--- stderr ---\n" + res.stderr) if res.stderr else "")

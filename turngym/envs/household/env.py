@@ -11,7 +11,7 @@ from turngym.core.env import Transition, TurngymEnv
 from turngym.core.errors import ConfigError
 from turngym.core.hashing import state_hash
 from turngym.core.spec import RewardSpec, Signal
-from turngym.envs.household import oracle, verifier
+from turngym.envs.household import MAX_TURNS, oracle, verifier
 from turngym.envs.household.parsing import normalize
 from turngym.envs.household.tasks import EVAL_SEED_BASE, SPLITS, TASK_TYPES, HouseholdTask, generate_task, task_from_id
 from turngym.envs.household.world import (
@@ -144,7 +144,7 @@ class HouseholdEnv(TurngymEnv[HouseholdTask, HouseholdState | None]):
         signals=_SIGNALS,
         outcome="1 when every goal condition of the task holds (the episode then terminates), else 0",
     )
-    default_max_turns = 50
+    default_max_turns = MAX_TURNS
     task_type = HouseholdTask
     system_prompt = SYSTEM_PROMPT
     #: ALFWorld commands are one line: generation stops at the end of it

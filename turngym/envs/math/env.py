@@ -15,7 +15,7 @@ from turngym.core.errors import ConfigError
 from turngym.core.hashing import state_hash
 from turngym.core.parsing import parse_tag
 from turngym.core.spec import RewardSpec, Signal
-from turngym.envs.math import oracle
+from turngym.envs.math import MAX_TURNS, oracle
 from turngym.envs.math.calculator import calculate, format_number
 from turngym.envs.math.tasks import MAX_STEPS, MathTask, generate_task, load_gsm8k, task_from_generated_id
 from turngym.envs.math.verifier import check_answer, first_unhit
@@ -115,7 +115,7 @@ class MathEnv(TurngymEnv[MathTask, MathState]):
         ),
         outcome="1 if the final answer equals the gold answer as a number, else 0",
     )
-    default_max_turns = 10
+    default_max_turns = MAX_TURNS
     task_type = MathTask
     immutable_state = True
     system_prompt = SYSTEM_PROMPT

@@ -11,11 +11,17 @@ declaration: :class:`turngym.envs.mcp.server.MCPServer` plus :class:`turngym.env
 
 from turngym.core.registry import register
 
+__all__ = ["MAX_TURNS"]
+
+#: The family's default turn budget: its registrations and ``MCPWorldEnv`` and ``MCPSQLiteEnv.default_max_turns`` both read
+#: this one number (it lives here, not on the class, because registering must not import the env module).
+MAX_TURNS = 12
+
 register(
     "turngym/MCP-SQLite-v0",
     "turngym.envs.mcp.sqlite_env:MCPSQLiteEnv",
     description="Change/query a generated company DB through the real mcp-server-sqlite (sandboxed); DB checked every turn",
-    max_turns=12,
+    max_turns=MAX_TURNS,
     family="mcp",
 )
 register(
@@ -23,6 +29,6 @@ register(
     "turngym.envs.mcp.memory_env:MCPMemoryEnv",
     description="Change/query a generated knowledge graph through the published @modelcontextprotocol/server-memory "
     "(node, sandboxed); graph file checked every turn",
-    max_turns=12,
+    max_turns=MAX_TURNS,
     family="mcp",
 )

@@ -58,6 +58,7 @@ from turngym.envs.mcp.client import CallTimeout, ServerLost, ToolReply, mcp_tool
 from turngym.envs.mcp.server import DEADLINE_ENV, MCPServer, SandboxedServer
 from turngym.envs.tools.parsing import Reply, parse_message
 from turngym.envs.tools.schema import Tool, oversized_integer, validate_arguments
+from turngym.sandbox.limits import Limits
 
 __all__ = ["MCPEnv", "MCPState", "CallOutcome", "close_shared_servers"]
 
@@ -176,7 +177,7 @@ class _Server:
             self.server.close()
 
 
-_SHARED: dict[tuple[str, str, float, float], _Server] = {}
+_SHARED: dict[tuple[str, str, float, float, str], _Server] = {}
 _SHARED_LOCK = threading.Lock()
 
 
@@ -216,6 +217,9 @@ class MCPEnv(TurngymEnv[TaskT, StateT], Generic[TaskT, StateT]):
         start_timeout_s: deadline of a server start (start-up, ``initialize``, ``tools/list``).
         restart_each_episode: restart the env's server on every ``reset`` (else it is kept
             across the env's episodes; its world and scratch dirs are emptied between them).
+        limits: the server sandbox's :class:`~turngym.sandbox.Limits` (memory, processes,
+            ``cpu_cores``, disk; the same argument Code and SWE envs take) instead of the ones
+            its :class:`MCPServer` declares.
         share_server: use one server for every env of this class and settings in the process
             (fewer processes), instead of one per env. Calls are serialized per *call*, so a
             neighbour can delay one of this env's calls by up to one of its own call deadlines:
@@ -235,9 +239,12 @@ class MCPEnv(TurngymEnv[TaskT, StateT], Generic[TaskT, StateT]):
         start_timeout_s: float = 60.0,
         restart_each_episode: bool = False,
         share_server: bool = False,
+        limits: Limits | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        #: the server sandbox's limits; None: the server spec's own (``server_spec.limits()``)
+        self.limits = limits
         for name, value in (("call_timeout_s", call_timeout_s), ("start_timeout_s", start_timeout_s)):
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
@@ -287,7 +294,7 @@ class MCPEnv(TurngymEnv[TaskT, StateT], Generic[TaskT, StateT]):
     def _new_server(self) -> _Server:
         self.check_installed()
         return _Server(SandboxedServer(self.server_spec, extra_env=self._deadline_env(),
-                                       start_timeout_s=self.start_timeout_s))
+                                       start_timeout_s=self.start_timeout_s, limits=self.limits))
 
     def _deadline_env(self) -> dict[str, str]:
         """The server stops its own work a little before the client gives up on the call (a
@@ -309,7 +316,8 @@ class MCPEnv(TurngymEnv[TaskT, StateT], Generic[TaskT, StateT]):
                     self._server.ensure(self.excluded_tools, restart=fresh and self.restart_each_episode)
             return self._server
         if self._server is None:
-            key = (type(self).__qualname__, repr(self.server_spec), self.start_timeout_s, self.call_timeout_s)
+            key = (type(self).__qualname__, repr(self.server_spec), self.start_timeout_s, self.call_timeout_s,
+                   repr(self.limits))
             with _SHARED_LOCK:
                 server = _SHARED.get(key)
                 if server is None:

@@ -99,6 +99,8 @@ class SandboxedServer:
 
     Args:
         spec: the server's command, binds, limits and environment.
+        limits: the sandbox's limits instead of the spec's (``spec.limits()``); processes keep
+            ``spec.address_space_mb`` as their per-process address space either way.
         sandbox: the bubblewrap sandbox (default: a new one with the spec's binds, closed with this object).
         extra_env: more environment variables (the env's call deadline).
         start_timeout_s: deadline for start-up and the tool listing.
@@ -111,9 +113,10 @@ class SandboxedServer:
         sandbox: BubblewrapSandbox | None = None,
         extra_env: Mapping[str, str] | None = None,
         start_timeout_s: float = 30.0,
+        limits: Limits | None = None,
     ) -> None:
         self.spec = spec
-        self.limits = spec.limits()
+        self.limits = limits if limits is not None else spec.limits()
         #: More environment variables, read at every (re)start.
         self.extra_env = dict(extra_env or {})
         self._own_sandbox = sandbox is None
@@ -136,7 +139,8 @@ class SandboxedServer:
         session.prepare(self.limits)
         env = {**sandbox_env(session.workdir), **sb.python.env(), **self.spec.environ(session.workdir),
                **self.extra_env}
-        full, fds = sb.launch(session, self.spec.argv(session.workdir), self.limits, rlimits=self.spec.rlimits())
+        full, fds = sb.launch(session, self.spec.argv(session.workdir), self.limits,
+                              rlimits=self.limits.replace(memory_mb=self.spec.address_space_mb))
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self._private, "server.pid"))
         try:

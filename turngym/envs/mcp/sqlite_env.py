@@ -19,6 +19,7 @@ from turngym.core.env import Transition
 from turngym.core.errors import ConfigError
 from turngym.core.hashing import state_hash
 from turngym.core.spec import RewardSpec, Signal
+from turngym.envs.mcp import MAX_TURNS
 from turngym.envs.mcp.client import ToolReply
 from turngym.envs.mcp.env import CallOutcome, MCPEnv, MCPState
 from turngym.envs.mcp.server import DEADLINE_ENV, MCPServer
@@ -246,7 +247,7 @@ class MCPSQLiteEnv(MCPEnv[SQLiteTask, SQLiteState]):
         ),
         outcome="1 if the final database equals the goal database and the reply holds every requested fact, else 0",
     )
-    default_max_turns = 12
+    default_max_turns = MAX_TURNS
     task_type = SQLiteTask
     system_prompt = SYSTEM_PROMPT
     server = sqlite_server()

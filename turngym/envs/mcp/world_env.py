@@ -32,6 +32,7 @@ from turngym.core.env import Transition
 from turngym.core.hashing import state_hash
 from turngym.core.spec import RewardSpec, Signal
 from turngym.core.task import Task
+from turngym.envs.mcp import MAX_TURNS
 from turngym.envs.mcp.env import CallOutcome, MCPEnv, MCPState
 from turngym.envs.tools.verifier import call_key
 
@@ -91,7 +92,7 @@ class MCPWorldEnv(MCPEnv[WorldTask, WorldState]):
 
     reward_spec = WORLD_REWARD_SPEC
     task_type = WorldTask
-    default_max_turns = 12
+    default_max_turns = MAX_TURNS
     #: Task ids are ``{task_prefix}/{seed}``.
     task_prefix: ClassVar[str] = "mcp/world"
     #: Vocabularies of text answers (a reply naming more of one kind than it has answers scores nothing).

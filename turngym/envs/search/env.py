@@ -15,7 +15,7 @@ from turngym.core.errors import ConfigError, TaskError
 from turngym.core.hashing import state_hash
 from turngym.core.parsing import parse_tag
 from turngym.core.spec import RewardSpec, Signal
-from turngym.envs.search import oracle
+from turngym.envs.search import MAX_TURNS, oracle
 from turngym.envs.search.kb import KnowledgeBase, build_kb
 from turngym.envs.search.retrieval import (
     BM25Retriever,
@@ -174,7 +174,7 @@ class SearchQAEnv(TurngymEnv[SearchTask, SearchState]):
         ),
         outcome="1 if the answer exactly matches the gold answer or an alias after SQuAD normalisation, else 0",
     )
-    default_max_turns = 10
+    default_max_turns = MAX_TURNS
     task_type = SearchTask
     immutable_state = True
     system_prompt = SYSTEM_PROMPT

@@ -12,7 +12,7 @@ from turngym.core.env import Transition, TurngymEnv
 from turngym.core.errors import ConfigError, TaskError
 from turngym.core.hashing import state_hash
 from turngym.core.spec import RewardSpec, Signal
-from turngym.envs.shop import oracle, pages
+from turngym.envs.shop import MAX_TURNS, oracle, pages
 from turngym.envs.shop.catalog import Catalog, Product, get_catalog
 from turngym.envs.shop.parsing import parse_action
 from turngym.envs.shop.tasks import ShopTask, generate_task, task_from_generated_id
@@ -167,7 +167,7 @@ class ShopEnv(TurngymEnv[ShopTask, ShopState]):
         outcome_range=(0.0, 1.0),
         success_threshold=1.0,
     )
-    default_max_turns = 15
+    default_max_turns = MAX_TURNS
     task_type = ShopTask
     immutable_state = True
     system_prompt = SYSTEM_PROMPT

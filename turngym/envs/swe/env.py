@@ -16,13 +16,14 @@ from turngym.core.env import Transition, TurngymEnv
 from turngym.core.errors import ConfigError
 from turngym.core.parsing import parse_tool_calls
 from turngym.core.spec import RewardSpec, Signal
-from turngym.envs.swe import oracle, swebench, testing
+from turngym.envs.swe import MAX_TURNS, oracle, swebench, testing
 from turngym.envs.swe import swebench as swebench_mod  # the constructor's `swebench` argument shadows the name
 from turngym.envs.swe.grading import GRADERS
 from turngym.envs.swe.repos import Tree, load_repo
 from turngym.envs.swe.tasks import SWETask, buggy_tree, check_task, load_tasks
 from turngym.envs.swe.tools import TOOL_FUNCS, TOOLS, truncate, validate_args
 from turngym.envs.swe.verifier import Progress, edit_touches_function, measure
+from turngym.sandbox.limits import Limits
 
 __all__ = ["SWEEnv", "SWEState"]
 
@@ -71,7 +72,9 @@ class SWEEnv(TurngymEnv[SWETask, SWEState | None]):
     libraries written for turngym), or ``tasks=`` (a list of :class:`SWETask` or a JSONL path).
     ``repos=`` restricts the repositories. ``swebench=`` (a SWE-bench JSONL) with
     ``backend="local"`` (``repo_dirs=``) or ``"docker"`` (``image=``, ``python=``) loads real
-    instances (:mod:`turngym.envs.swe.swebench`).
+    instances (:mod:`turngym.envs.swe.swebench`). ``limits=`` (a :class:`~turngym.sandbox.Limits`,
+    as Code and MCP envs take) bounds every test run: memory, processes, ``cpu_cores``, disk
+    (``wall_s``/``cpu_s`` come from each run's timeout); default: the shared sandbox's limits.
 
     ## Action Space
     JSON tool calls (``{"name": ..., "arguments": {...}}``, a list of up to 5, or
@@ -140,7 +143,7 @@ class SWEEnv(TurngymEnv[SWETask, SWEState | None]):
         outcome="1 if at submit all FAIL_TO_PASS tests pass, no PASS_TO_PASS test fails (SWE-bench) and the hidden "
                 "cases agree with the gold code (shipped tasks), else 0",
     )
-    default_max_turns = 30
+    default_max_turns = MAX_TURNS
     corpus_episodes: ClassVar[int | None] = 12  # the tiny model's tokenizer corpus: each step runs sandboxed tests
     task_type = SWETask
     immutable_state = True
@@ -160,10 +163,17 @@ class SWEEnv(TurngymEnv[SWETask, SWEState | None]):
         image: str = swebench.DEFAULT_IMAGE,
         python: str | None = None,
         grader: str = "split",
+        limits: Limits | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self._trees: dict[str, tuple[Tree, Tree]] = {}
+        #: what each test run may use (memory, processes, cpu_cores, ...); None: the shared default sandbox
+        self.limits = limits
+        #: the scope suffix of this env's runs: verdicts under other limits are cached apart
+        self._limits_scope = "" if limits is None else f"|{limits!r}"
+        #: with ``limits=``, the tests of shipped and local tasks run in a sandbox executor of this env's own
+        self._own_executor: testing.SandboxExecutor | None = None if limits is None else testing.SandboxExecutor(limits=limits)
         #: task id -> (image, executor): where the tests of a ``backend='docker'`` instance run
         self._executors: dict[str, tuple[str, testing.Executor]] = {}
         if grader not in GRADERS:
@@ -215,7 +225,7 @@ class SWEEnv(TurngymEnv[SWETask, SWEState | None]):
             self._trees[task.id] = (start, gold)
             if backend == "docker":
                 executors = {img: ex for img, ex in self._executors.values()}  # one sandbox per image
-                executor = executors.get(images[i]) or swebench.docker_executor(images[i], python=python)
+                executor = executors.get(images[i]) or swebench.docker_executor(images[i], python=python, limits=self.limits)
                 self._executors[task.id] = (images[i], executor)
             if grader == "split":
                 # its own cache: a split verdict on a suite the split grader cannot serve must never
@@ -234,12 +244,19 @@ class SWEEnv(TurngymEnv[SWETask, SWEState | None]):
     @contextmanager
     def _tests_run_for(self, task: SWETask | None) -> Iterator[None]:
         scoped = self._executors.get(task.id) if task is not None else None
-        with testing.use_executor(scoped[1], scope=f"docker:{scoped[0]}") if scoped else nullcontext():
+        if scoped:
+            route = testing.use_executor(scoped[1], scope=f"docker:{scoped[0]}{self._limits_scope}")
+        elif self._own_executor is not None:
+            route = testing.use_executor(self._own_executor, scope=f"sandbox{self._limits_scope}")
+        else:
+            route = nullcontext()
+        with route:
             yield
 
     def close(self) -> None:
         """Stop the containers of docker-backed instances (the default sandbox is shared, not ours)."""
-        for executor in {id(ex): ex for _, ex in self._executors.values()}.values():
+        owned = [ex for _, ex in self._executors.values()] + ([self._own_executor] if self._own_executor else [])
+        for executor in {id(ex): ex for ex in owned}.values():
             close = getattr(executor, "close", None)
             if close is not None:
                 close()

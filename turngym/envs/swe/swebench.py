@@ -64,6 +64,7 @@ from turngym.envs.swe.tasks import SWETask
 
 if TYPE_CHECKING:
     from turngym.envs.swe.testing import SandboxExecutor
+    from turngym.sandbox.limits import Limits
 
 __all__ = ["SWEBenchInstance", "load_swebench", "materialize", "materialize_from_image", "to_task", "check_docker",
            "docker_executor", "image_name", "check_split_grading", "DEFAULT_IMAGE", "SWEBENCH_PYTHON", "TESTBED"]
@@ -296,11 +297,12 @@ def materialize_from_image(instance: SWEBenchInstance, image: str, *, client: An
         return materialize(instance, repo)
 
 
-def docker_executor(image: str, *, python: str = "python3", client: Any = None) -> SandboxExecutor:
+def docker_executor(image: str, *, python: str = "python3", client: Any = None,
+                    limits: Limits | None = None) -> SandboxExecutor:
     """The SWE grader's executor for ``image``: each test run in a fresh container of it (no
-    network, read-only root, limits), the runner started with the image's ``python`` and the
-    image's own site directories."""
+    network, read-only root, ``limits`` or the executor's default), the runner started with the
+    image's ``python`` and the image's own site directories."""
     from turngym.envs.swe.testing import SandboxExecutor
     from turngym.sandbox.docker import DockerSandbox
 
-    return SandboxExecutor(DockerSandbox(image=image, python=python, client=client))
+    return SandboxExecutor(DockerSandbox(image=image, python=python, client=client), limits=limits)

@@ -82,6 +82,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -93,7 +94,9 @@ from typing import TYPE_CHECKING, Any
 
 from turngym.core.errors import ConfigError, InfraError
 from turngym.envs.swe.repos import Tree
+from turngym.sandbox.factory import make_sandbox
 from turngym.sandbox.inline import privdrop_prelude
+from turngym.sandbox.limits import Limits
 
 if TYPE_CHECKING:
     from turngym.sandbox.base import Sandbox
@@ -184,19 +187,43 @@ class SandboxExecutor:
     sandbox's site dirs (a container's, not the host's).
     """
 
-    def __init__(self, backend: str | Sandbox = "auto", memory_mb: int = 2048, processes: int = 64) -> None:
+    def __init__(
+        self,
+        backend: str | Sandbox = "auto",
+        memory_mb: int | None = None,
+        processes: int | None = None,
+        *,
+        limits: Limits | None = None,
+    ) -> None:
+        """``limits``: what each test run may use (memory, processes, ``cpu_cores``, disk, ...),
+        the same :class:`~turngym.sandbox.Limits` that Code and MCP envs take; its ``wall_s`` and
+        ``cpu_s`` are replaced by each run's timeout. ``memory_mb`` / ``processes`` are the old
+        names for two of its fields: still honoured (over ``limits``), with a DeprecationWarning."""
+        base = limits or Limits(memory_mb=2048, processes=64)
+        old = {k: v for k, v in (("memory_mb", memory_mb), ("processes", processes)) if v is not None}
+        if old:
+            warnings.warn(f"SandboxExecutor({', '.join(old)}=...) is deprecated: pass limits=Limits(...) instead",
+                          DeprecationWarning, stacklevel=2)
+            base = base.replace(**old)
         self.backend = backend
-        self.memory_mb = memory_mb
-        self.processes = processes
+        self.limits = base
         self._sandbox: Any = None
 
-    def __call__(self, tree: Tree, config: Mapping[str, Any], stdin: bytes, timeout: float) -> RawRun:
-        from turngym.sandbox import Limits, make_sandbox
+    @property
+    def memory_mb(self) -> int:
+        """``limits.memory_mb`` (the old attribute, read-only)."""
+        return self.limits.memory_mb
 
+    @property
+    def processes(self) -> int:
+        """``limits.processes`` (the old attribute, read-only)."""
+        return self.limits.processes
+
+    def __call__(self, tree: Tree, config: Mapping[str, Any], stdin: bytes, timeout: float) -> RawRun:
         if self._sandbox is None:
             self._sandbox = make_sandbox(self.backend)
         # the wall limit leaves the runner's own deadline (config["deadline"]) room to report
-        limits = Limits(wall_s=timeout + 5, cpu_s=timeout + 5, memory_mb=self.memory_mb, processes=self.processes)
+        limits = self.limits.replace(wall_s=timeout + 5, cpu_s=timeout + 5)
         files = {path: text.encode("utf-8", "surrogatepass") for path, text in tree.items()}
         with self._sandbox.open_session(limits) as session:
             try:

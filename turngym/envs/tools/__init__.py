@@ -7,13 +7,19 @@ extra dependency); the ``Tools-BFCL-*`` ids are BFCL v4 multi-turn and need
 
 from turngym.core.registry import register
 
+__all__ = ["MAX_TURNS"]
+
+#: The family's default turn budget: its registrations and ``ToolsEnv.default_max_turns`` both read
+#: this one number (it lives here, not on the class, because registering must not import the env module).
+MAX_TURNS = 40
+
 _ENTRY = "turngym.envs.tools.env:ToolsEnv"
 
 register(
     "turngym/Tools-v0",
     _ENTRY,
     description="Tool calling on stateful APIs: BFCL v4 multi-turn (800 tasks) + generated online store; per-turn state check",
-    max_turns=40,
+    max_turns=MAX_TURNS,
     family="tools",
     kwargs={"sources": ("store", "bfcl")},
 )
@@ -21,7 +27,7 @@ register(
     "turngym/Tools-Store-v0",
     _ENTRY,
     description="Generated online store (customers, orders, inventory, returns) with policy-enforcing JSON tools",
-    max_turns=20,
+    max_turns=20,  # this id's own budget: the store tasks alone are shorter than the family default
     family="tools",
     kwargs={"sources": ("store",)},
 )
@@ -29,7 +35,7 @@ register(
     "turngym/Tools-BFCL-v0",
     _ENTRY,
     description="BFCL v4 multi-turn, all 800 tasks, on BFCL's own backends (needs bfcl-eval)",
-    max_turns=40,
+    max_turns=MAX_TURNS,
     family="tools",
     kwargs={"sources": ("bfcl",)},
 )
@@ -43,7 +49,7 @@ for _name, _category in (
         f"turngym/Tools-BFCL-{_name}-v0",
         _ENTRY,
         description=f"BFCL v4 multi-turn, {_category} subset (200 tasks; needs bfcl-eval)",
-        max_turns=40,
+        max_turns=MAX_TURNS,
         family="tools",
         kwargs={"sources": ("bfcl",), "categories": (_category,)},
     )

@@ -15,6 +15,7 @@ from turngym.core.errors import ConfigError, TaskError
 from turngym.core.hashing import state_hash
 from turngym.core.parsing import ToolCall
 from turngym.core.spec import RewardSpec, Signal
+from turngym.envs.tools import MAX_TURNS
 from turngym.envs.tools.backend import Backend
 from turngym.envs.tools.oracle import oracle_message
 from turngym.envs.tools.parsing import Reply, parse_message
@@ -240,7 +241,7 @@ class ToolsEnv(TurngymEnv[ToolsTask, ToolsState | None]):
         ),
         outcome="1 if every user turn passed BFCL's per-turn check (final state = gold, all answers given), else 0",
     )
-    default_max_turns = 40
+    default_max_turns = MAX_TURNS
     task_type = ToolsTask
     system_prompt = SYSTEM_PROMPT
     stop_strings = ("</tool_call>",)  # one <tool_call> block per message when the model uses that form
