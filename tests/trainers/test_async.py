@@ -24,10 +24,10 @@ from turngym.trainers.asynchronous import (  # noqa: E402
     VersionedPolicy,
     WeightBoard,
     WorkerStopped,
-    prefix_behaviour,
     staleness_stats,
     trainable_tensors,
 )
+from turngym.trainers.losses import prefix_behaviour  # noqa: E402
 
 _ASYNC_TIMING = (*TIMING_FIELDS, "queue_wait_s", "swap_wait_s")
 

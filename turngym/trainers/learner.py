@@ -28,18 +28,13 @@ import numpy as np
 from turngym.core.errors import ConfigError, TurngymError
 from turngym.trainers.atomic import ArtifactError
 from turngym.trainers.config import TrainConfig
+from turngym.trainers.rng import seeded_rng
 
-__all__ = ["Learner", "NonFiniteWeights", "by_length", "check_finite", "has_dropout", "seeded_rng"]
+__all__ = ["Learner", "NonFiniteWeights", "by_length", "check_finite", "has_dropout"]
 
 
 class NonFiniteWeights(TurngymError):
     """Weights about to be saved hold NaN or infinity (the update guard missed a divergence)."""
-
-
-def seeded_rng(seed: int, *keys: int) -> np.random.Generator:
-    """The generator of one named random draw of a run (``(seed, phase, step, ...)``): a resumed
-    run draws exactly what the uninterrupted one drew, whatever ran before it."""
-    return np.random.default_rng([seed, *keys])
 
 
 def has_dropout(model: Any) -> bool:
@@ -314,13 +309,12 @@ class Learner:
         (without timings). ``off_policy``: the episodes' log-probs are not the learner's own (see
         the module docstring), so ``π_old`` is recomputed and every token is TIS-weighted;
         ``prefix_is``: by the truncated ratio of its whole prefix instead of its own
-        (:func:`turngym.trainers.asynchronous.prefix_behaviour`)."""
+        (:func:`turngym.trainers.losses.prefix_behaviour`)."""
         import torch
 
         from turngym.agents.render import render_episode
         from turngym.rollout import to_turn_table
         from turngym.trainers.advantages import compute_advantages, estimator_inputs
-        from turngym.trainers.asynchronous import prefix_behaviour
         from turngym.trainers.batch import collate, table_token_advantages, token_logprobs
         from turngym.trainers.critic import whiten
         from turngym.trainers.engine import (
@@ -330,7 +324,7 @@ class Learner:
             tis_pg_loss,
             use_trainer_old,
         )
-        from turngym.trainers.losses import clipped_pg_loss, kl_penalty
+        from turngym.trainers.losses import clipped_pg_loss, kl_penalty, prefix_behaviour
         from turngym.trainers.providers import fill_inputs
 
         cfg = self.config

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from turngym.trainers.config import TrainConfig
-from turngym.trainers.learner import seeded_rng
+from turngym.trainers.rng import seeded_rng
 
 __all__ = ["DEMO_SEED", "EVAL_SEED", "TRAIN_SEED", "RolloutProducer", "make_env", "success_rate"]
 
