@@ -187,12 +187,11 @@ class Trainer:
         on them (asynchronous: the worker played them already, with older versions)."""
         if self.asynchronous is not None:
             return self.asynchronous.step(step, opt) | batch_signal(self.learner.last_batch[0])
-        cfg = self.config
         t0 = time.perf_counter()
         episodes, sampled = self.producer.step_batch(step, self._screen)
         t_rollout = time.perf_counter() - t0
-        record = self.learner.learn(step, episodes, opt, off_policy=cfg.engine == "vllm") | sampled | batch_signal(episodes)
-        sync = self.producer.sync() if cfg.engine == "vllm" else None  # the next rollout samples the updated weights
+        record = self.learner.learn(step, episodes, opt, off_policy=self.producer.rollout_engine.off_policy) | sampled | batch_signal(episodes)
+        sync = self.producer.sync()  # the next rollout samples the updated weights
         if sync is not None:
             record |= {"sync_s": round(sync.seconds, 3), "sync_mb": round(sync.bytes / 2**20, 1)}
         return {**record, "rollout_s": round(t_rollout, 2), "step_s": round(time.perf_counter() - t0, 2)}
