@@ -41,11 +41,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from turngym.core.errors import ConfigError
+from turngym.trainers.atomic import ArtifactError
 from turngym.trainers.deadline import WorkerStalled, auto_deadline
 from turngym.trainers.rollout_worker import (
     AsyncBatch,
@@ -55,10 +57,13 @@ from turngym.trainers.rollout_worker import (
     WorkerStopped,
     trainable_tensors,
 )
-from turngym.trainers.worker_process import ProcessRolloutWorker
+from turngym.trainers.worker_process import LaunchedWorker, ProcessRolloutWorker, ProducerFactory
 
 __all__ = ["AsyncBatch", "AsyncRollouts", "RolloutWorker", "VersionedPolicy", "WeightBoard", "WorkerStopped", "drop_stale",
-           "staleness_stats", "trainable_tensors"]
+           "launch_worker", "load_behaviour", "save_behaviour", "start_rollouts", "staleness_stats", "trainable_tensors"]
+
+BEHAVIOUR_FILE = "behaviour.pt"
+"""A checkpoint's policy versions older than its step that the worker still samples with after a resume there."""
 
 
 def staleness_stats(episodes: Sequence[Any], version: int) -> dict[str, Any]:
@@ -135,7 +140,7 @@ class AsyncRollouts:
         """The versions before ``step`` that the worker still needs after a resume at ``step``."""
         return self.board.saved(range(max(0, step - self.config.async_lag), step))
 
-    def step(self, step: int, opt: Any) -> dict[str, Any]:
+    def step(self, step: int) -> dict[str, Any]:
         """RL step ``step`` from the worker's batch: staleness policy, the update, the new version."""
         cfg = self.config
         t0 = time.perf_counter()
@@ -154,7 +159,7 @@ class AsyncRollouts:
         if not episodes:
             raise ConfigError(f"every episode of step {step + 1} was staler than max_staleness={cfg.max_staleness} and dropped: "
                               f"raise max_staleness to async_lag ({cfg.async_lag}) or use stale_policy='is'")
-        record = self.learner.learn(step, episodes, opt, off_policy=True, prefix_is=cfg.async_is == "prefix")
+        record = self.learner.learn(step, episodes, off_policy=True, prefix_is=cfg.async_is == "prefix")
         self.board.publish(step + 1, trainable_tensors(self.learner.model))
         return {
             **record,
@@ -171,3 +176,40 @@ class AsyncRollouts:
     def close(self) -> None:
         self.worker.stop()
         self.worker.join(timeout=1 if self.stalled else 30)  # a stalled worker will not finish: kill it (a process) now
+
+
+def launch_worker(config: Any) -> LaunchedWorker | None:
+    """Start the worker's interpreter at the run's beginning (``async_worker="process"``), so that
+    its imports (torch, transformers) overlap the trainer's warm start; None for any other run."""
+    if config.async_rollouts and config.async_worker == "process":
+        return LaunchedWorker()
+    return None
+
+
+def start_rollouts(config: Any, learner: Any, *, first: int, behaviour: dict[int, dict[str, Any]],
+                   screen: Callable[[list[Any]], tuple[list[Any], dict[str, Any]]], launched: Any) -> AsyncRollouts:
+    """The run's :class:`AsyncRollouts` from RL step ``first``, its worker building producers with
+    the learner's tokenizer (:class:`~turngym.trainers.worker_process.ProducerFactory`)."""
+    return AsyncRollouts(config, learner, ProducerFactory(config, learner.tokenizer), first=first, behaviour=behaviour,
+                         screen=screen, launched=launched)
+
+
+def save_behaviour(tmp: Path, rollouts: AsyncRollouts | None, step: int) -> None:
+    """Write into the checkpoint directory ``tmp`` the older versions the worker still samples with
+    after a resume at ``step`` (none when no worker runs yet)."""
+    import torch
+
+    behaviour = rollouts.behaviour_versions(step) if rollouts is not None else {}
+    torch.save(behaviour, tmp / BEHAVIOUR_FILE)
+
+
+def load_behaviour(source: Path, device: Any, fix: str) -> dict[int, dict[str, Any]]:
+    """The versions :func:`save_behaviour` wrote into the checkpoint ``source``; :class:`ArtifactError`
+    (saying ``fix``) when the file is missing (a checkpoint of a synchronous run) or damaged."""
+    import torch
+
+    file = source / BEHAVIOUR_FILE
+    try:
+        return torch.load(file, map_location=device)
+    except Exception as exc:  # missing (a checkpoint of a synchronous run) or damaged
+        raise ArtifactError(f"{file} cannot be loaded ({type(exc).__name__}: {exc}); {fix}") from exc

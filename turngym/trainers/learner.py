@@ -143,6 +143,8 @@ class Learner:
         self._bar = bar
         self.model: Any = None
         self.critic: Any = None
+        self.optimizer: Any = None
+        """The RL optimizer (AdamW over the trainable weights), built by :meth:`rl_setup`."""
         """The learned turn-level critic (:class:`~turngym.trainers.critic.TurnCritic`) when ``config.critic_kind`` is set."""
         self.critic_last: tuple[np.ndarray, np.ndarray] | None = None
         """The last update's critic values and their targets (for ``value_vs_return.png``)."""
@@ -287,9 +289,10 @@ class Learner:
             torch.manual_seed(cfg.seed)
             return get_peft_model(model, lora)
 
-    def rl_setup(self) -> Any:
-        """From the warm-started policy to the RL one: adapters, the KL reference, the critic;
-        returns the optimizer."""
+    def rl_setup(self) -> None:
+        """From the warm-started policy to the RL one: adapters, the KL reference, the critic and
+        the optimizer (:attr:`optimizer`, which :meth:`learn`, :meth:`save_state` and
+        :meth:`load_state` use)."""
         import copy
 
         import torch
@@ -299,12 +302,11 @@ class Learner:
             self.model = self.add_lora(self.model)
         self._ref_model = copy.deepcopy(self.model).eval() if cfg.kl_coef > 0 and not cfg.use_lora else None
         params = [p for p in self.model.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.critic = self._make_critic()
-        return opt
 
     # ---------------------------------------------------------------------- the update
-    def learn(self, step: int, episodes: list[Any], opt: Any, *, off_policy: bool = False, prefix_is: bool = False) -> dict[str, Any]:
+    def learn(self, step: int, episodes: list[Any], *, off_policy: bool = False, prefix_is: bool = False) -> dict[str, Any]:
         """One RL update on ``episodes`` (infra failures already dropped); returns its metrics row
         (without timings). ``off_policy``: the episodes' log-probs are not the learner's own (see
         the module docstring), so ``π_old`` is recomputed and every token is TIS-weighted;
@@ -327,7 +329,9 @@ class Learner:
         from turngym.trainers.losses import clipped_pg_loss, kl_penalty, prefix_behaviour
         from turngym.trainers.providers import fill_inputs
 
-        cfg = self.config
+        if self.optimizer is None:
+            raise ConfigError("learn() updates with the RL optimizer: call rl_setup() first")
+        cfg, opt = self.config, self.optimizer
         shaped = [self.shaper.shape_episode(ep).total for ep in episodes]
         samples = [render_episode(ep, self.renderer) for ep in episodes]
         table = to_turn_table(episodes, rewards=shaped, samples=samples)
@@ -529,7 +533,7 @@ class Learner:
             return get_peft_model_state_dict(self.model)
         return self.model.state_dict()
 
-    def save_state(self, tmp: Path, opt: Any) -> None:
+    def save_state(self, tmp: Path) -> None:
         """Write the trainable weights, the optimizer and the critic into the checkpoint directory ``tmp``."""
         import torch
 
@@ -537,24 +541,24 @@ class Learner:
         check_finite(state, "the trained weights")
         if self.critic is not None:
             check_finite(self.critic.state_dict(), "the critic's weights")
-        optimizer = opt.state_dict()
+        optimizer = self.optimizer.state_dict()
         check_finite(optimizer.get("state", {}), "the optimizer's moments")
         torch.save(state, tmp / "trainable.pt")
         torch.save(optimizer, tmp / "optimizer.pt")
         if self.critic is not None:  # head, separate trunk and the critic's optimizer: resume continues it exactly
             torch.save(self.critic.state_dict(), tmp / "critic.pt")
 
-    def load_state(self, source: Path, opt: Any, fix: str) -> None:
+    def load_state(self, source: Path, fix: str) -> None:
         """Weights (or adapters), optimizer and critic of the verified checkpoint ``source`` into the
         live objects; ``fix`` says what to do when a file does not fit this run."""
         import torch
 
-        for name, target in (("trainable.pt", self.model), ("optimizer.pt", opt)):
+        for name, target in (("trainable.pt", self.model), ("optimizer.pt", self.optimizer)):
             file = source / name
             try:
                 state = torch.load(file, map_location=self.device)
                 if name == "optimizer.pt":
-                    opt.load_state_dict(state)
+                    self.optimizer.load_state_dict(state)
                 elif self.config.use_lora:
                     from peft import set_peft_model_state_dict
 
