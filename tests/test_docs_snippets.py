@@ -93,6 +93,7 @@ CHECKS: dict[tuple[str, str], Check] = {
          ("max_steps=2", "max_steps=1")),
         why="two steps of 8 six-turn episodes take minutes on 2 cores; one of 4 two-turn episodes runs the same code",
     ),
+    ("docs/engines.md", "from typing import Any"): Run(timeout_s=120),
     # docs/sandbox.md
     ("docs/sandbox.md", "import pathlib"): Run(timeout_s=120),
     # docs/write_your_own_env.md

@@ -424,9 +424,10 @@ def _setup_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recipe", choices=("small-pretrained",),
                    help="start from a named set of fields (turngym.trainers.recipe: small-pretrained = LoRA everywhere at lr 3e-4, "
                         "groups of 8, dynamic sampling, a watched warm start); --set and the other options win")
-    p.add_argument("--engine", choices=("hf", "vllm"),
-                   help="rollout engine: hf (the trained model samples, default) or vllm (a vLLM engine samples; "
-                        "weights are pushed into it after every step; engine options: --set engine_kwargs=...)")
+    p.add_argument("--engine", metavar="NAME",
+                   help="rollout engine, a name of turngym.trainers.engines.ENGINES: hf (the trained model samples, default) "
+                        "or vllm (a vLLM engine samples; weights are pushed into it after every step; engine options: "
+                        "--set engine_kwargs=...)")
     p.add_argument("--constrain-choices", action="store_true", default=None,
                    help="where the env lists its valid actions (Household), sample only those; the update "
                         "renormalizes over the same tokens, so training stays on-policy")

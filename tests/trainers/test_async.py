@@ -24,10 +24,10 @@ from turngym.trainers.asynchronous import (  # noqa: E402
     VersionedPolicy,
     WeightBoard,
     WorkerStopped,
-    prefix_behaviour,
     staleness_stats,
     trainable_tensors,
 )
+from turngym.trainers.losses import prefix_behaviour  # noqa: E402
 
 _ASYNC_TIMING = (*TIMING_FIELDS, "queue_wait_s", "swap_wait_s")
 
@@ -154,7 +154,7 @@ class _RecordingLearner:
         self.model = torch.nn.Linear(2, 2)
         self.given: list = []
 
-    def learn(self, step: int, episodes: list, opt: object, **kw: object) -> dict:
+    def learn(self, step: int, episodes: list, **kw: object) -> dict:
         self.given.append(episodes)
         return {"phase": "rl", "step": step + 1}
 
@@ -189,7 +189,7 @@ def test_async_steps_count_and_bound_the_runs_infra_errors(tmp_path: Path) -> No
     rollouts = AsyncRollouts(config, learner, lambda model: _SavedProducer(episodes), first=0,
                              screen=Trainer(config, tmp_path / "a", log=None)._screen)
     try:
-        row = rollouts.step(0, None)
+        row = rollouts.step(0)
     finally:
         rollouts.close()
     assert (row["infra_errors"], row["infra_error_rate"]) == (2, 0.25)
@@ -199,7 +199,7 @@ def test_async_steps_count_and_bound_the_runs_infra_errors(tmp_path: Path) -> No
                              screen=Trainer(strict, tmp_path / "b", log=None)._screen)
     try:
         with pytest.raises(TooManyInfraErrors, match="this run's RL rollouts"):
-            rollouts.step(0, None)
+            rollouts.step(0)
     finally:
         rollouts.close()
 
@@ -300,8 +300,8 @@ def test_one_minibatch_takes_pi_old_from_the_update_pass_itself(tmp_path: Path, 
 
     def update(**kw: object) -> tuple[dict, dict]:
         model.load_state_dict(start)
-        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
-        row = trainer.learner.learn(0, episodes, opt, off_policy=True, prefix_is=True)
+        trainer.learner.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+        row = trainer.learner.learn(0, episodes, off_policy=True, prefix_is=True)
         return row, {k: v.clone() for k, v in model.state_dict().items()}
 
     recompute = engine.recompute_logprobs

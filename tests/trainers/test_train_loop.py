@@ -98,10 +98,10 @@ class _DiesAtStep(Trainer):
     die_at = 2
 
 
-    def _rl_step(self, step, opt):  # noqa: ANN001, ANN202
+    def _rl_step(self, step):  # noqa: ANN001, ANN202
         if step == self.die_at:
             raise _Killed
-        return super()._rl_step(step, opt)
+        return super()._rl_step(step)
 
 
 def test_resume_continues_exactly(tmp_path: Path) -> None:

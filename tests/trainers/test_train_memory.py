@@ -180,16 +180,16 @@ def _trainable(learner) -> dict[str, torch.Tensor]:
 
 
 def test_a_poisoned_batch_skips_its_update_and_a_clean_one_steps(learner) -> None:
-    opt = learner.rl_setup()
+    learner.rl_setup()
     before = _trainable(learner)
     poisoned = _saved_episodes()
     poisoned[1].turns[0].logprobs[2] = math.nan  # what the record checks refuse: here it reaches the update itself
-    row = learner.learn(0, poisoned, opt)
+    row = learner.learn(0, poisoned)
     assert row["skipped_updates"] == 1 and any("skipped an update on a non-finite loss" in m for m in learner.logs)
     after = _trainable(learner)
     assert all(torch.equal(before[k], after[k]) for k in before)  # not one weight moved
-    assert not opt.state  # the optimizer's moments were never touched
-    row = learner.learn(1, _saved_episodes(), opt)  # the same batch, clean: it steps
+    assert not learner.optimizer.state  # the optimizer's moments were never touched
+    row = learner.learn(1, _saved_episodes())  # the same batch, clean: it steps
     assert row["skipped_updates"] == 0 and math.isfinite(row["loss"])
     moved = _trainable(learner)
     assert any(not torch.equal(before[k], moved[k]) for k in before)
@@ -197,7 +197,7 @@ def test_a_poisoned_batch_skips_its_update_and_a_clean_one_steps(learner) -> Non
 
 
 def test_an_infinite_gradient_skips_the_update(learner, monkeypatch: pytest.MonkeyPatch) -> None:
-    opt = learner.rl_setup()
+    learner.rl_setup()
     before = _trainable(learner)
     real = torch.nn.utils.clip_grad_norm_
 
@@ -207,7 +207,7 @@ def test_an_infinite_gradient_skips_the_update(learner, monkeypatch: pytest.Monk
         return real(params, max_norm)
 
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", exploding)
-    row = learner.learn(0, _saved_episodes(), opt)
+    row = learner.learn(0, _saved_episodes())
     assert row["skipped_updates"] == 1 and any("non-finite gradient" in m for m in learner.logs)
     assert all(torch.equal(before[k], v) for k, v in _trainable(learner).items())
 
@@ -215,11 +215,11 @@ def test_an_infinite_gradient_skips_the_update(learner, monkeypatch: pytest.Monk
 def test_non_finite_weights_are_never_saved(learner, tmp_path: Path) -> None:
     from turngym.trainers.learner import NonFiniteWeights
 
-    opt = learner.rl_setup()
-    learner.learn(0, _saved_episodes(), opt)
+    learner.rl_setup()
+    learner.learn(0, _saved_episodes())
     ok = tmp_path / "ok"
     ok.mkdir()
-    learner.save_state(ok, opt)
+    learner.save_state(ok)
     assert (ok / "trainable.pt").is_file()
     name, weight = next((n, p) for n, p in learner.model.named_parameters() if p.requires_grad)
     with torch.no_grad():
@@ -227,7 +227,7 @@ def test_non_finite_weights_are_never_saved(learner, tmp_path: Path) -> None:
     bad = tmp_path / "bad"
     bad.mkdir()
     with pytest.raises(NonFiniteWeights, match="NaN or infinite"):
-        learner.save_state(bad, opt)
+        learner.save_state(bad)
     assert not any(bad.iterdir())
     with pytest.raises(NonFiniteWeights):
         learner.save_model(tmp_path / "model")

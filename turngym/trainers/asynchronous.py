@@ -39,260 +39,31 @@ Which estimators stay exact under this, and why, is measured by
 
 from __future__ import annotations
 
-import os
-import queue
-import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from turngym.core.errors import ConfigError
-from turngym.trainers.deadline import Progress, WorkerStalled, auto_deadline, await_batch
+from turngym.trainers.atomic import ArtifactError
+from turngym.trainers.deadline import WorkerStalled, auto_deadline
+from turngym.trainers.rollout_worker import (
+    AsyncBatch,
+    RolloutWorker,
+    VersionedPolicy,
+    WeightBoard,
+    WorkerStopped,
+    trainable_tensors,
+)
+from turngym.trainers.worker_process import LaunchedWorker, ProcessRolloutWorker, ProducerFactory
 
-__all__ = ["AsyncBatch", "AsyncRollouts", "RolloutWorker", "VersionedPolicy", "WeightBoard", "prefix_behaviour", "staleness_stats", "trainable_tensors"]
+__all__ = ["AsyncBatch", "AsyncRollouts", "RolloutWorker", "VersionedPolicy", "WeightBoard", "WorkerStopped", "drop_stale",
+           "launch_worker", "load_behaviour", "save_behaviour", "start_rollouts", "staleness_stats", "trainable_tensors"]
 
-
-def trainable_tensors(model: Any) -> dict[str, Any]:
-    """A detached copy of the tensors an update changes (every weight, or the LoRA adapters)."""
-    return {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
-
-
-def load_tensors(model: Any, tensors: dict[str, Any]) -> None:
-    """Copy published tensors into ``model``'s parameters of the same names (in place)."""
-    import torch
-
-    params = dict(model.named_parameters())
-    missing = [name for name in tensors if name not in params]
-    if missing:
-        raise ConfigError(f"the published weights name parameters the worker's model lacks ({missing[:3]}): "
-                          "the worker's copy must be made from the learner's model after LoRA is added")
-    with torch.no_grad():
-        for name, t in tensors.items():
-            params[name].copy_(t)
-
-
-class WorkerStopped(Exception):
-    """The run ended (or failed) while the worker waited; it stops without a batch."""
-
-
-class WeightBoard:
-    """The versions the learner published, for the worker to take at its safe points.
-
-    Holds the newest ``keep`` versions (the worker never needs an older one than
-    ``k − async_lag``, and a checkpoint saves those for an exact resume).
-    """
-
-    def __init__(self, keep: int) -> None:
-        self._cond = threading.Condition()
-        self._versions: dict[int, dict[str, Any]] = {}
-        self._keep = max(1, keep)
-        self._closed = False
-        self._listeners: list[Callable[[int, dict[str, Any]], None]] = []
-
-    def publish(self, version: int, tensors: dict[str, Any]) -> None:
-        with self._cond:
-            self._versions[version] = tensors
-            for old in sorted(self._versions)[: -self._keep]:
-                del self._versions[old]
-            self._cond.notify_all()
-            listeners = list(self._listeners)
-        for listener in listeners:
-            listener(version, tensors)
-
-    def subscribe(self, listener: Callable[[int, dict[str, Any]], None]) -> None:
-        """Call ``listener(version, tensors)`` on every later publish (a worker process's pipe)."""
-        with self._cond:
-            self._listeners.append(listener)
-
-    def unsubscribe(self, listener: Callable[[int, dict[str, Any]], None]) -> None:
-        with self._cond:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-    def newest(self) -> int:
-        with self._cond:
-            return max(self._versions, default=-1)
-
-    def get(self, version: int) -> tuple[dict[str, Any], float]:
-        """The tensors of ``version`` (waiting until it is published) and the seconds waited."""
-        t0 = time.perf_counter()
-        with self._cond:
-            self._cond.wait_for(lambda: self._closed or version in self._versions or self._newest() > version)
-            if self._closed:
-                raise WorkerStopped
-            if version not in self._versions:
-                raise ConfigError(f"policy version {version} is no longer held (newest {self._newest()}): the schedule "
-                                  "still samples with it, so it must come from the checkpoint's behaviour.pt on resume")
-            return self._versions[version], time.perf_counter() - t0
-
-    def _newest(self) -> int:
-        return max(self._versions, default=-1)
-
-    def saved(self, versions: Sequence[int]) -> dict[int, dict[str, Any]]:
-        """The held tensors of ``versions`` (for a checkpoint)."""
-        with self._cond:
-            return {v: self._versions[v] for v in versions if v in self._versions}
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-
-
-class VersionedPolicy:
-    """The worker's HF policy, moved between policy versions at safe points.
-
-    Before every ``act`` (one decode call of the lockstep rollout: no generation is running),
-    it loads the version the schedule names into the worker's model; every action it returns
-    carries ``meta["policy_version"]``, recorded on the turn.
-    """
-
-    def __init__(self, model: Any, board: WeightBoard, make_inner: Callable[[int], Any]) -> None:
-        self.model = model
-        self.board = board
-        self.make_inner = make_inner
-        self.version = -1
-        self.inner: Any = None
-        self.calls = 0
-        self.wait_s = 0.0
-        self.progress = Progress()
-        """What the worker last did (the learner's deadline names it: :mod:`turngym.trainers.deadline`)."""
-        self._plan: tuple[int, int, int, bool] = (0, 0, 0, False)
-
-    def begin(self, seed: int, start: int, swap_to: int, swap_call: int) -> None:
-        """A new batch: a fresh sampler seeded for it, starting at ``start``; at decode call
-        ``swap_call`` move to ``swap_to`` (``swap_call=0``: at every call, the newest published
-        version up to ``swap_to``)."""
-        self.inner = self.make_inner(seed)
-        self.calls = 0
-        self.wait_s = 0.0
-        self._plan = (start, swap_to, swap_call, swap_call == 0)
-        self._move_to(start)
-
-    def _move_to(self, version: int) -> None:
-        if version == self.version:
-            return
-        self.progress.report(f"waiting for policy version {version}")
-        tensors, waited = self.board.get(version)
-        self.wait_s += waited
-        load_tensors(self.model, tensors)
-        self.version = version
-        self.progress.report(f"loaded policy version {version}")
-
-    @property
-    def name(self) -> str:
-        return getattr(self.inner, "name", "hf")
-
-    def act(self, batch: Sequence[Any]) -> list[Any]:
-        start, swap_to, swap_call, free = self._plan
-        if free:
-            newest = min(self.board.newest(), swap_to)
-            if newest > self.version:
-                self._move_to(newest)
-        elif self.calls == swap_call and swap_to != self.version:
-            self._move_to(swap_to)
-        self.calls += 1
-        self.progress.report(f"decode call {self.calls} ({len(batch)} episodes, policy version {self.version})")
-        actions = self.inner.act(batch)
-        self.progress.report(f"env steps after decode call {self.calls}")
-        for action in actions:
-            action.meta["policy_version"] = self.version
-        return actions
-
-
-@dataclass
-class AsyncBatch:
-    """One step's episodes from the worker, with how they were made."""
-
-    step: int
-    episodes: list[Any]
-    rollout_s: float
-    """Seconds the worker spent playing them (waits for weights included)."""
-    swap_wait_s: float
-    """Seconds the worker waited at its safe points for a version not yet published."""
-    error: BaseException | None = None
-
-
-def checked(batch: AsyncBatch, step: int) -> AsyncBatch:
-    """``batch`` if it is step ``step``'s episodes; the worker's error, raised here, if it failed."""
-    if batch.error is not None:
-        raise batch.error
-    if batch.step != step:
-        raise ConfigError(f"the rollout worker produced step {batch.step} when the learner expected {step}")
-    return batch
-
-
-class RolloutWorker(threading.Thread):
-    """Plays steps ``first .. steps − 1`` in order on its own model, ``lag`` steps ahead at most.
-
-    Args:
-        play: ``play(step, policy)`` → every episode of the step, infrastructure failures included
-            (the learner screens them; :meth:`~turngym.trainers.producer.RolloutProducer.step_episodes`).
-        policy: the worker's :class:`VersionedPolicy`.
-        seed_of: the sampling seed of a step's policy.
-        first, steps: the steps to play.
-        lag, swap_call: the version schedule (module docstring).
-    """
-
-    def __init__(self, play: Callable[[int, Any], list[Any]], policy: VersionedPolicy, seed_of: Callable[[int], int], *,
-                 first: int, steps: int, lag: int, swap_call: int) -> None:
-        super().__init__(name="turngym-rollout-worker", daemon=True)
-        self.play, self.policy, self.seed_of = play, policy, seed_of
-        self.first, self.steps, self.lag, self.swap_call = first, steps, lag, swap_call
-        self.batches: queue.Queue[AsyncBatch] = queue.Queue(maxsize=max(1, lag))
-        self._halt = threading.Event()
-
-    def schedule(self, step: int) -> tuple[int, int]:
-        """(start version, version after the swap) of ``step``'s batch."""
-        start = max(0, step - self.lag)
-        return start, step if self.swap_call == 0 else min(step, start + 1)
-
-    def run(self) -> None:
-        for step in range(self.first, self.steps):
-            if self._halt.is_set():
-                return
-            t0 = time.perf_counter()
-            self.policy.progress.step = step + 1
-            self.policy.progress.report("starting its batch")
-            try:
-                start, swap_to = self.schedule(step)
-                self.policy.begin(self.seed_of(step), start, swap_to, self.swap_call)
-                episodes = self.play(step, self.policy)
-                batch = AsyncBatch(step, episodes, time.perf_counter() - t0, self.policy.wait_s)
-            except WorkerStopped:
-                return
-            except BaseException as exc:  # handed to the learner, which raises it in the main thread
-                batch = AsyncBatch(step, [], time.perf_counter() - t0, 0.0, error=exc)
-            self.policy.progress.report("batch played" if batch.error is None else f"failed: {type(batch.error).__name__}")
-            while not self._halt.is_set():
-                try:
-                    self.batches.put(batch, timeout=0.1)
-                    break
-                except queue.Full:
-                    continue
-            if batch.error is not None:
-                return
-
-    @property
-    def progress(self) -> Progress:
-        return self.policy.progress
-
-    def next_batch(self, step: int, deadline_s: float = float("inf")) -> tuple[AsyncBatch, float]:
-        """Step ``step``'s batch (waiting for it) and the seconds the learner waited; raises
-        :class:`~turngym.trainers.deadline.WorkerStalled` after ``deadline_s`` without progress."""
-        t0 = time.perf_counter()
-        batch = await_batch(self.batches, step=step, deadline_s=deadline_s, progress=self.progress,
-                            describe=lambda: f"the rollout worker thread {self.name!r} of pid {os.getpid()}", alive=self.is_alive)
-        if batch is None:
-            raise ConfigError("the rollout worker stopped without producing a batch")
-        return checked(batch, step), time.perf_counter() - t0
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.policy.board.close()
+BEHAVIOUR_FILE = "behaviour.pt"
+"""A checkpoint's policy versions older than its step that the worker still samples with after a resume there."""
 
 
 def staleness_stats(episodes: Sequence[Any], version: int) -> dict[str, Any]:
@@ -353,8 +124,6 @@ class AsyncRollouts:
             self.board.publish(version, tensors)
         self.board.publish(first, trainable_tensors(learner.model))
         if config.async_worker == "process":
-            from turngym.trainers.worker_process import ProcessRolloutWorker
-
             self.worker: Any = ProcessRolloutWorker(make_producer, learner.model, self.board, first=first, steps=config.steps,
                                                     lag=config.async_lag, swap_call=config.async_swap_call, threads=config.threads,
                                                     launched=launched)
@@ -371,7 +140,7 @@ class AsyncRollouts:
         """The versions before ``step`` that the worker still needs after a resume at ``step``."""
         return self.board.saved(range(max(0, step - self.config.async_lag), step))
 
-    def step(self, step: int, opt: Any) -> dict[str, Any]:
+    def step(self, step: int) -> dict[str, Any]:
         """RL step ``step`` from the worker's batch: staleness policy, the update, the new version."""
         cfg = self.config
         t0 = time.perf_counter()
@@ -390,7 +159,7 @@ class AsyncRollouts:
         if not episodes:
             raise ConfigError(f"every episode of step {step + 1} was staler than max_staleness={cfg.max_staleness} and dropped: "
                               f"raise max_staleness to async_lag ({cfg.async_lag}) or use stale_policy='is'")
-        record = self.learner.learn(step, episodes, opt, off_policy=True, prefix_is=cfg.async_is == "prefix")
+        record = self.learner.learn(step, episodes, off_policy=True, prefix_is=cfg.async_is == "prefix")
         self.board.publish(step + 1, trainable_tensors(self.learner.model))
         return {
             **record,
@@ -409,20 +178,38 @@ class AsyncRollouts:
         self.worker.join(timeout=1 if self.stalled else 30)  # a stalled worker will not finish: kill it (a process) now
 
 
-def prefix_behaviour(old_logp: Any, behaviour_logp: Any, mask: Any) -> Any:
-    """Behaviour log-probs that make :func:`~turngym.trainers.engine.tis_weights` the *prefix* ratio.
+def launch_worker(config: Any) -> LaunchedWorker | None:
+    """Start the worker's interpreter at the run's beginning (``async_worker="process"``), so that
+    its imports (torch, transformers) overlap the trainer's warm start; None for any other run."""
+    if config.async_rollouts and config.async_worker == "process":
+        return LaunchedWorker()
+    return None
 
-    Per-token TIS weights token ``i`` by ``π_old(a_i) / π_b(a_i)``: it corrects which action was
-    taken, not how likely the learner was to reach the state it was taken in. When a batch's
-    early turns come from an older version and the episode's course depends on them (its length,
-    the states it visits), later turns are visited with the older policy's odds, and the
-    gradient is biased (measured: :mod:`turngym.study.async_bias`). Per-decision importance
-    sampling weights token ``i`` by the product of the ratios of every action token up to it,
-    ``Π_{j ≤ i} π_old(a_j) / π_b(a_j)``. Returned as ``old − cumsum((old − b)·mask)``, so
-    ``exp(old − returned)`` is that product, truncated at the same cap downstream. On turns
-    whose prefix was all sampled by the learner's version the product is the per-token ratio.
-    """
+
+def start_rollouts(config: Any, learner: Any, *, first: int, behaviour: dict[int, dict[str, Any]],
+                   screen: Callable[[list[Any]], tuple[list[Any], dict[str, Any]]], launched: Any) -> AsyncRollouts:
+    """The run's :class:`AsyncRollouts` from RL step ``first``, its worker building producers with
+    the learner's tokenizer (:class:`~turngym.trainers.worker_process.ProducerFactory`)."""
+    return AsyncRollouts(config, learner, ProducerFactory(config, learner.tokenizer), first=first, behaviour=behaviour,
+                         screen=screen, launched=launched)
+
+
+def save_behaviour(tmp: Path, rollouts: AsyncRollouts | None, step: int) -> None:
+    """Write into the checkpoint directory ``tmp`` the older versions the worker still samples with
+    after a resume at ``step`` (none when no worker runs yet)."""
     import torch
 
-    with torch.no_grad():
-        return old_logp - torch.cumsum((old_logp - behaviour_logp) * (mask > 0), dim=1)
+    behaviour = rollouts.behaviour_versions(step) if rollouts is not None else {}
+    torch.save(behaviour, tmp / BEHAVIOUR_FILE)
+
+
+def load_behaviour(source: Path, device: Any, fix: str) -> dict[int, dict[str, Any]]:
+    """The versions :func:`save_behaviour` wrote into the checkpoint ``source``; :class:`ArtifactError`
+    (saying ``fix``) when the file is missing (a checkpoint of a synchronous run) or damaged."""
+    import torch
+
+    file = source / BEHAVIOUR_FILE
+    try:
+        return torch.load(file, map_location=device)
+    except Exception as exc:  # missing (a checkpoint of a synchronous run) or damaged
+        raise ArtifactError(f"{file} cannot be loaded ({type(exc).__name__}: {exc}); {fix}") from exc

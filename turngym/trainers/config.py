@@ -207,7 +207,8 @@ class TrainConfig:
     engine: str = "hf"
     """Rollout engine: ``"hf"`` (the trained torch model samples) or ``"vllm"`` (a vLLM engine
     samples; the trainer's weights, LoRA merged, are pushed into it after every update, and the
-    loss is importance-corrected against the engine's log-probs: :mod:`turngym.trainers.engine`)."""
+    loss is importance-corrected against the engine's log-probs: :mod:`turngym.trainers.engine`). A name
+    of the table :data:`turngym.trainers.engines.ENGINES`."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     """``vllm.LLM`` keywords for ``engine="vllm"`` (``dtype``, ``kv_cache_gb``, ``enforce_eager``, ...)."""
     tis_cap: float = 2.0
@@ -283,6 +284,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         from turngym.trainers.advantages import ESTIMATORS
+        from turngym.trainers.engines import engine_class
         from turngym.trainers.tracking import parse_backends
 
         self.report_to = parse_backends(self.report_to)  # JSON gives a list, ``--set`` a comma string
@@ -330,12 +332,11 @@ class TrainConfig:
             raise ConfigError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, {self.clip_high}")
         if self.temperature <= 0:
             raise ConfigError("temperature must be > 0 for RL (log-probs of greedy actions are not a policy's)")
-        if self.engine not in ("hf", "vllm"):
-            raise ConfigError(f"engine must be 'hf' or 'vllm', got {self.engine!r}")
-        if self.constrain_choices and self.engine != "hf":
-            raise ConfigError("constrain_choices trains on the hf engine only (the vLLM engine does not return the "
-                              "allowed-token sets the update renormalizes over): drop --engine vllm or constrain_choices")
-        if self.episodes is not None and (self.warmup_steps or self.eval_episodes or self.engine != "hf"):
+        refuses = engine_class(self.engine).refuses
+        if self.constrain_choices and "constrain_choices" in refuses:
+            raise ConfigError(f"constrain_choices trains on the hf engine only ({refuses['constrain_choices']}): "
+                              f"drop --engine {self.engine} or constrain_choices")
+        if self.episodes is not None and (self.warmup_steps or self.eval_episodes or "episodes" in refuses):
             raise ConfigError("training on saved episodes (episodes=...) has no env to imitate, evaluate or roll out: set "
                               "warmup_steps=0 and eval_episodes=0 and keep engine='hf' (turngym train --episodes does this)")
         if self.episodes is not None and self.async_rollouts:
@@ -361,9 +362,9 @@ class TrainConfig:
             raise ConfigError(f"async_is must be 'prefix' (per-decision IS) or 'token' (per-token TIS), got {self.async_is!r}")
         if self.stale_policy not in ("is", "drop"):
             raise ConfigError(f"stale_policy must be 'is' (keep stale turns, importance-corrected) or 'drop', got {self.stale_policy!r}")
-        if self.async_rollouts and self.engine != "hf":
-            raise ConfigError("async_rollouts runs the rollout worker on the hf engine (a vLLM engine takes its weights between "
-                              "steps only): drop --engine vllm or --async")
+        if self.async_rollouts and "async_rollouts" in refuses:
+            raise ConfigError(f"async_rollouts runs the rollout worker on the hf engine ({refuses['async_rollouts']}): "
+                              f"drop --engine {self.engine} or --async")
         if self.edge_k < 2 or self.edge_refresh < 1 or self.warmup_check_every < 1:
             raise ConfigError(f"need edge_k >= 2, edge_refresh >= 1 and warmup_check_every >= 1; got {self.edge_k}, {self.edge_refresh}, "
                               f"{self.warmup_check_every}")

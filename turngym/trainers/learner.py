@@ -28,18 +28,13 @@ import numpy as np
 from turngym.core.errors import ConfigError, TurngymError
 from turngym.trainers.atomic import ArtifactError
 from turngym.trainers.config import TrainConfig
+from turngym.trainers.rng import seeded_rng
 
-__all__ = ["Learner", "NonFiniteWeights", "by_length", "check_finite", "has_dropout", "seeded_rng"]
+__all__ = ["Learner", "NonFiniteWeights", "by_length", "check_finite", "has_dropout"]
 
 
 class NonFiniteWeights(TurngymError):
     """Weights about to be saved hold NaN or infinity (the update guard missed a divergence)."""
-
-
-def seeded_rng(seed: int, *keys: int) -> np.random.Generator:
-    """The generator of one named random draw of a run (``(seed, phase, step, ...)``): a resumed
-    run draws exactly what the uninterrupted one drew, whatever ran before it."""
-    return np.random.default_rng([seed, *keys])
 
 
 def has_dropout(model: Any) -> bool:
@@ -148,6 +143,8 @@ class Learner:
         self._bar = bar
         self.model: Any = None
         self.critic: Any = None
+        self.optimizer: Any = None
+        """The RL optimizer (AdamW over the trainable weights), built by :meth:`rl_setup`."""
         """The learned turn-level critic (:class:`~turngym.trainers.critic.TurnCritic`) when ``config.critic_kind`` is set."""
         self.critic_last: tuple[np.ndarray, np.ndarray] | None = None
         """The last update's critic values and their targets (for ``value_vs_return.png``)."""
@@ -292,9 +289,10 @@ class Learner:
             torch.manual_seed(cfg.seed)
             return get_peft_model(model, lora)
 
-    def rl_setup(self) -> Any:
-        """From the warm-started policy to the RL one: adapters, the KL reference, the critic;
-        returns the optimizer."""
+    def rl_setup(self) -> None:
+        """From the warm-started policy to the RL one: adapters, the KL reference, the critic and
+        the optimizer (:attr:`optimizer`, which :meth:`learn`, :meth:`save_state` and
+        :meth:`load_state` use)."""
         import copy
 
         import torch
@@ -304,23 +302,21 @@ class Learner:
             self.model = self.add_lora(self.model)
         self._ref_model = copy.deepcopy(self.model).eval() if cfg.kl_coef > 0 and not cfg.use_lora else None
         params = [p for p in self.model.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.critic = self._make_critic()
-        return opt
 
     # ---------------------------------------------------------------------- the update
-    def learn(self, step: int, episodes: list[Any], opt: Any, *, off_policy: bool = False, prefix_is: bool = False) -> dict[str, Any]:
+    def learn(self, step: int, episodes: list[Any], *, off_policy: bool = False, prefix_is: bool = False) -> dict[str, Any]:
         """One RL update on ``episodes`` (infra failures already dropped); returns its metrics row
         (without timings). ``off_policy``: the episodes' log-probs are not the learner's own (see
         the module docstring), so ``π_old`` is recomputed and every token is TIS-weighted;
         ``prefix_is``: by the truncated ratio of its whole prefix instead of its own
-        (:func:`turngym.trainers.asynchronous.prefix_behaviour`)."""
+        (:func:`turngym.trainers.losses.prefix_behaviour`)."""
         import torch
 
         from turngym.agents.render import render_episode
         from turngym.rollout import to_turn_table
         from turngym.trainers.advantages import compute_advantages, estimator_inputs
-        from turngym.trainers.asynchronous import prefix_behaviour
         from turngym.trainers.batch import collate, table_token_advantages, token_logprobs
         from turngym.trainers.critic import whiten
         from turngym.trainers.engine import (
@@ -330,10 +326,12 @@ class Learner:
             tis_pg_loss,
             use_trainer_old,
         )
-        from turngym.trainers.losses import clipped_pg_loss, kl_penalty
+        from turngym.trainers.losses import clipped_pg_loss, kl_penalty, prefix_behaviour
         from turngym.trainers.providers import fill_inputs
 
-        cfg = self.config
+        if self.optimizer is None:
+            raise ConfigError("learn() updates with the RL optimizer: call rl_setup() first")
+        cfg, opt = self.config, self.optimizer
         shaped = [self.shaper.shape_episode(ep).total for ep in episodes]
         samples = [render_episode(ep, self.renderer) for ep in episodes]
         table = to_turn_table(episodes, rewards=shaped, samples=samples)
@@ -535,7 +533,7 @@ class Learner:
             return get_peft_model_state_dict(self.model)
         return self.model.state_dict()
 
-    def save_state(self, tmp: Path, opt: Any) -> None:
+    def save_state(self, tmp: Path) -> None:
         """Write the trainable weights, the optimizer and the critic into the checkpoint directory ``tmp``."""
         import torch
 
@@ -543,24 +541,24 @@ class Learner:
         check_finite(state, "the trained weights")
         if self.critic is not None:
             check_finite(self.critic.state_dict(), "the critic's weights")
-        optimizer = opt.state_dict()
+        optimizer = self.optimizer.state_dict()
         check_finite(optimizer.get("state", {}), "the optimizer's moments")
         torch.save(state, tmp / "trainable.pt")
         torch.save(optimizer, tmp / "optimizer.pt")
         if self.critic is not None:  # head, separate trunk and the critic's optimizer: resume continues it exactly
             torch.save(self.critic.state_dict(), tmp / "critic.pt")
 
-    def load_state(self, source: Path, opt: Any, fix: str) -> None:
+    def load_state(self, source: Path, fix: str) -> None:
         """Weights (or adapters), optimizer and critic of the verified checkpoint ``source`` into the
         live objects; ``fix`` says what to do when a file does not fit this run."""
         import torch
 
-        for name, target in (("trainable.pt", self.model), ("optimizer.pt", opt)):
+        for name, target in (("trainable.pt", self.model), ("optimizer.pt", self.optimizer)):
             file = source / name
             try:
                 state = torch.load(file, map_location=self.device)
                 if name == "optimizer.pt":
-                    opt.load_state_dict(state)
+                    self.optimizer.load_state_dict(state)
                 elif self.config.use_lora:
                     from peft import set_peft_model_state_dict
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from turngym.core.errors import ConfigError
 from turngym.core.extras import require_extra
-from turngym.trainers.asynchronous import AsyncRollouts
+from turngym.trainers.asynchronous import AsyncRollouts, launch_worker, load_behaviour, save_behaviour, start_rollouts
 from turngym.trainers.atomic import ArtifactError, write_json, write_text
 from turngym.trainers.config import TrainConfig
 from turngym.trainers.learner import Learner
@@ -100,9 +100,9 @@ class Trainer:
         self.producer: RolloutProducer | None = None
         """Plays the run's episodes (built with the learner)."""
         self.asynchronous: AsyncRollouts | None = None
+        """The rollout worker and its weight board while an ``async_rollouts`` run's RL loop runs."""
         self._launched: Any = None
         """The worker interpreter started at the run's beginning (``async_worker="process"``) until the worker takes it."""
-        """The rollout worker and its weight board while an ``async_rollouts`` run's RL loop runs."""
         self._behaviour: dict[int, Any] = {}
         self._infra_seen = 0
         self._episodes_seen = 0
@@ -182,27 +182,23 @@ class Trainer:
             return
         self.learner.imitate(self.producer.demonstrations())
 
-    def _rl_step(self, step: int, opt: Any) -> dict[str, Any]:
+    def _rl_step(self, step: int) -> dict[str, Any]:
         """RL step ``step``: the producer plays its tasks with the current policy, the learner updates
         on them (asynchronous: the worker played them already, with older versions)."""
         if self.asynchronous is not None:
-            return self.asynchronous.step(step, opt) | batch_signal(self.learner.last_batch[0])
-        cfg = self.config
+            return self.asynchronous.step(step) | batch_signal(self.learner.last_batch[0])
         t0 = time.perf_counter()
         episodes, sampled = self.producer.step_batch(step, self._screen)
         t_rollout = time.perf_counter() - t0
-        record = self.learner.learn(step, episodes, opt, off_policy=cfg.engine == "vllm") | sampled | batch_signal(episodes)
-        sync = self.producer.sync() if cfg.engine == "vllm" else None  # the next rollout samples the updated weights
+        record = self.learner.learn(step, episodes, off_policy=self.producer.rollout_engine.off_policy) | sampled | batch_signal(episodes)
+        sync = self.producer.sync()  # the next rollout samples the updated weights
         if sync is not None:
             record |= {"sync_s": round(sync.seconds, 3), "sync_mb": round(sync.bytes / 2**20, 1)}
         return {**record, "rollout_s": round(t_rollout, 2), "step_s": round(time.perf_counter() - t0, 2)}
 
     def _start_async(self, first: int) -> AsyncRollouts:
-        from turngym.trainers.worker_process import ProducerFactory
-
         launched, self._launched = self._launched, None
-        return AsyncRollouts(self.config, self.learner, ProducerFactory(self.config, self.learner.tokenizer), first=first,
-                             behaviour=self._behaviour, screen=self._screen, launched=launched)
+        return start_rollouts(self.config, self.learner, first=first, behaviour=self._behaviour, screen=self._screen, launched=launched)
 
     def _screen(self, episodes: list[Any]) -> tuple[list[Any], dict[str, Any]]:
         """The episodes of an RL step that are scored (infrastructure failures and empty episodes
@@ -243,20 +239,17 @@ class Trainer:
         return lambda what: self._event(f"{label} {what}")
 
     # ---------------------------------------------------------------------- checkpoints
-    def _save_checkpoint(self, step: int, opt: Any, before: float) -> None:
+    def _save_checkpoint(self, step: int, before: float) -> None:
         rd = self.rundir
         path = rd.checkpoint_dir(step)
         commit, metrics = rd.commit("rl", step, success_before=before, checkpoint=path.relative_to(self.out).as_posix())
 
         def write(tmp: Path) -> None:
-            self.learner.save_state(tmp, opt)
+            self.learner.save_state(tmp)
             if self.producer.edge is not None:  # the pool the next steps draw from, scored by an earlier policy
                 self.producer.edge.save(tmp)
             if self.config.async_rollouts:  # the older versions the worker still samples with after a resume here
-                import torch
-
-                behaviour = self.asynchronous.behaviour_versions(step) if self.asynchronous is not None else {}
-                torch.save(behaviour, tmp / "behaviour.pt")
+                save_behaviour(tmp, self.asynchronous, step)
 
         rd.save_artifact(path, write, commit, metrics, hook=self._sub_hook(f"checkpoint@{step}"))
         self._event(f"checkpoint saved@{step}")
@@ -265,21 +258,15 @@ class Trainer:
         rd.prune(self.config.keep_checkpoints)
         self._checkpoint = commit.checkpoint
 
-    def _load_checkpoint(self, point: ResumePoint, opt: Any) -> None:
+    def _load_checkpoint(self, point: ResumePoint) -> None:
         """Weights (or adapters) and optimizer state of a verified checkpoint into the live objects."""
         assert point.source is not None
         fix = f"delete {point.source} to resume from the checkpoint before it, or start over with `turngym train --out {self.out} --overwrite`"
-        self.learner.load_state(point.source, opt, fix)
+        self.learner.load_state(point.source, fix)
         if self.producer.edge is not None and not self.producer.edge.load(point.source):
             self.log(f"warning: {point.source} holds no edge pool: it is rescored with the resumed policy")
         if self.config.async_rollouts:
-            import torch
-
-            file = point.source / "behaviour.pt"
-            try:
-                self._behaviour = torch.load(file, map_location=self.learner.device)
-            except Exception as exc:  # missing (a checkpoint of a synchronous run) or damaged
-                raise ArtifactError(f"{file} cannot be loaded ({type(exc).__name__}: {exc}); {fix}") from exc
+            self._behaviour = load_behaviour(point.source, self.learner.device, fix)
         self._checkpoint = point.commit.checkpoint
 
     # ---------------------------------------------------------------------- run
@@ -308,9 +295,9 @@ class Trainer:
         rd.write_state(rd.commit("started")[0])
         return None
 
-    def _rl_setup(self) -> Any:
-        """From the warm-started policy to the RL one: adapters, the KL reference, the optimizer."""
-        return self.learner.rl_setup()
+    def _rl_setup(self) -> None:
+        """From the warm-started policy to the RL one: adapters, the KL reference, the optimizer (the learner's)."""
+        self.learner.rl_setup()
 
     def _metric(self, record: dict[str, Any]) -> None:
         """Append a row to ``metrics.jsonl`` (the record), then mirror it to the trackers."""
@@ -336,10 +323,7 @@ class Trainer:
         phase = point.commit.phase if point else "started"
         if point is not None and phase == "finished":
             return self._already_finished(point, start_time)
-        if cfg.async_rollouts and cfg.async_worker == "process":  # its interpreter imports while we warm up
-            from turngym.trainers.worker_process import LaunchedWorker
-
-            self._launched = LaunchedWorker()
+        self._launched = launch_worker(cfg)  # async_worker="process": its interpreter imports while we warm up
         try:
             return self._train(point, phase, start_time)
         finally:
@@ -371,7 +355,7 @@ class Trainer:
                 self.log(f"resuming {self.out}: the warm start is saved; evaluating it")
             first = 0
             if cfg.async_rollouts:  # the worker plays step 0 with version 0 (the warm start) while it is evaluated
-                opt = self._rl_setup()
+                self._rl_setup()
                 self.asynchronous = self._start_async(first)
             self._event("eval@0")
             before = self.evaluate() if self.known_before is None else self.known_before
@@ -380,18 +364,18 @@ class Trainer:
             if cfg.eval_episodes:  # none (training on saved episodes): there is no success rate to state
                 self.log(f"success rate of the warm-started policy: {before:.1%} ({cfg.eval_episodes} episodes)")
             if not cfg.async_rollouts:
-                opt = self._rl_setup()
-            self._save_checkpoint(0, opt, before)
+                self._rl_setup()
+            self._save_checkpoint(0, before)
         else:
             assert point is not None and point.commit.success_before is not None
-            opt = self._rl_setup()
-            self._load_checkpoint(point, opt)
+            self._rl_setup()
+            self._load_checkpoint(point)
             first, before = point.commit.step, point.commit.success_before
             self.log(f"resuming {self.out} at step {first}/{cfg.steps}")
             if cfg.async_rollouts:
                 self.asynchronous = self._start_async(first)
 
-        self._rl_loop(first, opt, before)
+        self._rl_loop(first, before)
         if self.asynchronous is not None:  # the worker is done: it stops before the final evaluation
             self.asynchronous.close()
             self.asynchronous = None
@@ -413,13 +397,13 @@ class Trainer:
         self.log(f"{rates}; {seconds:.0f} s; see {self.out}/metrics.jsonl and learning_curve.png")
         return TrainResult(success_before=before, success_after=after, steps=cfg.steps, seconds=seconds, out=self.out)
 
-    def _rl_loop(self, first: int, opt: Any, before: float) -> None:
+    def _rl_loop(self, first: int, before: float) -> None:
         """RL steps ``first .. steps − 1``, each logged, evaluated and checkpointed as configured."""
         cfg = self.config
         bar = self._bar(cfg.steps, f"{cfg.algo} on {cfg.env_id}", initial=first)
         for step in range(first, cfg.steps):
             self._event(f"rl@{step + 1}")
-            record = self._rl_step(step, opt)
+            record = self._rl_step(step)
             self._metric(record)
             if step == first or (step + 1) % max(1, cfg.steps // 8) == 0 or step + 1 == cfg.steps:
                 self.tracker.log_episodes(step + 1, episode_rows(*self.learner.last_batch))
@@ -431,7 +415,7 @@ class Trainer:
                 self._metric({"phase": "eval", "step": step + 1, "success": self.evaluate()})
                 self._event(f"eval logged@{step + 1}")
             if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-                self._save_checkpoint(step + 1, opt, before)
+                self._save_checkpoint(step + 1, before)
         bar.close()
 
     def _already_finished(self, point: ResumePoint, start_time: float) -> TrainResult:

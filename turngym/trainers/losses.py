@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["clipped_pg_loss", "kl_penalty", "masked_mean", "policy_movement", "token_nll"]
+__all__ = ["clipped_pg_loss", "kl_penalty", "masked_mean", "policy_movement", "prefix_behaviour", "token_nll"]
 
 
 def masked_mean(values: Any, mask: Any) -> Any:
@@ -80,3 +80,22 @@ def kl_penalty(logp: Any, ref_logp: Any, mask: Any) -> Any:
 def token_nll(logp: Any, mask: Any) -> Any:
     """Token-mean negative log-likelihood (imitation / SFT)."""
     return -masked_mean(logp, mask)
+
+
+def prefix_behaviour(old_logp: Any, behaviour_logp: Any, mask: Any) -> Any:
+    """Behaviour log-probs that make :func:`~turngym.trainers.engine.tis_weights` the *prefix* ratio.
+
+    Per-token TIS weights token ``i`` by ``π_old(a_i) / π_b(a_i)``: it corrects which action was
+    taken, not how likely the learner was to reach the state it was taken in. When a batch's
+    early turns come from an older version and the episode's course depends on them (its length,
+    the states it visits), later turns are visited with the older policy's odds, and the
+    gradient is biased (measured: :mod:`turngym.study.async_bias`). Per-decision importance
+    sampling weights token ``i`` by the product of the ratios of every action token up to it,
+    ``Π_{j ≤ i} π_old(a_j) / π_b(a_j)``. Returned as ``old − cumsum((old − b)·mask)``, so
+    ``exp(old − returned)`` is that product, truncated at the same cap downstream. On turns
+    whose prefix was all sampled by the learner's version the product is the per-token ratio.
+    """
+    import torch
+
+    with torch.no_grad():
+        return old_logp - torch.cumsum((old_logp - behaviour_logp) * (mask > 0), dim=1)

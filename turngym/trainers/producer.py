@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from turngym.trainers.config import TrainConfig
-from turngym.trainers.learner import seeded_rng
+from turngym.trainers.engines import Engine, engine_class
+from turngym.trainers.rng import seeded_rng
 
 __all__ = ["DEMO_SEED", "EVAL_SEED", "TRAIN_SEED", "RolloutProducer", "make_env", "success_rate"]
 
@@ -66,8 +67,8 @@ class RolloutProducer:
         self.model_path = model_path
         self.log = log
         self._bar = bar
-        self.engine: Any = None
-        """The vLLM :class:`~turngym.trainers.engine.RolloutEngine` (``engine="vllm"``), started on first use."""
+        self.rollout_engine: Engine = engine_class(config.engine)(self)
+        """The run's rollout engine (``config.engine``, from :data:`~turngym.trainers.engines.ENGINES`)."""
         self.edge: Any = self._edge_pool()
         """The edge-of-ability task pool (``edge_pool`` > 0), or None."""
 
@@ -171,24 +172,15 @@ class RolloutProducer:
         seeds = self.eval_seeds(n, env_id)
         return self.rollout(seeds, group_size=1, policy_seed=self.config.seed + EVAL_SEED, desc="evaluate", env_id=env_id)
 
+    @property
+    def engine(self) -> Any:
+        """What the rollout engine runs of its own once started (``engine="vllm"``: the
+        :class:`~turngym.trainers.engine.RolloutEngine`), else None."""
+        return self.rollout_engine.running
+
     def policy(self, *, seed: int) -> Any:
         """The policy that samples: the HF model, or the vLLM engine holding the model's weights."""
-        from turngym.agents.hf import HFPolicy
-
-        cfg = self.config
-        if cfg.engine == "vllm":
-            self.sync()
-            return self.engine.policy(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=seed, name=f"vllm:{cfg.model}")
-        return HFPolicy(
-            self.model(),
-            self.tokenizer,
-            temperature=cfg.temperature,
-            max_new_tokens=cfg.max_new_tokens,
-            seed=seed,
-            max_batch_size=256,
-            constrain_choices=cfg.constrain_choices,
-            name=f"hf:{cfg.model}",
-        )
+        return self.rollout_engine.policy(seed=seed)
 
     def rollout(self, seeds: list[int], *, group_size: int, policy_seed: int, desc: str | None = None, env_id: str | None = None,
                 policy: Any = None) -> list[Any]:
@@ -224,15 +216,10 @@ class RolloutProducer:
                 bar.close()
 
     def sync(self) -> Any:
-        """Start the vLLM rollout engine on first use and push the model's weights into it if they
-        changed since the last push (after an update, the warm start, a resumed checkpoint).
-        Returns the push's :class:`~turngym.trainers.engine.SyncStats`, or None when up to date."""
-        from turngym.trainers.engine import RolloutEngine, sync_if_stale
-
-        if self.engine is None:
-            self.engine = RolloutEngine(self.model_path(), seed=self.config.seed, engine_kwargs=self.config.engine_kwargs)
-            self.log(f"vLLM engine started in {self.engine.start_seconds:.0f} s")
-        return sync_if_stale(self.engine, self.model())
+        """Bring the rollout engine up to the model's weights (after an update, the warm start, a
+        resumed checkpoint). Returns the push's :class:`~turngym.trainers.engine.SyncStats`, or
+        None when nothing moved (always, for the hf engine: it samples with the model itself)."""
+        return self.rollout_engine.sync()
 
 
 def success_rate(episodes: list[Any]) -> float:

@@ -1,6 +1,6 @@
 """The asynchronous rollout worker in a process of its own.
 
-A worker *thread* (:class:`~turngym.trainers.asynchronous.RolloutWorker`) shares the learner's
+A worker *thread* (:class:`~turngym.trainers.rollout_worker.RolloutWorker`) shares the learner's
 interpreter lock. Decoding a small model is mostly Python (sampling bookkeeping, env steps,
 parsing), so the two threads took turns on the lock instead of overlapping: on this project's
 2-core machine the threaded worker's rollouts took twice the synchronous ones and ``--async``
@@ -12,13 +12,13 @@ daemonic-process limits on the env's own subprocesses) with two pipes:
 
 * learner → worker: the run (config, tokenizer, the model pickled once), then every policy
   version the learner publishes, then ``stop``;
-* worker → learner: every step's :class:`~turngym.trainers.asynchronous.AsyncBatch`, and between
+* worker → learner: every step's :class:`~turngym.trainers.rollout_worker.AsyncBatch`, and between
   them each change of what the worker is doing (``("progress", phase)``: the learner's deadline,
   :mod:`turngym.trainers.deadline`, names the last one when the worker stops or hangs).
 
-Inside, the child runs the same :class:`~turngym.trainers.asynchronous.RolloutWorker` and
-:class:`~turngym.trainers.asynchronous.VersionedPolicy` over a local
-:class:`~turngym.trainers.asynchronous.WeightBoard` that the pipe fills, so the version schedule,
+Inside, the child runs the same :class:`~turngym.trainers.rollout_worker.RolloutWorker` and
+:class:`~turngym.trainers.rollout_worker.VersionedPolicy` over a local
+:class:`~turngym.trainers.rollout_worker.WeightBoard` that the pipe fills, so the version schedule,
 the partial rollouts and the episodes are exactly the threaded worker's (tested: the two give the
 same run, row for row). Sending happens on threads on both sides, so the learner never blocks on
 a pipe. The child exits when the learner says ``stop`` or its pipe closes (the learner died).
@@ -39,8 +39,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from turngym.core.errors import ConfigError
-from turngym.trainers.asynchronous import checked
 from turngym.trainers.deadline import Progress, await_batch
+from turngym.trainers.rollout_worker import RolloutWorker, VersionedPolicy, WeightBoard, checked
 
 __all__ = ["LaunchedWorker", "ProcessRolloutWorker", "ProducerFactory", "WorkerDied", "process_state"]
 
@@ -161,9 +161,9 @@ class ProcessRolloutWorker:
     Args:
         factory: builds the producer in the child (picklable: :class:`ProducerFactory`).
         model: the policy to copy into the child (the learner's model, after LoRA).
-        board: the learner's :class:`~turngym.trainers.asynchronous.WeightBoard`: the versions it
+        board: the learner's :class:`~turngym.trainers.rollout_worker.WeightBoard`: the versions it
             holds now, and every later one, are sent to the child.
-        first, steps, lag, swap_call: the schedule (:class:`~turngym.trainers.asynchronous.RolloutWorker`).
+        first, steps, lag, swap_call: the schedule (:class:`~turngym.trainers.rollout_worker.RolloutWorker`).
         threads: torch CPU threads in the child (the run's ``threads``; 0: torch's default).
         launched: the interpreter a :class:`LaunchedWorker` started earlier (None: start one now).
     """
@@ -273,8 +273,6 @@ def _progress(outbox: Connection, phase: str) -> None:
 
 
 def _child(inbox: Connection, outbox: Connection) -> int:
-    from turngym.trainers.asynchronous import RolloutWorker, VersionedPolicy, WeightBoard
-
     init = pickle.loads(inbox.recv_bytes())
     import torch
 
@@ -346,7 +344,6 @@ def _main(argv: list[str]) -> int:
     import transformers  # noqa: F401
 
     import turngym.agents.hf  # noqa: F401
-    import turngym.trainers.asynchronous  # noqa: F401
     import turngym.trainers.producer  # noqa: F401
 
     try:
