@@ -27,6 +27,7 @@ import hashlib
 import json
 import math
 import random
+import re
 from functools import lru_cache
 from importlib import import_module
 from pathlib import Path
@@ -45,6 +46,9 @@ HIDDEN_SEED = 0
 N_CASES = 200
 
 _DRIVERS = Path(__file__).with_name("drivers")
+_PRELUDE = (_DRIVERS / "_prelude.py").read_text(encoding="utf-8")
+"""What every driver shares (:mod:`turngym.envs.swe.drivers._prelude`), sent ahead of its text."""
+_IMPORT = re.compile(r"^from turngym\.envs\.swe\.drivers\._prelude import [^\n]*\n", re.M)
 
 
 def has_hidden_cases(repo: str) -> bool:
@@ -56,7 +60,7 @@ def has_hidden_cases(repo: str) -> bool:
 def _spec_text(repo: str, seed: int, n: int) -> str:
     driver = import_module(f"turngym.envs.swe.drivers.{repo}")
     cases = driver.generate(random.Random(f"hidden/{seed}/{repo}"), n)
-    source = (_DRIVERS / f"{repo}.py").read_text(encoding="utf-8")
+    source = _PRELUDE + _IMPORT.sub("", (_DRIVERS / f"{repo}.py").read_text(encoding="utf-8"), count=1)
     return json.dumps({"package": repo, "source": source, "cases": cases}, sort_keys=True)
 
 
