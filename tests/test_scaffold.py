@@ -40,7 +40,7 @@ def test_a_module_named_by_import_registers_its_env(tmp_path, monkeypatch, capsy
     (tmp_path / "reg_imported.py").write_text("import turngym_imported\nturngym_imported.register_envs()\n")
     monkeypatch.syspath_prepend(str(root / "src"))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv(IMPORT_ENV_VAR, raising=False)
+    monkeypatch.setenv(IMPORT_ENV_VAR, "")  # recorded, so what main() sets is undone (a delenv of an unset var is not)
     monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
     try:
         with pytest.raises(UnknownEnvError, match="--import MODULE"):

@@ -111,5 +111,7 @@ def test_listing_every_city_answers_nothing(env):
 
 def test_ci_installs_the_pinned_server_where_the_env_looks():
     ci = open(os.path.join(os.path.dirname(__file__), "..", "..", ".ci", "run"), encoding="utf-8").read()
-    prefix = '"${TURNGYM_CACHE:-$HOME/.cache/turngym}/mcp/npm/' + f'{PACKAGE.replace("/", "+")}@{VERSION}"'
+    prefix = '"$TURNGYM_CACHE/mcp/npm/' + f'{PACKAGE.replace("/", "+")}@{VERSION}"'
     assert f'"{PACKAGE}@{VERSION}"' in ci and prefix in ci
+    # into the cache the suite (and the env server's workers) use: after it is set and emptied
+    assert ci.index('rm -rf "$TURNGYM_CACHE"') < ci.index(prefix) < ci.index('bash -c "$TEST_CMD"')
