@@ -23,7 +23,7 @@ unscored in the same way.
 
 >>> import turngym
 >>> from turngym.agents import RandomAgent
->>> tree = run_tree(lambda: turngym.make("turngym/Math-v0"), RandomAgent(seed=0), [0], branching=(2, 2))
+>>> tree = run_tree(lambda: turngym.make("turngym/Math-v0"), RandomAgent(seed=1), [0], branching=(2, 2))
 >>> len(tree.episodes), len({ep.turns[0].node for ep in tree.episodes})
 (4, 2)
 """
