@@ -166,20 +166,38 @@ def environment_fingerprint(env_ids: Sequence[str]) -> dict[str, object]:
 
     The env ids whose entry point imports here (an optional extra missing: its env is skipped),
     a digest of the installed distributions, whether the bubblewrap sandbox is on ``PATH``, and
-    the Python version. About a second (the env modules import); the distributions are read once
-    a process.
+    the Python version. Nothing is imported to find out: an env module's top-level imports are read
+    from its source and looked up (importing every env here pulled numba into processes that then
+    started vLLM, whose kernel scan of ``sys.modules`` fails on llvmlite's objects); the
+    distributions are read once a process.
     """
-    from turngym.core.registry import env_info, load_entry_point
+    from turngym.core.registry import env_info
 
-    importable = []
-    for env_id in env_ids:
-        try:
-            load_entry_point(env_info(env_id).entry_point)
-        except Exception:  # noqa: BLE001 - any import failure is "not playable here"
-            continue
-        importable.append(env_id)
+    importable = [env_id for env_id in env_ids if _imports_resolve(env_info(env_id).entry_point)]
     return {"importable": importable, "distributions": _distributions(), "bwrap": shutil.which("bwrap") is not None,
             "python": f"{sys.version_info[0]}.{sys.version_info[1]}"}
+
+
+def _imports_resolve(entry_point: str) -> bool:
+    """Whether ``entry_point``'s module and every module its source imports at top level can be
+    found here (``importlib.util.find_spec`` on top-level names: nothing is executed)."""
+    import ast
+    import importlib.util
+
+    module = entry_point.partition(":")[0]
+    try:
+        spec = importlib.util.find_spec(module)  # a dotted name imports its parent packages (registrations only)
+        if spec is None or spec.origin is None:
+            return False
+        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    except (ImportError, ValueError, OSError, SyntaxError):
+        return False
+    names = {a.name for n in tree.body if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.module and not n.level}
+    try:
+        return all(importlib.util.find_spec(name.split(".")[0]) is not None for name in names)
+    except (ImportError, ValueError):
+        return False
 
 
 def _cached(index: Path) -> Path | None:
