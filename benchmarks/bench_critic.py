@@ -79,7 +79,7 @@ def update_cost(env: str, *, batch: int, micro: int, repeats: int) -> dict[str, 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from turngym.study.credit import study_model
+    from turngym.study.presets import study_model
     from turngym.trainers.batch import collate, token_logprobs
     from turngym.trainers.critic import TurnCritic, TurnTargets, turn_positions
     from turngym.trainers.losses import clipped_pg_loss

@@ -67,7 +67,7 @@ def bench(env: str, *, batch: int, micro: int, repeats: int) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from turngym.study.credit import study_model
+    from turngym.study.presets import study_model
 
     torch.set_num_threads(1)
     path = study_model()

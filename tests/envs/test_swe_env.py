@@ -12,9 +12,10 @@ from turngym.agents import OracleAgent
 from turngym.core.errors import ConfigError, InfraError, TaskError
 from turngym.envs.swe import swebench
 from turngym.envs.swe.env import SWEEnv
+from turngym.envs.swe.grading import validate_task
 from turngym.envs.swe.mutations import OPERATORS, propose_mutations
 from turngym.envs.swe.repos import REPO_NAMES, Tree, load_repo, repos_dir
-from turngym.envs.swe.tasks import load_tasks, validate_task
+from turngym.envs.swe.tasks import load_tasks
 from turngym.envs.swe.testing import SandboxExecutor, run_pytest, use_executor
 from turngym.envs.swe.tools import validate_args
 from turngym.rollout import run_episodes

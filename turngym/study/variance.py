@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from turngym.study.presets import study_model
+
 __all__ = ["CRITIC_ESTIMATORS", "VarianceConfig", "VARIANCE_ESTIMATORS", "run_variance_study"]
 
 VARIANCE_ESTIMATORS = ("grpo", "gigpo", "turn_grpo", "tree", "gae_grouped")
@@ -269,8 +271,6 @@ def _fit_critic(cfg: VarianceConfig, results: dict[str, Any]) -> _Critic:
     (its own rollout RNG: the scored rollouts are the same with or without it)."""
     import torch
     from transformers import AutoTokenizer
-
-    from turngym.study.credit import study_model
 
     t0 = time.perf_counter()
     path = study_model()

@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 
 from turngym.core.task import write_jsonl
+from turngym.envs.swe.grading import validate_task
 from turngym.envs.swe.repos import REPO_NAMES
-from turngym.envs.swe.tasks import default_tasks_path, generate_tasks, validate_task
+from turngym.envs.swe.tasks import default_tasks_path, generate_tasks
 
 __all__ = ["main"]
 

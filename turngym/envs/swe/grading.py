@@ -23,12 +23,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from turngym.core.errors import ConfigError
-from turngym.envs.swe.hidden import has_hidden_cases, hidden_spec
-from turngym.envs.swe.repos import Tree
-from turngym.envs.swe.tasks import SWETask
+from turngym.envs.swe.hidden import gold_observations, has_hidden_cases, hidden_failing, hidden_spec
+from turngym.envs.swe.repos import Tree, load_repo
+from turngym.envs.swe.tasks import SWETask, buggy_tree
 from turngym.envs.swe.testing import TestRun, run_pytest
 
-__all__ = ["grading_tree", "protected_dirs", "evaluate", "grader", "split_problem", "GRADERS", "hidden_cases_of"]
+__all__ = ["grading_tree", "protected_dirs", "evaluate", "grader", "split_problem", "GRADERS", "hidden_cases_of", "validate_task"]
 
 #: ``split``: tests and verdict apart from the code under test (unforgeable by that code);
 #: ``inprocess``: pytest beside the code (any suite; its verdict is a claim of the agent's code).
@@ -130,3 +130,32 @@ def evaluate(task: SWETask, tree: Tree, pristine: Tree) -> TestRun:
     tests = None if generated else sorted({*task.fail_to_pass, *task.pass_to_pass})
     return run_pytest(grading_tree(task, tree, pristine), tests, canary=True, split=grader(task) == "split",
                       test_dirs=protected_dirs(task), hidden=hidden_cases_of(task))
+
+
+def validate_task(task: SWETask) -> list[str]:
+    """Problems with a task: the buggy repo must fail F2P and the gold fix must resolve it (graded as the env grades);
+    where the task has hidden cases, the buggy repo must disagree with the gold one on some and the fix on none."""
+    problems = []
+    start = buggy_tree(task)
+    broken = evaluate(task, start, start)
+    if not set(task.fail_to_pass) <= broken.failed:
+        problems.append("some FAIL_TO_PASS tests pass on the buggy repository")
+    fixed_src = task.buggy_source.replace(task.gold_old, task.gold_new, 1)
+    fixed_tree = load_repo(task.repo).with_file(task.path, fixed_src)
+    fixed = evaluate(task, fixed_tree, start)
+    if fixed.problem:
+        problems.append(f"the grader rejected the gold patch's run: {fixed.problem}")
+    if not set(task.fail_to_pass) <= fixed.passed:
+        problems.append("the gold patch does not make every FAIL_TO_PASS test pass")
+    if not set(task.pass_to_pass) <= fixed.passed:
+        problems.append("the gold patch breaks PASS_TO_PASS tests")
+    if fixed_src != load_repo(task.repo)[task.path]:
+        problems.append("gold_old -> gold_new does not restore the original file")
+    spec = hidden_cases_of(task)
+    if spec is not None:
+        gold = gold_observations(task.repo, spec)
+        if hidden_failing(broken, gold) == 0:
+            problems.append("no hidden case catches the bug")
+        if hidden_failing(fixed, gold):
+            problems.append("the gold patch disagrees with the gold package on hidden cases")
+    return problems

@@ -23,12 +23,11 @@ from pathlib import Path
 
 from turngym.core.errors import ConfigError, TaskError
 from turngym.core.task import Task, read_jsonl
-from turngym.envs.swe.hidden import gold_observations, hidden_failing
 from turngym.envs.swe.mutations import Mutation, propose_mutations
 from turngym.envs.swe.repos import REPO_NAMES, Tree, load_repo, repos_dir
 from turngym.envs.swe.testing import TestRun, run_pytest
 
-__all__ = ["SWETask", "generate_tasks", "load_tasks", "buggy_tree", "validate_task", "default_tasks_path", "check_task"]
+__all__ = ["SWETask", "generate_tasks", "load_tasks", "buggy_tree", "default_tasks_path", "check_task"]
 
 
 @dataclass(frozen=True)
@@ -198,37 +197,6 @@ def generate_tasks(
                     kept.append(task)
         tasks.extend(sorted(kept, key=lambda t: t.id))
     return tasks
-
-
-def validate_task(task: SWETask) -> list[str]:
-    """Problems with a task: the buggy repo must fail F2P and the gold fix must resolve it (graded as the env grades);
-    where the task has hidden cases, the buggy repo must disagree with the gold one on some and the fix on none."""
-    from turngym.envs.swe.grading import evaluate, hidden_cases_of  # grading builds on this module
-
-    problems = []
-    start = buggy_tree(task)
-    broken = evaluate(task, start, start)
-    if not set(task.fail_to_pass) <= broken.failed:
-        problems.append("some FAIL_TO_PASS tests pass on the buggy repository")
-    fixed_src = task.buggy_source.replace(task.gold_old, task.gold_new, 1)
-    fixed_tree = load_repo(task.repo).with_file(task.path, fixed_src)
-    fixed = evaluate(task, fixed_tree, start)
-    if fixed.problem:
-        problems.append(f"the grader rejected the gold patch's run: {fixed.problem}")
-    if not set(task.fail_to_pass) <= fixed.passed:
-        problems.append("the gold patch does not make every FAIL_TO_PASS test pass")
-    if not set(task.pass_to_pass) <= fixed.passed:
-        problems.append("the gold patch breaks PASS_TO_PASS tests")
-    if fixed_src != load_repo(task.repo)[task.path]:
-        problems.append("gold_old -> gold_new does not restore the original file")
-    spec = hidden_cases_of(task)
-    if spec is not None:
-        gold = gold_observations(task.repo, spec)
-        if hidden_failing(broken, gold) == 0:
-            problems.append("no hidden case catches the bug")
-        if hidden_failing(fixed, gold):
-            problems.append("the gold patch disagrees with the gold package on hidden cases")
-    return problems
 
 
 def default_tasks_path() -> Path:
