@@ -171,3 +171,21 @@ def test_skip_bad_episodes_trains_the_rest_to_finite_weights(model, tmp_path: Pa
     assert [r["episodes"] for r in rl] == [3, 3] and all(r["skipped_updates"] == 0 and math.isfinite(r["loss"]) for r in rl)
     saved = torch.load(out / "checkpoints" / "step-000002" / "trainable.pt")
     assert saved and all(torch.isfinite(v).all() for v in saved.values() if v.is_floating_point())
+
+
+def test_a_step_whose_every_update_is_skipped_is_logged_not_a_crash(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A log-prob inside the accepted range whose importance ratio still overflows float32 (-900:
+    exp(logp + 900) is inf) makes every minibatch's loss non-finite. The learner skips those
+    updates; the step's record then has no loss, and the progress line read it (a KeyError that
+    ended the run)."""
+    episodes = clean_episodes()
+    for ep in episodes:
+        ep.turns[0].logprobs[0] = -900.0
+    path = tmp_path / "episodes.jsonl"
+    save_episodes(episodes, path)
+    out = tmp_path / "run"
+    assert main(["train", "--episodes", str(path), "--steps", "2", "--out", str(out), "--quiet", "--algo", "grpo"]) == 0
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    rl = [r for r in rows if r.get("phase") == "rl"]
+    assert len(rl) == 2 and all(r["skipped_updates"] > 0 and "loss" not in r for r in rl)
+    assert "skipped an update on a non-finite loss" in capsys.readouterr().out
