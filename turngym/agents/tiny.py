@@ -249,6 +249,7 @@ def _play_corpus_in_child(env_ids: Sequence[str], episodes_per_env: int, seed: i
     registered at run time, a test double say, is registered there too); its skip warnings are
     re-issued here. A child that dies raises ``RuntimeError`` with its stderr.
     """
+    import pickle
     import subprocess
 
     from turngym.core.registry import env_info
@@ -257,12 +258,14 @@ def _play_corpus_in_child(env_ids: Sequence[str], episodes_per_env: int, seed: i
         result = Path(tmp) / "corpus.json"
         request = {"sys_path": sys.path, "envs": [asdict(env_info(env_id)) for env_id in env_ids],
                    "episodes_per_env": episodes_per_env, "seed": seed, "out": str(result)}
-        boot = ("import json, sys; r = json.loads(sys.stdin.read()); sys.path[:0] = r['sys_path']; "
+        # pickled, not JSON: a registration's kwargs may hold a Path or a tuple
+        boot = ("import pickle, sys; r = pickle.loads(sys.stdin.buffer.read()); sys.path[:0] = r['sys_path']; "
                 "from turngym.agents.tiny import _corpus_child; _corpus_child(r)")
-        proc = subprocess.run([sys.executable, "-c", boot], input=json.dumps(request), text=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+        proc = subprocess.run([sys.executable, "-c", boot], input=pickle.dumps(request), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, check=False)
         if proc.returncode != 0 or not result.exists():
-            raise RuntimeError(f"tiny model corpus: the child process failed (exit {proc.returncode}): {proc.stderr[-4000:]}")
+            stderr = proc.stderr.decode(errors="replace")[-4000:]
+            raise RuntimeError(f"tiny model corpus: the child process failed (exit {proc.returncode}): {stderr}")
         out = json.loads(result.read_text(encoding="utf-8"))
     for message in out["skipped"]:
         warnings.warn(message, stacklevel=3)
