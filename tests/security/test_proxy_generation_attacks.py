@@ -101,3 +101,41 @@ def test_a_named_tool_choice_cannot_feed_the_model_a_sentence_as_its_action(clie
     long = {"type": "function", "function": {"name": "f" * 65}}
     r = _post(client, "/v1/chat/completions", "long-name", json.dumps({"model": "tiny", "messages": USER, "tools": [long]}))
     assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
+
+
+class _PoisonablePolicy:
+    """Test double: the tiny policy whose ``generate`` fails on a batch holding a prompt with ``POISON``
+    (as a request that breaks the model would), and counts the rows of each call."""
+
+    def __init__(self, policy: Any) -> None:
+        self._policy, self.rows = policy, []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._policy, name)
+
+    def generate(self, prompts: Any, *args: Any) -> Any:
+        self.rows.append(len(prompts))
+        if any("POISON" in self._policy.tokenizer.decode(p) for p in prompts):
+            raise RuntimeError("the model broke on this prompt")
+        return self._policy.generate(prompts, *args)
+
+
+def test_a_request_that_breaks_the_model_fails_only_its_own_episode(policy: Any) -> None:
+    """On main one such request in a batch failed every request sampled beside it: each got a 500 and
+    its episode was marked an infrastructure error (dropped by trainers)."""
+    double = _PoisonablePolicy(policy)
+    proxy = CaptureProxy(double, ProxyConfig(model_name="tiny", max_tokens=4))
+
+    def body(text: str) -> dict[str, Any]:
+        return {"model": "tiny", "messages": [{"role": "user", "content": text}]}
+
+    async def go() -> list[Any]:
+        return await asyncio.gather(proxy.chat(body("POISON"), "attacker"), proxy.chat(body("hi"), "victim-1"),
+                                    proxy.chat(body("hello"), "victim-2"), return_exceptions=True)
+
+    attacker, *victims = asyncio.run(go())
+    assert double.rows[0] == 3, "the three requests must share one batch for this test to mean anything"
+    assert getattr(attacker, "status", None) == 500
+    assert all(isinstance(v, tuple) for v in victims), victims
+    assert proxy.store.get("victim-1").infra_error is None and proxy.store.get("victim-2").infra_error is None
+    assert proxy.stats()["generate_isolated"] == 1

@@ -137,6 +137,7 @@ class CaptureProxy:
         s["tool_call_parser"] = self.tool_parser.name
         s["tools_native"] = self.tool_template.native
         s["generate_calls"] = self._batcher.calls
+        s["generate_isolated"] = self._batcher.isolated
         s["generate_s"] = round(self._batcher.generate_s, 4)
         s["request_s"] = round(self.request_s, 4)
         return s
