@@ -404,7 +404,7 @@ class CaptureProxy:
         if not chat and body.get("stream"):
             raise self._fail(ProxyError(400, "stream is supported on /v1/chat/completions only", code="unsupported_parameter",
                                         param="stream"))
-        stops = self._stops(body)
+        stops = asked_stops = self._stops(body)
         want_lps = bool(body.get("logprobs")) if chat else body.get("logprobs") is not None
         if not chat and body.get("logprobs") not in (None, 0):
             raise self._fail(ProxyError(400, "logprobs must be 0 or null (each sampled token's log-prob; top alternatives "
@@ -444,7 +444,7 @@ class CaptureProxy:
                                                      "is marked as an infrastructure error", code="generation_failed")) from exc
                 gen_s = time.perf_counter() - gen_t0
                 text = gen.text
-                if gen.finish_reason == "stop" and gen.stop and gen.stop in text and gen.stop in self._stops(body):
+                if gen.finish_reason == "stop" and gen.stop and gen.stop in text and gen.stop in asked_stops:
                     text = text[: text.index(gen.stop)]  # OpenAI returns the text before the stop string
                 elif gen.finish_reason == "stop" and gen.stop and gen.stop in text:  # the proxy's one-call stop: kept
                     text = text[: text.index(gen.stop) + len(gen.stop)]
