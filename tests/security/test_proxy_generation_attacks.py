@@ -139,3 +139,11 @@ def test_a_request_that_breaks_the_model_fails_only_its_own_episode(policy: Any)
     assert all(isinstance(v, tuple) for v in victims), victims
     assert proxy.store.get("victim-1").infra_error is None and proxy.store.get("victim-2").infra_error is None
     assert proxy.stats()["generate_isolated"] == 1
+
+
+def test_a_null_max_completion_tokens_does_not_hide_max_tokens(policy: Any) -> None:
+    """``{"max_completion_tokens": null, "max_tokens": 1}`` was sampled to the proxy's cap, not to 1."""
+    proxy = CaptureProxy(policy, ProxyConfig(model_name="tiny", max_tokens=8))
+    body = {"model": "tiny", "messages": USER, "max_completion_tokens": None, "max_tokens": 1}
+    reply = asyncio.run(proxy.chat(body, "null-limit"))[0]
+    assert reply["usage"]["completion_tokens"] == 1

@@ -248,7 +248,9 @@ class CaptureProxy:
         return tuple(stops)
 
     def _limit(self, body: Mapping[str, Any], prompt_len: int) -> int:
-        asked = body.get("max_completion_tokens", body.get("max_tokens"))
+        asked = body.get("max_completion_tokens")
+        if asked is None:  # absent or null: a null newer field must not hide the older one
+            asked = body.get("max_tokens")
         room = self.policy.max_positions - prompt_len if self.policy.max_positions is not None else None
         if asked is None:
             limit = self.config.max_tokens if room is None else min(self.config.max_tokens, room)
