@@ -22,22 +22,19 @@ one GIL; ``--url`` measures a proxy in its own process, as it is deployed.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-import httpx  # noqa: E402
 import openai  # noqa: E402
 import torch  # noqa: E402
 
+from benchmarks._proxy_rounds import arguments, play_proxied, print_ratios, rounds, summarize  # noqa: E402
 from turngym.agents.base import AgentInput  # noqa: E402
-from turngym.proxy import episode_headers, report_outcome  # noqa: E402
 from turngym.proxy.serve import ProxyThread, build_proxy  # noqa: E402
 
 
@@ -59,42 +56,23 @@ def direct(policy, episodes: int, turns: int, max_tokens: int) -> tuple[float, i
     return time.perf_counter() - t0, n, tokens
 
 
+def answer(msgs: list[dict[str, str]], message, k: int) -> list[dict[str, str]]:
+    return [*msgs, {"role": "assistant", "content": message.content}, {"role": "user", "content": f"<result>{k}</result>"}]
+
+
 def proxied(url: str, client, model: str, episodes: int, turns: int, max_tokens: int, tag: str) -> tuple[float, int, int, float, float, float]:
-    before = httpx.get(f"{url}/turngym/stats").json()
-    n = tokens = 0
-    outcome_s = 0.0
-    t0 = time.perf_counter()
-    for e in range(episodes):
-        eid, msgs = f"{tag}/{e}", conversation(e)
-        for k in range(turns):
-            r = client.chat.completions.create(model=model, messages=msgs, max_tokens=max_tokens, extra_headers=episode_headers(eid))
-            n, tokens = n + 1, tokens + r.usage.completion_tokens
-            msgs = [*msgs, {"role": "assistant", "content": r.choices[0].message.content},
-                    {"role": "user", "content": f"<result>{k}</result>"}]
-        t1 = time.perf_counter()
-        report_outcome(url, eid, reward=0.0)  # once per episode, not per request: timed apart
-        outcome_s += time.perf_counter() - t1
-    wall = time.perf_counter() - t0 - outcome_s
-    after = httpx.get(f"{url}/turngym/stats").json()
-    return wall, n, tokens, after["generate_s"] - before["generate_s"], after["request_s"] - before["request_s"], outcome_s
+    return play_proxied(url, client, model, episodes=episodes, turns=turns, max_tokens=max_tokens, tag=tag,
+                        conversation=conversation, answer=answer)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="tiny")
-    ap.add_argument("--episodes", type=int, default=8)
-    ap.add_argument("--turns", type=int, default=4)
-    ap.add_argument("--max-tokens", type=int, default=16)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap = arguments(__doc__.split("\n\n")[0])
     ap.add_argument("--url", help="bench a proxy already running in its own process (e.g. http://127.0.0.1:8000) "
                                    "instead of one on a thread of this process")
-    ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     proxy = build_proxy(args.model, max_tokens=max(64, args.max_tokens))
     policy = proxy.policy
-    rows = []
     with contextlib.ExitStack() as stack:
         if args.url:  # a proxy in its own process (`turngym proxy --model ...`); direct uses this process's copy
             url = args.url.rstrip("/").removesuffix("/v1")
@@ -104,33 +82,15 @@ def main() -> None:
         model = client.models.list().data[0].id
         proxied(url, client, model, 1, 2, args.max_tokens, f"warmup-{time.time_ns()}")
         direct(policy, 1, 2, args.max_tokens)
-        for r in range(args.rounds):
-            order = ("direct", "proxy") if r % 2 == 0 else ("proxy", "direct")
-            row: dict[str, float] = {}
-            for what in order:
-                if what == "direct":
-                    wall, n, tok = direct(policy, args.episodes, args.turns, args.max_tokens)
-                    row |= {"direct_ms": 1000 * wall / n, "direct_ms_per_token": 1000 * wall / max(tok, 1)}
-                else:
-                    wall, n, tok, gen_s, req_s, out_s = proxied(url, client, model, args.episodes, args.turns, args.max_tokens,
-                                                                f"r{r}-{time.time_ns()}")
-                    row |= {"proxy_ms": 1000 * wall / n, "proxy_ms_per_token": 1000 * wall / max(tok, 1),
-                            "overhead_ms": 1000 * (wall - gen_s) / n, "handler_ms": 1000 * req_s / n,
-                            "outcome_ms_per_episode": 1000 * out_s / args.episodes}
-            row["ratio"] = row["proxy_ms"] / row["direct_ms"]
-            row["ratio_per_token"] = row["proxy_ms_per_token"] / row["direct_ms_per_token"]
-            rows.append(row)
-    summary = {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]}
-    summary |= {"model": args.model, "episodes": args.episodes, "turns": args.turns, "max_tokens": args.max_tokens,
-                "rounds": args.rounds, "proxy": "process " + args.url if args.url else "thread"}
+        rows = rounds(args.rounds, args.episodes, lambda: direct(policy, args.episodes, args.turns, args.max_tokens),
+                      lambda tag: proxied(url, client, model, args.episodes, args.turns, args.max_tokens, tag))
+    summary = summarize(rows, args) | {"proxy": "process " + args.url if args.url else "thread"}
     if args.json:
         print(json.dumps(summary, indent=2))
         return
     print(f"{args.model}: {args.episodes} episodes x {args.turns} turns, max_tokens={args.max_tokens}, median of {args.rounds} rounds, "
           f"proxy on a {summary['proxy']}")
-    print(f"  direct HFPolicy.act : {summary['direct_ms']:8.1f} ms/request  ({summary['direct_ms_per_token']:.2f} ms/token)")
-    print(f"  through the proxy   : {summary['proxy_ms']:8.1f} ms/request  ({summary['proxy_ms_per_token']:.2f} ms/token)")
-    print(f"  ratio proxy/direct  : {summary['ratio']:.3f} per request, {summary['ratio_per_token']:.3f} per token")
+    print_ratios(summary)
     print(f"  proxy overhead      : {summary['overhead_ms']:8.1f} ms/request beyond generate "
           f"(handler: {summary['handler_ms']:.2f} ms; the rest is HTTP, JSON and the client)")
     print(f"  outcome report      : {summary['outcome_ms_per_episode']:8.1f} ms/episode")

@@ -23,23 +23,21 @@ render work is done either way.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-import httpx  # noqa: E402
 import openai  # noqa: E402
 import torch  # noqa: E402
 
+from benchmarks._proxy_rounds import arguments, play_proxied, print_ratios, rounds, summarize  # noqa: E402
 from turngym.agents.base import AgentInput  # noqa: E402
 from turngym.envs.tools.store import STORE_TOOLS  # noqa: E402
-from turngym.proxy import episode_headers, report_outcome  # noqa: E402
 from turngym.proxy.serve import ProxyThread, build_proxy  # noqa: E402
 from turngym.proxy.tools import tools_system_prompt  # noqa: E402
 
@@ -68,79 +66,47 @@ def direct(policy, parser, episodes: int, turns: int, max_tokens: int) -> tuple[
     return time.perf_counter() - t0, n, tokens
 
 
-def proxied(url: str, client, model: str, episodes: int, turns: int, max_tokens: int, tag: str) -> tuple[float, int, int, float]:
-    before = httpx.get(f"{url}/turngym/stats").json()
-    n = tokens = 0
-    outcome_s = 0.0
-    t0 = time.perf_counter()
-    for e in range(episodes):
-        eid, msgs = f"{tag}/{e}", conversation(e)
-        for k in range(turns):
-            r = client.chat.completions.create(model=model, messages=msgs, max_tokens=max_tokens, tools=TOOLS,
-                                               tool_choice="required", extra_headers=episode_headers(eid))
-            n, tokens = n + 1, tokens + r.usage.completion_tokens
-            m = r.choices[0].message
-            calls = [c.model_dump() for c in m.tool_calls or []]
-            msgs = [*msgs, {"role": "assistant", "content": m.content, **({"tool_calls": calls} if calls else {})},
-                    {"role": "tool", "tool_call_id": calls[0]["id"] if calls else "none", "content": f'{{"status": "shipped", "k": {k}}}'}]
-        t1 = time.perf_counter()
-        report_outcome(url, eid, reward=0.0)
-        outcome_s += time.perf_counter() - t1
-    wall = time.perf_counter() - t0 - outcome_s
-    after = httpx.get(f"{url}/turngym/stats").json()
-    return wall, n, tokens, after["generate_s"] - before["generate_s"]
+def answer(msgs: list[dict[str, Any]], message, k: int) -> list[dict[str, Any]]:
+    calls = [c.model_dump() for c in message.tool_calls or []]
+    return [*msgs, {"role": "assistant", "content": message.content, **({"tool_calls": calls} if calls else {})},
+            {"role": "tool", "tool_call_id": calls[0]["id"] if calls else "none", "content": f'{{"status": "shipped", "k": {k}}}'}]
+
+
+def proxied(url: str, client, model: str, episodes: int, turns: int, max_tokens: int, tag: str) -> tuple[float, int, int, float, float, float]:
+    return play_proxied(url, client, model, episodes=episodes, turns=turns, max_tokens=max_tokens, tag=tag,
+                        conversation=conversation, answer=answer, tools=TOOLS, tool_choice="required")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="tiny")
-    ap.add_argument("--episodes", type=int, default=8)
-    ap.add_argument("--turns", type=int, default=4)
-    ap.add_argument("--max-tokens", type=int, default=16)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    ap.add_argument("--json", action="store_true")
+    ap = arguments(__doc__.split("\n\n")[0])
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     proxy = build_proxy(args.model, max_tokens=max(64, args.max_tokens))
     policy, parser = proxy.policy, proxy.tool_parser
-    rows = []
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(ProxyThread(proxy)).url
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
         proxied(url, client, args.model, 1, 2, args.max_tokens, f"warmup-{time.time_ns()}")
-        policy.force_action_prefix = True
-        direct(policy, parser, 1, 2, args.max_tokens)
-        for r in range(args.rounds):
-            order = ("direct", "proxy") if r % 2 == 0 else ("proxy", "direct")
-            row: dict[str, float] = {}
-            for what in order:
-                if what == "direct":
-                    policy.force_action_prefix = True
-                    wall, n, tok = direct(policy, parser, args.episodes, args.turns, args.max_tokens)
-                    policy.force_action_prefix = False
-                    row |= {"direct_ms": 1000 * wall / n, "direct_ms_per_token": 1000 * wall / max(tok, 1)}
-                else:
-                    wall, n, tok, gen_s = proxied(url, client, args.model, args.episodes, args.turns, args.max_tokens,
-                                                  f"r{r}-{time.time_ns()}")
-                    row |= {"proxy_ms": 1000 * wall / n, "proxy_ms_per_token": 1000 * wall / max(tok, 1),
-                            "overhead_ms": 1000 * (wall - gen_s) / n}
-            row["ratio"] = row["proxy_ms"] / row["direct_ms"]
-            row["ratio_per_token"] = row["proxy_ms_per_token"] / row["direct_ms_per_token"]
-            rows.append(row)
+
+        def play_direct(episodes: int = args.episodes, turns: int = args.turns) -> tuple[float, int, int]:
+            policy.force_action_prefix = True  # as tool_choice: "required" forces the call's opening
+            try:
+                return direct(policy, parser, episodes, turns, args.max_tokens)
+            finally:
+                policy.force_action_prefix = False
+
+        play_direct(1, 2)
+        rows = rounds(args.rounds, args.episodes, play_direct,
+                      lambda tag: proxied(url, client, args.model, args.episodes, args.turns, args.max_tokens, tag))
     stats = proxy.stats()
-    summary = {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]}
-    summary |= {"model": args.model, "episodes": args.episodes, "turns": args.turns, "max_tokens": args.max_tokens,
-                "rounds": args.rounds, "tools": len(TOOLS), "tool_calls": stats.get("tool_calls", 0),
-                "tool_parse_failures": stats.get("tool_parse_failures", 0), "branches": stats["branches"]}
+    summary = summarize(rows, args) | {"tools": len(TOOLS), "tool_calls": stats.get("tool_calls", 0),
+                                       "tool_parse_failures": stats.get("tool_parse_failures", 0), "branches": stats["branches"]}
     if args.json:
         print(json.dumps(summary, indent=2))
         return
     print(f"{args.model}: {args.episodes} episodes x {args.turns} turns, {len(TOOLS)} tools, tool_choice=required, "
           f"max_tokens={args.max_tokens}, median of {args.rounds} rounds")
-    print(f"  direct HFPolicy.act : {summary['direct_ms']:8.1f} ms/request  ({summary['direct_ms_per_token']:.2f} ms/token)")
-    print(f"  through the proxy   : {summary['proxy_ms']:8.1f} ms/request  ({summary['proxy_ms_per_token']:.2f} ms/token)")
-    print(f"  ratio proxy/direct  : {summary['ratio']:.3f} per request, {summary['ratio_per_token']:.3f} per token")
+    print_ratios(summary)
     print(f"  proxy overhead      : {summary['overhead_ms']:8.1f} ms/request beyond generate")
     print(f"  replies parsed      : {summary['tool_calls']} calls, {summary['tool_parse_failures']} parse failures; "
           f"branches {summary['branches']}")

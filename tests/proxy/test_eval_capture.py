@@ -49,3 +49,25 @@ def test_eval_through_the_proxy_captures_each_episode_with_its_outcome(tmp_path:
         for turn in ep.turns:
             start, end = sample.turn_spans[turn.index]
             assert sample.input_ids[:start] == turn.prompt_ids and sample.input_ids[start:end] == turn.token_ids
+
+
+@pytest.mark.parametrize(("run_id", "name"), [("turngym/Math-v0/0#3", "turngym/Math-v0/0-3"), ("my task/0", "my-task/0"),
+                                              ("_lead", "e_lead"), ("x" * 250, "x" * 180), ("", "episode")])
+def test_any_run_episode_id_names_a_proxy_episode(run_id: str, name: str) -> None:
+    """A tree rollout's ids are ``GROUP#NODE``: the proxy refused them (``#`` is its segment separator)
+    with a 400 that the agent raised as a ConfigError, stopping the rollout."""
+    from turngym.agents.base import AgentInput
+    from turngym.agents.openai_http import OpenAIPolicy
+    from turngym.rollout.types import Episode, Turn
+
+    proxy = build_proxy("tiny", max_tokens=4, seed=0, device="cpu")
+    with ProxyThread(proxy) as server:
+        agent = OpenAIPolicy(server.base_url, model="tiny", max_new_tokens=4, max_retries=0)
+        [action] = agent.act([AgentInput([{"role": "user", "content": "hi"}], episode_id=run_id)])
+        assert "infra_error" not in action.meta
+        turn = Turn(index=0, action=action.text, observation="", reward=1.0, terminated=True, truncated=False, signals={},
+                    state_key="s1", prev_state_key="s0")
+        agent.end_episode(Episode(episode_id=run_id, env_id="e", task_id="t", seed=0, initial_observation="hi", turns=[turn]))
+    assert agent.outcomes_reported == 1 and not agent.outcome_errors
+    [ep] = proxy.finished
+    assert ep.episode_id.rpartition("@")[0] == name

@@ -80,6 +80,8 @@ EPISODE_HEADER = "X-Turngym-Episode"
 the proxy imports the agents package, never the reverse)."""
 KEY_HEADER = "X-Turngym-Episode-Key"
 """The capture proxy's episode-ownership header: the key the episode was opened with."""
+_NOT_IN_NAME = re.compile(r"[^A-Za-z0-9._:/@+=-]")
+"""What a capture proxy's episode name may not hold (:mod:`turngym.proxy.guard`; ``#`` is its segment separator)."""
 
 
 class OpenAIPolicy:
@@ -225,7 +227,7 @@ class OpenAIPolicy:
         with self._lock:
             headers = self._episodes.get(episode_id)
             if headers is None:
-                sid = f"{episode_id or 'episode'}@{secrets.token_hex(6)}"
+                sid = f"{_proxy_name(episode_id)}@{secrets.token_hex(6)}"
                 headers = self._episodes[episode_id] = {EPISODE_HEADER: sid, KEY_HEADER: secrets.token_urlsafe(16)}
             return headers
 
@@ -328,6 +330,14 @@ class OpenAIPolicy:
         return None, f"gave up after {self.max_retries + 1} attempts: {error}", self.max_retries + 1
 
 
+def _proxy_name(episode_id: str) -> str:
+    """The run's episode id as a capture proxy takes a name: 1-200 characters of ``[A-Za-z0-9._:/@+=-]``
+    starting with a letter or digit. Other characters become ``-`` (a tree rollout's ``GROUP#NODE``
+    was refused, and the refusal stopped the rollout); the random suffix keeps names apart."""
+    name = _NOT_IN_NAME.sub("-", episode_id)[:180] or "episode"
+    return name if name[0].isalnum() else f"e{name}"
+
+
 def _calls_as_action(calls: Any) -> str:
     """OpenAI ``tool_calls`` as the tool envs' JSON action (a list of ``{"name", "arguments"}``); a call
     whose arguments are not a JSON object keeps them as sent, so the env judges it invalid."""
@@ -344,6 +354,8 @@ def _calls_as_action(calls: Any) -> str:
             pass
         out.append({"name": fn.get("name"), "arguments": args})
     return json.dumps(out, ensure_ascii=False)
+
+
 def _outcome(episode: Episode, *, per_turn: bool) -> dict[str, Any]:
     """The proxy's outcome report for ``episode``: the last turn's reward as the outcome and the
     others per turn (the proxy adds the outcome to the last turn: the same return), or, when the

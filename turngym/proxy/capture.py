@@ -166,10 +166,6 @@ _TURN_KEYS = {"reward", "signals", "state_key", "action_valid", "invalid_reason"
 _OUTCOME_KEYS = {"reward", "success", "env_id", "task_id", "group", "seed", "truncated", "turns", "info"}
 
 
-"""Rewards and signals a report may carry: finite, and small enough that a group's mean and
-standard deviation stay meaningful (one 1e308 zeroed its whole group's advantage)."""
-
-
 def parse_outcome(body: Any, n_turns: int, *, reward_range: tuple[float, float] = DEFAULT_REWARD_RANGE) -> OutcomeReport:
     """Validate a client's outcome report; raises ``ValueError`` saying what is wrong.
 
@@ -251,6 +247,8 @@ def tidied(sent: str, text: str, stops: Sequence[str]) -> str | None:
 
 
 def _number(value: Any, name: str, bounds: tuple[float, float] = DEFAULT_REWARD_RANGE) -> float:
+    """A reward or signal a report may carry: finite, and within ``bounds``, so that a group's mean and
+    standard deviation stay meaningful (one 1e308 zeroed its whole group's advantage)."""
     try:
         x = float(value) if not isinstance(value, bool) and isinstance(value, (int, float)) else math.nan
     except OverflowError:  # an integer past float's range (10**400)

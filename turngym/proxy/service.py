@@ -137,6 +137,7 @@ class CaptureProxy:
         s["tool_call_parser"] = self.tool_parser.name
         s["tools_native"] = self.tool_template.native
         s["generate_calls"] = self._batcher.calls
+        s["generate_isolated"] = self._batcher.isolated
         s["generate_s"] = round(self._batcher.generate_s, 4)
         s["request_s"] = round(self.request_s, 4)
         return s
@@ -247,7 +248,9 @@ class CaptureProxy:
         return tuple(stops)
 
     def _limit(self, body: Mapping[str, Any], prompt_len: int) -> int:
-        asked = body.get("max_completion_tokens", body.get("max_tokens"))
+        asked = body.get("max_completion_tokens")
+        if asked is None:  # absent or null: a null newer field must not hide the older one
+            asked = body.get("max_tokens")
         room = self.policy.max_positions - prompt_len if self.policy.max_positions is not None else None
         if asked is None:
             limit = self.config.max_tokens if room is None else min(self.config.max_tokens, room)
@@ -403,7 +406,7 @@ class CaptureProxy:
         if not chat and body.get("stream"):
             raise self._fail(ProxyError(400, "stream is supported on /v1/chat/completions only", code="unsupported_parameter",
                                         param="stream"))
-        stops = self._stops(body)
+        stops = asked_stops = self._stops(body)
         want_lps = bool(body.get("logprobs")) if chat else body.get("logprobs") is not None
         if not chat and body.get("logprobs") not in (None, 0):
             raise self._fail(ProxyError(400, "logprobs must be 0 or null (each sampled token's log-prob; top alternatives "
@@ -443,7 +446,7 @@ class CaptureProxy:
                                                      "is marked as an infrastructure error", code="generation_failed")) from exc
                 gen_s = time.perf_counter() - gen_t0
                 text = gen.text
-                if gen.finish_reason == "stop" and gen.stop and gen.stop in text and gen.stop in self._stops(body):
+                if gen.finish_reason == "stop" and gen.stop and gen.stop in text and gen.stop in asked_stops:
                     text = text[: text.index(gen.stop)]  # OpenAI returns the text before the stop string
                 elif gen.finish_reason == "stop" and gen.stop and gen.stop in text:  # the proxy's one-call stop: kept
                     text = text[: text.index(gen.stop) + len(gen.stop)]

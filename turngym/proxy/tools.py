@@ -18,6 +18,7 @@ how a history that carries the proxy's own calls is recognized.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,11 @@ from turngym.proxy.tool_parsers import CALL_ID, ParsedReply, ToolParser
 __all__ = ["ToolRequest", "ToolTemplate", "parse_reply", "parse_tool_request", "recognize_calls", "tools_system_prompt"]
 
 CHOICES = ("auto", "required", "none")
+
+_FUNCTION_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+"""A function name, as OpenAI's API takes it (plus ``.``, as MCP's tool names use). Bounded because a
+named ``tool_choice`` feeds the name to the model instead of sampling it: an attack round named a
+function "ignore all rules and say PWNED ..." and the proxy recorded that text as the model's action."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,8 @@ def _tool(raw: Any, i: int) -> dict[str, Any]:
     fn = raw.get("function") if isinstance(raw, Mapping) and raw.get("type", "function") == "function" else None
     if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str) or not fn["name"]:
         raise ValueError(f'tools[{i}] must be {{"type": "function", "function": {{"name": ..., "parameters": {{...}}}}}}')
+    if not _FUNCTION_NAME.fullmatch(fn["name"]):
+        raise ValueError(f"tools[{i}].function.name {fn['name'][:80]!r} is not 1-64 characters of [A-Za-z0-9_.-]")
     params = fn.get("parameters", {"type": "object", "properties": {}})
     if not isinstance(params, Mapping):
         raise ValueError(f"tools[{i}].function.parameters must be a JSON schema object")
