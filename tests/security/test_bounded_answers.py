@@ -131,30 +131,3 @@ def test_naming_the_whole_vocabulary_scores_nothing_even_when_the_request_mentio
                                                      context=t.prompt):
             forged.append(seed)
     assert forged == []
-
-
-def test_hidden_candidates_count_as_a_reader_sees_them():
-    """Every other name shown with a zero-width joiner inside, a Cyrillic look-alike letter, or its parts on two
-    lines reads as that name: each one is a candidate, so listing them all scores nothing."""
-    names = [f"{f} {last}" for f in _FIRST for last in _LAST]
-    answer = names[7]
-    hedges = {
-        "zero-width": ", ".join(n if n == answer else n[0] + "\u200d" + n[1:] for n in names),
-        "homoglyph": ", ".join(n if n == answer else n.replace("a", "\u0430").replace("o", "\u043e") for n in names),
-        "split lines": ", ".join(n.replace(" ", "\n") for n in names),
-        "upper case": ALL_NAMES.upper(),
-    }
-    for how, reply in hedges.items():
-        assert missing_answers([answer], reply, kinds=ANSWER_KINDS) == [answer], how
-    # the same forms are the answer itself when it stands alone
-    assert missing_answers([answer], f"It is {answer[0]}\u200d{answer[1:].upper()}.", kinds=ANSWER_KINDS) == []
-    assert missing_answers([answer], "It is " + answer.replace(" ", "\n  "), kinds=ANSWER_KINDS) == []
-
-
-def test_numbers_count_in_every_written_form():
-    """Hex and number words are values a reader takes for guesses: a hedge spelling the others that way scores
-    nothing; scientific and hex notation of the answer is the answer."""
-    assert missing_answers(["45"], "45, or maybe 0x2a, 0x2b, 0x2c, 0x2e or 0x2f") == ["45"]
-    assert missing_answers(["45"], "45, or forty-four, forty-six, forty-seven or forty-three") == ["45"]
-    assert missing_answers(["45"], "It is 4.5e1.") == [] and missing_answers(["45"], "It is 0x2d.") == []
-    assert missing_answers(["45"], "It is 45 (forty-five); one item, shipped in two days.") == []
