@@ -59,6 +59,8 @@ def test_an_import_that_fails_names_the_fix(monkeypatch):
     monkeypatch.setenv(IMPORT_ENV_VAR, "no_such_module_here")
     with pytest.raises(RegistrationError, match="PYTHONPATH"):
         turngym.list_envs()
+    with pytest.raises(RegistrationError, match="PYTHONPATH"):  # every later lookup too: its envs must not look missing
+        turngym.list_envs()
 
 
 def test_the_scaffold_installs_as_a_wheel_and_evals_and_trains(tmp_path):
@@ -123,4 +125,6 @@ def test_entry_points_register_and_a_broken_one_names_its_package(tmp_path, monk
     monkeypatch.setattr(registry, "_plugins_loaded", False)
     with pytest.raises(RegistrationError, match="'badenvs' failed to register.*boom.*pip uninstall badenvs"):
         registry.load_plugins()
+    with pytest.raises(RegistrationError, match="'badenvs' failed to register"):  # every later lookup says so too
+        turngym.list_envs()
     monkeypatch.setattr(registry, "_plugins_loaded", True)  # leave the process as it was

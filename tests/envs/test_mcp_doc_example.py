@@ -60,15 +60,13 @@ class NotesEnv(MCPWorldEnv):
         return len(set(a) ^ set(b))
 # --- end of the example (docs/write_your_own_env.md's MCP section shows everything above this line) ---
 
-import os  # noqa: E402
 import re  # noqa: E402
-import shutil  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
 import turngym  # noqa: E402
-from turngym.envs.mcp.npm import npm_install  # noqa: E402
+from tests.envs.memory_server_fixture import require_memory_server  # noqa: E402
 
 DOC = Path(__file__).parents[2] / "docs" / "write_your_own_env.md"
 MARKER = "# --- end of the example"
@@ -83,12 +81,7 @@ def test_the_doc_shows_this_files_example_verbatim():
 
 @pytest.fixture
 def server_installed():
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        if os.environ.get("TURNGYM_REQUIRE_NODE") == "1":
-            pytest.fail("node and npm are required here (TURNGYM_REQUIRE_NODE=1)")
-        pytest.skip("node/npm not installed")
-    if not npm_entry(PACKAGE, VERSION, "dist/index.js").is_file():
-        npm_install(PACKAGE, VERSION)
+    require_memory_server()
 
 
 def test_notes_env_keeps_the_contract_and_the_oracle_wins(server_installed):

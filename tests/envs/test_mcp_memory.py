@@ -9,27 +9,21 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
 import pytest
 from gymnasium.utils.env_checker import check_env as gymnasium_check_env
 
 import turngym
+from tests.envs.memory_server_fixture import require_memory_server
 from turngym.envs.mcp.memory_env import PACKAGE, VERSION
 from turngym.envs.mcp.memory_tasks import _CITIES, generate_memory_task, graph_distance, read_graph
-from turngym.envs.mcp.npm import npm_entry, npm_install
 
 ENV_ID = "turngym/MCP-Memory-v0"
 
 
 @pytest.fixture(scope="module")
 def env():
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        if os.environ.get("TURNGYM_REQUIRE_NODE") == "1":
-            pytest.fail("node and npm are required here (TURNGYM_REQUIRE_NODE=1)")
-        pytest.skip("node/npm not installed")
-    if not npm_entry(PACKAGE, VERSION, "dist/index.js").is_file():
-        npm_install(PACKAGE, VERSION)
+    require_memory_server()
     e = turngym.make(ENV_ID)
     yield e
     e.close()

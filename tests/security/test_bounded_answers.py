@@ -131,3 +131,27 @@ def test_naming_the_whole_vocabulary_scores_nothing_even_when_the_request_mentio
                                                      context=t.prompt):
             forged.append(seed)
     assert forged == []
+
+
+@pytest.mark.parametrize("how", ["plain", "zero-width", "look-alike", "upper", "reversed", "hex", "words"])
+def test_no_reply_is_credited_for_more_guesses_than_the_bound(how):
+    """A reply that does not know the answer must be credited for whichever candidate is right, so the
+    invariant is over the whole vocabulary: however its candidates are written (hidden with a zero-width
+    joiner or a Cyrillic look-alike, reversed, in hex or words: all of them, so that few are counted), one reply
+    is credited for at most
+    ``1 + ANSWER_SLACK`` of them. Credit and count use the same test, so hiding a candidate from the count
+    hides it from the credit too."""
+    names = sorted({n for kind in ANSWER_KINDS for n in kind if " " in n})
+    forms = {
+        "plain": lambda n: n, "upper": str.upper, "reversed": lambda n: ", ".join(reversed(n.split())),
+        "zero-width": lambda n: n[0] + "\u200d" + n[1:], "look-alike": lambda n: n.replace("a", "\u0430"),
+    }
+    if how in forms:
+        reply = "; ".join(forms[how](n) for n in names)
+        credited = [n for n in names if missing_answers([n], reply, kinds=ANSWER_KINDS) == []]
+    else:
+        words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+        values = [str(v) for v in range(100)]
+        reply = ", ".join(hex(int(v)) if how == "hex" else f"{words[int(v) // 10]}-{words[int(v) % 10]}" for v in values)
+        credited = [v for v in values if missing_answers([v], reply) == []]
+    assert len(credited) <= 1 + ANSWER_SLACK, (how, credited[:5])

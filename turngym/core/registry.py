@@ -208,7 +208,7 @@ def load_plugins() -> list[str]:
         The entry points loaded (``distribution:value``).
     """
     global _plugins_loaded, _registering_package
-    _plugins_loaded = True
+    _plugins_loaded = True  # first: a plugin that looks an id up while it loads must not load them all again
     loaded: list[str] = []
     for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         dist = ep.dist.name if ep.dist is not None else ep.name
@@ -218,6 +218,7 @@ def load_plugins() -> list[str]:
             if callable(target) and ":" in ep.value:
                 target()
         except Exception as exc:
+            _plugins_loaded = False  # the next lookup says so again, instead of missing this package's envs
             raise RegistrationError(
                 f"the env package {dist!r} failed to register its envs (entry point {ep.name} = {ep.value!r} "
                 f"in group {ENTRY_POINT_GROUP!r}): {type(exc).__name__}: {exc}. Fix or uninstall it (pip uninstall {dist})."
@@ -240,6 +241,7 @@ def _import_modules() -> None:
         try:
             importlib.import_module(module)
         except ImportError as exc:
+            _imported.discard(module)  # the next lookup says so again, instead of missing its envs
             raise RegistrationError(
                 f"cannot import {module!r} named by ${IMPORT_ENV_VAR} (or --import): {exc}. Put the module on "
                 "PYTHONPATH (run from its folder) or install its package."

@@ -235,6 +235,7 @@ def run_episodes(
     # slot -> (job index, episode, previous state key, last node id)
     active: dict[int, tuple[int, Episode, str, int]] = {}
     dead: dict[int, str] = {}  # retired slots and why
+    idle: set[int] = set()  # live slots whose last reset failed: each tries the next job after the next turn
 
     end_episode = getattr(policy, "end_episode", None)  # optional: a policy that reports outcomes (a capture proxy's)
 
@@ -262,8 +263,11 @@ def run_episodes(
                     dead[slot] = why
                     queue.appendleft(j)
                     return
+                # one job per turn, not the whole queue: a server that is restarting must not unscore every
+                # job left in the time the other slots play one turn
                 unscored(j, why, tb)
-                continue
+                idle.add(slot)
+                return
             group = group_id(env_id, seeds[s], None if tasks is None else info.get("task_id", s))
             ep = new_episode(
                 stepper.env(slot), obs, info, episode_id=f"{group}/{g}", env_id=env_id, seed=seeds[s], group=group,
@@ -276,7 +280,14 @@ def run_episodes(
     try:
         for slot in range(min(batch_size, len(jobs))):
             start(slot)
-        while active:
+        while True:
+            for slot in sorted(idle):
+                idle.discard(slot)
+                start(slot)
+            if not active:
+                if queue and idle:  # only slots whose resets fail are left: each takes (and ends) a job per pass
+                    continue
+                break
             slots = list(active)
             actions = policy.act([agent_input(active[s][1], stepper.env(s), history) for s in slots])
             if len(actions) != len(slots):

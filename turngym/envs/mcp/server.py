@@ -89,10 +89,6 @@ class MCPServer:
         """The sandbox's limits (resident memory is ``memory_mb``)."""
         return SERVER_LIMITS.replace(memory_mb=self.memory_mb, processes=self.processes)
 
-    def rlimits(self) -> Limits:
-        """The per-process rlimits (the address space is ``address_space_mb``)."""
-        return self.limits().replace(memory_mb=self.address_space_mb)
-
 
 class SandboxedServer:
     """Start, stop and restart one MCP server whose writable world is a sandbox session.
@@ -121,9 +117,8 @@ class SandboxedServer:
         self.extra_env = dict(extra_env or {})
         self._own_sandbox = sandbox is None
         self.sandbox = sandbox if sandbox is not None else BubblewrapSandbox(self.limits, ro_binds=spec.ro_binds)
-        limits = self.limits
         self.start_timeout_s = start_timeout_s
-        self.session: LocalSession = self.sandbox.open_session(limits)
+        self.session: LocalSession = self.sandbox.open_session(self.limits)
         self._private = tempfile.mkdtemp(prefix="turngym-mcp-")
         # Append mode: the server's fd writes at the end, so trim_log() can empty the file under it.
         self._errlog: IO[str] = open(os.path.join(self._private, "stderr.log"), "a+", encoding="utf-8")  # noqa: SIM115
