@@ -6,7 +6,7 @@ Runs in the vLLM venv (``scripts/ci_vllm.sh --setup-only`` builds it)::
     VLLM_CPU_OMP_THREADS_BIND=0-1 /opt/vllmenv/bin/python benchmarks/bench_vllm.py --json
     ... --model tiny --train-steps 2        # the trainer part on the embedded model
 
-1. **Generation**: ``--batch`` prompts of about ``--prompt-tokens`` tokens, ``--new-tokens`` each
+1. **Generation**: ``--batch`` prompts (one or several sizes) of about ``--prompt-tokens`` tokens, ``--new-tokens`` each
    (no stop), sampled by :class:`~turngym.agents.hf.HFPolicy` (fp32, the trainer's dtype on a
    CPU) and by :class:`~turngym.agents.vllm_backend.VLLMPolicy` (``--dtype``, bf16 by default),
    best of ``--repeats`` timed calls each after one warm-up call.
@@ -67,10 +67,12 @@ def bench_generation(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     model_dir = resolve_model_path(args.model)
     hf = HFPolicy.from_pretrained(str(model_dir), max_new_tokens=args.new_tokens, seed=0, prefix_cache_mb=0, dtype="float32")
     hf.eos_ids = frozenset()  # fixed-length generations: both engines produce exactly --new-tokens
-    batch = [AgentInput(m) for m in _prompts(hf.tokenizer, args.batch, args.prompt_tokens)]
-    _log(f"HF generate: {args.batch} x {args.new_tokens} tokens, {torch.get_num_threads()} threads")
-    hf.act(batch[:2])
-    hf_s, _ = _timed(lambda: hf.act(batch), args.repeats)
+    batches = {n: [AgentInput(m) for m in _prompts(hf.tokenizer, n, args.prompt_tokens)] for n in args.batch}
+    hf.act(batches[args.batch[0]][:2])
+    hf_s = {}
+    for n, batch in batches.items():
+        _log(f"HF generate: {n} x {args.new_tokens} tokens, {torch.get_num_threads()} threads")
+        hf_s[n], _ = _timed(lambda b=batch: hf.act(b), args.repeats)
 
     _log(f"starting the vLLM engine ({args.dtype})")
     engine = RolloutEngine(model_dir, engine_kwargs={"dtype": args.dtype, "enforce_eager": args.eager})
@@ -85,13 +87,19 @@ def bench_generation(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
         return p
 
     policy._params = fixed_length  # type: ignore[method-assign]
-    policy.act(batch[:2])
-    vllm_s, actions = _timed(lambda: policy.act(batch), args.repeats)
-    tokens = sum(len(a.token_ids) for a in actions)
+    policy.act(batches[args.batch[0]][:2])
+    rows, actions = [], []
+    for n, batch in batches.items():
+        _log(f"vLLM generate: {n} x {args.new_tokens} tokens")
+        vllm_s, actions = _timed(lambda b=batch: policy.act(b), args.repeats)
+        tokens = sum(len(a.token_ids) for a in actions)
+        hf_tps, vllm_tps = n * args.new_tokens / hf_s[n], tokens / vllm_s
+        rows.append({"batch": n, "hf_tokens_per_s": round(hf_tps, 1), "vllm_tokens_per_s": round(vllm_tps, 1),
+                     "speedup": round(vllm_tps / hf_tps, 2)})
 
-    _log("mismatch: engine log-probs vs an fp32 HF recompute")
+    _log("mismatch: engine log-probs vs an fp32 HF recompute (the last batch, 16 rows at most)")
     deltas = []
-    for a in actions:
+    for a in actions[:16]:
         [scores] = hf.score([a.prompt_ids + a.token_ids], [[0] * len(a.prompt_ids) + [1] * len(a.token_ids)])
         deltas += list(np.abs(np.array(scores) - np.array(a.logprobs)))
 
@@ -100,13 +108,11 @@ def bench_generation(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     report = {
         "model": args.model,
         "engine_dtype": args.dtype,
-        "batch": args.batch,
         "prompt_tokens": args.prompt_tokens,
         "new_tokens": args.new_tokens,
+        "hf_threads": torch.get_num_threads(),
         "engine_start_s": round(engine.start_seconds, 1),
-        "hf_tokens_per_s": round(args.batch * args.new_tokens / hf_s, 1),
-        "vllm_tokens_per_s": round(tokens / vllm_s, 1),
-        "speedup": round((tokens / vllm_s) / (args.batch * args.new_tokens / hf_s), 2),
+        "generation": rows,
         "mismatch_abs_mean": round(float(np.mean(deltas)), 5),
         "mismatch_abs_max": round(float(np.max(deltas)), 4),
         "sync_s": round(sync_s, 3),
@@ -151,7 +157,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="smollm2", help="smollm2 (default), tiny or a model directory")
     p.add_argument("--dtype", default="bfloat16", help="the engine's dtype (the trainer's HF model is fp32)")
-    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--batch", type=int, nargs="+", default=[16], help="rows per call; several sizes are timed in one run")
     p.add_argument("--prompt-tokens", type=int, default=200)
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=2)
