@@ -95,3 +95,14 @@ def test_set_dumpable_reports_and_can_require(monkeypatch):
     assert hardening.set_dumpable(0) is False
     with pytest.raises(OSError, match="not available"):
         hardening.set_dumpable(0, required=True)
+
+
+def test_path_outside_drops_the_working_dir_and_below_and_appends_site_dirs(monkeypatch, tmp_path):
+    work = tmp_path / "work"
+    (work / "sub").mkdir(parents=True)
+    monkeypatch.chdir(work)
+    monkeypatch.setattr(sys, "path", ["", str(work), str(work / "sub"), "sub", str(tmp_path / "workshop"), "/usr/lib/x"])
+    kept = hardening.path_outside(str(work), ["/site", "/usr/lib/x"])
+    assert sys.path == [str(tmp_path / "workshop"), "/usr/lib/x", "/site"] and kept == 2
+    monkeypatch.setattr(sys, "path", ["", "/usr/lib/x"])
+    assert hardening.path_outside("/") == 1 and sys.path == ["/usr/lib/x"]  # from "/": only '' goes

@@ -180,8 +180,7 @@ def main():
     if workdir is not None:  # a fresh interpreter (the grader replaced a killed zygote)
         hardening.set_dumpable(0, required=True)  # a fresh interpreter is dumpable again
         os.chdir(workdir)
-    cwd = os.getcwd()
-    sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != cwd]
+    hardening.path_outside(os.getcwd())
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     ctl = _socket.socket(fileno=_CTL_FD)
     ctl.sendall(b"R")

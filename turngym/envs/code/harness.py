@@ -678,14 +678,7 @@ def _trusted_imports():
     """No import from here on can load a file the solution wrote: the working dir (where
     ``-c`` puts ``''`` on ``sys.path``) leaves the path, and what the grader itself imports
     lazily is loaded now, before any solution code runs."""
-    cwd = os.getcwd()
-
-    def writable(path):
-        full = os.path.abspath(path)
-        return not path or (cwd != "/" and (full == cwd or full.startswith(cwd + os.sep)))
-
-    sys.path[:] = [p for p in sys.path if not writable(p)]
-    sys.path_importer_cache.clear()
+    hardening.path_outside(os.getcwd())
     for name in ("binascii", "_json"):
         importlib.import_module(name)
 

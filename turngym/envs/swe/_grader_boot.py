@@ -40,14 +40,6 @@ except ImportError:  # imported on the host (tests, linters); in the sandbox the
 BANNER = b"turngym-grader-started\n"
 
 
-def _boot_paths(site_dirs):
-    """sys.path = the interpreter's stdlib, then the runner's site dirs (no cwd, no tree)."""
-    root = os.getcwd()
-    keep = [p for p in sys.path if p and os.path.abspath(p) != root and not p.startswith(root + os.sep)]
-    sys.path[:] = keep + [d for d in site_dirs if d not in keep]
-    return len(keep)
-
-
 def _preimport():
     """Import pytest and its top-level dependencies before the tree can shadow any of them.
 
@@ -478,7 +470,7 @@ def _verify(lines):
 
 def main():
     cfg = json.loads(sys.argv[1])
-    nstd = _boot_paths(cfg["site"])
+    nstd = hardening.path_outside(os.getcwd(), cfg["site"])  # the stdlib, then the runner's site dirs
     _preimport()
     if "pytest" not in sys.modules:
         # Nothing of the tree has run yet: a runner without pytest is the infrastructure's

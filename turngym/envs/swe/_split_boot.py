@@ -901,13 +901,6 @@ class _Reporter:
         self.records.append({"k": "done", "exit": int(exitstatus)})
 
 
-def _boot_paths(site_dirs):
-    root = os.getcwd()
-    keep = [p for p in sys.path if p and os.path.abspath(p) != root and not p.startswith(root + os.sep)]
-    sys.path[:] = keep + [d for d in site_dirs if d not in keep]
-    return len(keep)
-
-
 def _tree_modules(root, test_dirs):
     """Top-level importable names of the tree outside the test directories."""
     out = set()
@@ -972,7 +965,7 @@ def _run_hidden(spec, results):
 def main():
     global _client
     cfg = json.loads(sys.argv[1])
-    nstd = _boot_paths(cfg["site"])
+    nstd = hardening.path_outside(os.getcwd(), cfg["site"])  # the stdlib, then the runner's site dirs
     try:
         import pytest
     except ImportError:

@@ -7,6 +7,8 @@ the warm worker) judge code that runs beside them:
   ``fd`` or ``environ`` opened, by processes of the same uid, so the code under test cannot read
   a grader's secrets (tests, nonce) nor write to its memory or streams. A fresh interpreter is
   dumpable again, and a uid change clears the flag, so each program sets it itself.
+* :func:`path_outside`: nothing is imported from where the code under test writes (the
+  working dir, where ``-c`` would put ``''``): it may have planted modules there.
 * :func:`drop_privileges`: where the sandbox lends a second uid (``UNTRUSTED_UID_ENV``, with
   the capabilities to switch to it: bubblewrap as root), the code under test starts as that uid
   with no capability left, so it cannot signal, stop, throttle or read its grader at all.
@@ -15,8 +17,9 @@ One copy keeps every program's drop identical.
 """
 
 import os
+import sys
 
-__all__ = ["UNTRUSTED_UID_ENV", "drop_privileges", "pop_untrusted_uid", "set_dumpable"]
+__all__ = ["UNTRUSTED_UID_ENV", "drop_privileges", "path_outside", "pop_untrusted_uid", "set_dumpable"]
 
 #: Where a trusted launch names the uid its untrusted children must run as.
 UNTRUSTED_UID_ENV = "TURNGYM_UNTRUSTED_UID"
@@ -45,6 +48,21 @@ def pop_untrusted_uid():
     """The untrusted uid this launch names (None if none), taken out of the environment so
     nothing started later inherits it."""
     return int(os.environ.pop(UNTRUSTED_UID_ENV, "0") or 0) or None
+
+
+def path_outside(root, extra=()):
+    """``sys.path`` becomes its entries outside ``root`` (``''`` and relative ones resolved
+    against the working dir; with ``root`` ``/``, only ``''`` goes), then ``extra``; the import
+    system's cache of finders is dropped. Returns how many entries were kept before ``extra``."""
+    prefix = os.path.join(os.path.abspath(root), "")
+
+    def inside(path):
+        return not path or (prefix != "/" and os.path.join(os.path.abspath(path), "").startswith(prefix))
+
+    keep = [p for p in sys.path if not inside(p)]
+    sys.path[:] = keep + [d for d in extra if d not in keep]
+    sys.path_importer_cache.clear()
+    return len(keep)
 
 
 def drop_privileges(uid):
