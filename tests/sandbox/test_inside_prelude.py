@@ -106,3 +106,16 @@ def test_path_outside_drops_the_working_dir_and_below_and_appends_site_dirs(monk
     assert sys.path == [str(tmp_path / "workshop"), "/usr/lib/x", "/site"] and kept == 2
     monkeypatch.setattr(sys, "path", ["", "/usr/lib/x"])
     assert hardening.path_outside("/") == 1 and sys.path == ["/usr/lib/x"]  # from "/": only '' goes
+
+
+def test_a_toolkit_module_already_loaded_is_kept_and_inline_module_replaces():
+    """A grader forked from the warm worker finds the toolkit loaded: the prelude keeps it (no
+    second compile); :func:`inline_module` itself always (re)defines its module."""
+    source = ("import sys\nsys.modules['_turngym_inside_framing'] = marker = type(sys)('mine')\n"
+              + inline.inside_prelude("codec", "framing")
+              + "assert sys.modules['_turngym_inside_framing'] is marker\n"
+              + "import _turngym_inside_codec\n"
+              + inline.inline_module("_turngym_inside_framing", "X = 1\n", "f.py")
+              + "assert sys.modules['_turngym_inside_framing'].X == 1\nprint('ok')\n")
+    run = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", source], capture_output=True, text=True, timeout=60)
+    assert run.stdout.strip() == "ok", run.stderr

@@ -74,7 +74,9 @@ def _kill_group(pgid: int) -> None:
 @lru_cache(maxsize=1)
 def _worker_source() -> str:
     worker = resources.files("turngym.sandbox").joinpath("_warm_worker.py").read_text(encoding="utf-8")
-    return inside_prelude("hardening") + worker + "\nmain()\n"
+    # The whole toolkit, though the worker uses only its hardening: the graders it forks (Code-v0's
+    # harness and solution zygote) then find it loaded instead of compiling it on every run.
+    return inside_prelude("codec", "framing", "hardening") + worker + "\nmain()\n"
 
 
 class WarmPython:
