@@ -174,7 +174,7 @@ def decode(text, limit, deref=_unknown_tag):
 
     try:
         return decode_obj(json.loads(text), deref)
-    except (RecursionError, MemoryError) as exc:
+    except (RecursionError, MemoryError, OverflowError) as exc:
         raise ValueError(f"the value could not be read back ({type(exc).__name__})") from None
 
 
