@@ -79,24 +79,38 @@ def test_take_frame_reads_frames_out_of_a_buffer(pair):
         framing.take_frame(bytearray((11).to_bytes(4, "big")), 10)  # refused before the body arrives
 
 
-def test_write_all_writes_everything(tmp_path):
+def test_write_all_writes_everything():
     import os
 
     r, w = os.pipe()
-    data = b"x" * 200_000  # more than a pipe takes at once
+    data = b"x" * 200_000  # more than a pipe takes at once: os.write writes part of it
     got = bytearray()
-    reader = threading.Thread(target=lambda: got.extend(iter(lambda: os.read(r, 65536), b"").__next__() for _ in ()))
-    reader.start()
 
     def drain():
         while chunk := os.read(r, 65536):
             got.extend(chunk)
 
-    t = threading.Thread(target=drain)
-    t.start()
+    reader = threading.Thread(target=drain)
+    reader.start()
     framing.write_all(w, data)
     os.close(w)
-    t.join(5)
     reader.join(5)
     os.close(r)
     assert bytes(got) == data
+
+
+def test_flush_streams_survives_streams_the_code_under_test_broke(monkeypatch):
+    class Broken:  # test double: a stdout replaced by hostile code
+        def flush(self):
+            raise SystemExit("no")
+
+    flushed = []
+
+    class Fine:
+        def flush(self):
+            flushed.append(True)
+
+    monkeypatch.setattr("sys.stdout", Broken())
+    monkeypatch.setattr("sys.stderr", Fine())
+    framing.flush_streams()
+    assert flushed == [True]
