@@ -72,9 +72,29 @@ def ab_latency(sandbox, n: int, commit: str) -> dict[str, float]:  # type: ignor
         return subprocess.run(["git", "show", f"{commit}:{path}"], capture_output=True, text=True, check=True,
                               cwd=Path(__file__).resolve().parents[1]).stdout
 
-    old = types.ModuleType("old_runner")
-    sys.modules["old_runner"] = old  # dataclasses look their module up
-    exec(compile(show("turngym/envs/code/runner.py"), "old_runner.py", "exec"), old.__dict__)
+    def from_commit(name: str, path: str) -> types.ModuleType:
+        mod = types.ModuleType(name)
+        exec(compile(show(path), path, "exec"), mod.__dict__)
+        return mod
+
+    # The modules COMMIT's runner imports its grader's pieces from are COMMIT's too while it loads
+    # (a runner from before the sandbox toolkit imports names this tree no longer has).
+    shared = {"turngym.envs.code.wire": "turngym/envs/code/wire.py", "turngym.sandbox.inline": "turngym/sandbox/inline.py"}
+    saved = {name: sys.modules.get(name) for name in shared}
+    try:
+        for name, path in shared.items():
+            sys.modules[name] = from_commit(name, path)
+        inline = sys.modules["turngym.sandbox.inline"]
+        if hasattr(inline, "privdrop_prelude"):  # it read privdrop.py from the installed package
+            privdrop = show("turngym/sandbox/privdrop.py")
+            inline.privdrop_prelude = lambda: inline.inline_module("_turngym_privdrop", privdrop, "privdrop.py")
+        old = types.ModuleType("old_runner")
+        sys.modules["old_runner"] = old  # dataclasses look their module up
+        exec(compile(show("turngym/envs/code/runner.py"), "old_runner.py", "exec"), old.__dict__)
+    finally:
+        for name, mod in saved.items():
+            if mod is not None:
+                sys.modules[name] = mod
     # COMMIT's harness, candidate side and wire too (its runner assembles them from these files).
     old._module_source = lambda name: show(f"turngym/envs/code/{name}")  # noqa: SLF001
     if hasattr(old._harness_source, "cache_clear"):  # noqa: SLF001

@@ -346,18 +346,20 @@ def test_one_shot_and_warm_execution_agree(sandbox):
 
 # -- the grader's plain-data wire and who is at fault -------------------------------------------
 def test_wire_round_trips_plain_data_and_rejects_everything_else():
-    from turngym.envs.code import wire
+    """The grader's values cross in the sandbox toolkit's codec (every kind: tests/sandbox/test_inside_codec.py)."""
+    from turngym.envs.code.wire import MAX_FRAME
+    from turngym.sandbox.inside import codec
 
     for v in [None, True, 0, -7, 2.5, float("inf"), "é\ud800", b"\x00", 1 + 2j, [1, (2, {3})], {(1, 2): frozenset({"a"})}]:
-        assert repr(wire.decode(wire.encode(v))) == repr(v)
+        assert repr(codec.decode(codec.encode(v, MAX_FRAME), MAX_FRAME)) == repr(v)
     for bad in [object(), int.__new__(type("I", (int,), {}), 3), [lambda: 0]]:
         with pytest.raises(TypeError):
-            wire.encode(bad)
+            codec.encode(bad, MAX_FRAME)
     hostile = ['{"X": []}', '{"L": 1}', '{"S": [{"L": []}]}', '{"D": [[1]]}', '{"B": "*"}', '{"L": [], "T": []}',
                "[" * 100_000 + "]" * 100_000, '{"L": ' * 200 + "[]" + "}" * 200, "9" * 5000, "nonsense"]
     for text in hostile:
         with pytest.raises(ValueError):
-            wire.decode(text)
+            codec.decode(text, MAX_FRAME)
 
 
 def test_value_tests_ignore_the_graders_passed_flag():

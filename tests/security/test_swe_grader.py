@@ -403,10 +403,11 @@ def test_a_failed_privilege_drop_never_runs_the_package_and_is_infra(task, split
         pytest.skip("the sandbox gives the package no uid of its own here (not bubblewrap as root)")
     from importlib import resources
 
-    from turngym.sandbox.inline import inline_module
+    from turngym.sandbox.inline import inline_module, inside_name, inside_prelude
 
-    real = resources.files("turngym.sandbox").joinpath("privdrop.py").read_text(encoding="utf-8")
-    prelude = inline_module("_turngym_privdrop", real + "\n" + _FAILING_DROPS[when], "privdrop.py")
+    real = resources.files("turngym.sandbox.inside").joinpath("hardening.py").read_text(encoding="utf-8")
+    prelude = inside_prelude("codec", "framing") + inline_module(inside_name("hardening"), real + "\n" + _FAILING_DROPS[when],
+                                                                 "hardening.py")
     split_source = (Path(testing.__file__).with_name("_split_boot.py")).read_text(encoding="utf-8")
     monkeypatch.setattr(testing, "_boot_source", lambda mode="inprocess": prelude + split_source if mode == "split"
                         else testing._boot_source.__wrapped__(mode))

@@ -22,26 +22,15 @@ import signal  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 
-
-def _set_dumpable(flag):
-    """prctl(PR_SET_DUMPABLE): a non-dumpable worker cannot be ptraced, nor its /proc/PID/fd
-    and memory opened, by the runs it forks (same uid), so a run cannot forge the next reply."""
-    import ctypes
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(4, flag, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
+try:
+    import _turngym_inside_hardening as hardening
+except ImportError:  # imported on the host (tests, linters); in the sandbox the prelude provides it
+    from turngym.sandbox.inside import hardening
 
 #: The session's untrusted uid (set when the worker runs with the capabilities to drop to
 #: it): every run but a trusted one (a grader) runs as this uid, so no run can signal, stop or
 #: read the worker -- a worker that dies is then never the run's doing.
-RUN_UID = int(os.environ.pop("TURNGYM_UNTRUSTED_UID", "0") or 0) or None
-try:
-    from _turngym_privdrop import drop_privileges
-except ImportError:  # imported on the host (tests, linters); in the sandbox the prelude provides it
-    from turngym.sandbox.privdrop import drop_privileges
+RUN_UID = hardening.pop_untrusted_uid()
 
 
 def _child(req, fds):
@@ -53,11 +42,11 @@ def _child(req, fds):
         pass
     if RUN_UID is not None and not req.get("trusted"):
         try:
-            drop_privileges(RUN_UID)
+            hardening.drop_privileges(RUN_UID)
         except OSError as exc:
             os.write(w_err, f"[sandbox] cannot drop to the untrusted uid: {exc}\n".encode())
             os._exit(126)
-    _set_dumpable(1)  # after the uid change, which clears it
+    hardening.set_dumpable(1)  # after the uid change, which clears it
     os.setsid()
     os.dup2(r_in, 0)
     os.dup2(w_out, 1)
@@ -124,7 +113,7 @@ def _as_untrusted(fn):
         pid = os.fork()
         if pid == 0:
             try:
-                drop_privileges(RUN_UID)
+                hardening.drop_privileges(RUN_UID)
                 fn()
             finally:
                 os._exit(0)
@@ -358,7 +347,9 @@ def _run(req):
 
 
 def main():
-    _set_dumpable(0)
+    # non-dumpable: the runs it forks (same uid) cannot ptrace it, nor open its /proc/PID/fd
+    # or memory, so a run cannot forge the next reply
+    hardening.set_dumpable(0)
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     out.write(b'{"ready": true}\n')
     out.flush()

@@ -42,8 +42,8 @@ from turngym.sandbox import seccomp as bpf
 from turngym.sandbox._proc import rlimit_argv, rlimit_setter, run_process
 from turngym.sandbox.base import Files, PythonRuntime, Sandbox, Session, WorkdirSnapshot, check_relpath
 from turngym.sandbox.errors import CpuLimitWarning, NotIsolatedWarning, SandboxError, SandboxUnavailable
+from turngym.sandbox.inside.hardening import UNTRUSTED_UID_ENV
 from turngym.sandbox.limits import LimitName, Limits, RunResult
-from turngym.sandbox.privdrop import UNTRUSTED_UID_ENV
 from turngym.sandbox.watchdog import Watchdog, uid_pids
 
 __all__ = ["BubblewrapSandbox", "RlimitSandbox", "LocalSession", "DEFAULT_HIDDEN_PATHS", "Enforcement", "sandbox_env"]

@@ -44,7 +44,7 @@ from importlib import resources
 from turngym.core.errors import ConfigError
 from turngym.sandbox._proc import classify_failure
 from turngym.sandbox.errors import SandboxError
-from turngym.sandbox.inline import privdrop_prelude
+from turngym.sandbox.inline import inside_prelude
 from turngym.sandbox.limits import Limits, RunResult
 from turngym.sandbox.local import UNTRUSTED_UID_ENV, BubblewrapSandbox, LocalSession, sandbox_env
 from turngym.sandbox.watchdog import Watchdog, tree_pids
@@ -74,7 +74,9 @@ def _kill_group(pgid: int) -> None:
 @lru_cache(maxsize=1)
 def _worker_source() -> str:
     worker = resources.files("turngym.sandbox").joinpath("_warm_worker.py").read_text(encoding="utf-8")
-    return privdrop_prelude() + worker + "\nmain()\n"
+    # The whole toolkit, though the worker uses only its hardening: the graders it forks (Code-v0's
+    # harness and solution zygote) then find it loaded instead of compiling it on every run.
+    return inside_prelude("codec", "framing", "hardening") + worker + "\nmain()\n"
 
 
 class WarmPython:

@@ -10,25 +10,30 @@ value or the exception it raised).
 
 Nothing here is trusted: the solution runs in this process and may rewrite any of it. The
 grader therefore treats every answer as untrusted input (checked size, depth and types, see
-:mod:`~turngym.envs.code.wire`) and enforces deadlines itself.
+:mod:`turngym.sandbox.inside.codec`) and enforces deadlines itself.
 
 Framing: a 4-byte big-endian length, then the message: ``marshal`` from the grader (trusted
 data; this side may load it), JSON to the grader (which never unmarshals what comes from
-here). Only builtin and extension modules are imported up front, so the zygote starts fast.
+here). Only builtin and extension modules are imported up front, so the zygote starts fast
+(``_signal``, not ``signal``, which imports ``enum``; file descriptors are read with a
+``memoryview``, not ``array``, which imports ``collections``: ~4 ms of a fresh start).
 """
 
+import _signal as signal
 import _socket
-import array
 import builtins
 import marshal
 import os
-import signal
 import sys
 
 try:
+    import _turngym_inside_codec as codec
+    import _turngym_inside_framing as framing
+    import _turngym_inside_hardening as hardening
     import _turngym_wire as wire
-except ImportError:  # imported on the host (tests, linters); in the sandbox the bootstrap provides it
+except ImportError:  # imported on the host (tests, linters); in the sandbox the prelude provides them
     from turngym.envs.code import wire
+    from turngym.sandbox.inside import codec, framing, hardening
 
 __all__ = ["main"]
 
@@ -36,26 +41,16 @@ _CTL_FD = 3
 _SOURCE = [""]
 
 
-def _recv_exact(sock, n):
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
-
-
 def _recv(sock):
     """One request from the grader (None at the end of the stream)."""
-    head = _recv_exact(sock, 4)
-    data = None if head is None else _recv_exact(sock, int.from_bytes(head, "big"))
-    return None if data is None else marshal.loads(data)
+    try:
+        return marshal.loads(framing.recv_frame(sock, wire.MAX_REQUEST))
+    except EOFError:
+        return None
 
 
 def _send(sock, obj):
-    data = wire.dumps(obj).encode("utf-8")
-    sock.sendall(len(data).to_bytes(4, "big") + data)
+    framing.send_frame(sock, codec.dumps(obj).encode("utf-8"), wire.MAX_FRAME)
 
 
 def _format_error(exc, limit=600):
@@ -71,14 +66,6 @@ def _format_error(exc, limit=600):
     except BaseException:  # noqa: BLE001 - a hostile __str__: the type is all we report
         text = f"{type(exc).__name__}: <unprintable>"
     return text if len(text) <= limit else "..." + text[-limit:]
-
-
-def _flush():
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BaseException:  # noqa: BLE001, S110 - the solution may have replaced or closed them
-            pass
 
 
 def _load(req):
@@ -102,7 +89,7 @@ def _load(req):
             names[name] = ["call"]
         else:
             try:
-                names[name] = ["value", wire.encode_obj(value)]
+                names[name] = ["value", codec.encode_obj(value)]
             except (TypeError, ValueError, RecursionError):
                 pass
     return ns, {"ok": True, "names": names}
@@ -126,7 +113,7 @@ def _call(ns, req):
     except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt...: the test fails
         return {"id": rid, "ok": False, "kind": "fatal", "message": f"the function raised {type(exc).__name__}"}
     try:
-        return {"id": rid, "ok": True, "value": wire.encode_obj(value)}
+        return {"id": rid, "ok": True, "value": codec.encode_obj(value)}
     except (TypeError, ValueError, RecursionError) as exc:
         try:
             shown = repr(value)
@@ -164,12 +151,12 @@ def _serve(ctl, sock_fd, out_fd):
             calls = req.get("calls") or []
             for call in calls[:-1]:
                 reply = _call(ns, call)
-                _flush()
+                framing.flush_streams()
                 _reply(sock, reply, call)
             reply, req = (_call(ns, calls[-1]), calls[-1]) if calls else ({}, req)
         else:
             os._exit(0)
-        _flush()
+        framing.flush_streams()
         _reply(sock, reply, req)
 
 
@@ -179,13 +166,6 @@ def _reply(sock, reply, req):
     except (ValueError, TypeError, RecursionError, OverflowError) as exc:  # e.g. an int with too many digits
         _send(sock, {"id": req.get("id"), "ok": False, "kind": "fatal",
                      "message": f"the answer could not be sent ({type(exc).__name__}: {exc})"[:500]})
-
-
-def _set_nondumpable():
-    """prctl(PR_SET_DUMPABLE, 0): an interpreter started afresh is dumpable again."""
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
 
 
 def main():
@@ -198,14 +178,13 @@ def main():
     """
     workdir = os.environ.pop(wire.WORKDIR_ENV, None)
     if workdir is not None:  # a fresh interpreter (the grader replaced a killed zygote)
-        _set_nondumpable()
+        hardening.set_dumpable(0, required=True)  # a fresh interpreter is dumpable again
         os.chdir(workdir)
-    cwd = os.getcwd()
-    sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != cwd]
+    hardening.path_outside(os.getcwd())
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     ctl = _socket.socket(fileno=_CTL_FD)
     ctl.sendall(b"R")
-    fd_size = array.array("i").itemsize
+    fd_size = memoryview(bytes(8)).cast("i").itemsize  # a C int
     while True:
         try:
             msg, anc, _flags, _addr = ctl.recvmsg(16, _socket.CMSG_SPACE(2 * fd_size))
@@ -213,10 +192,10 @@ def main():
             os._exit(0)
         if not msg:
             os._exit(0)
-        fds = array.array("i")
+        fds = []
         for level, kind, data in anc:
             if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
-                fds.frombytes(data[: len(data) - len(data) % fd_size])
+                fds.extend(memoryview(data[: len(data) - len(data) % fd_size]).cast("i"))
         if len(fds) != 2:
             for fd in fds:
                 os.close(fd)

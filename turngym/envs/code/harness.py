@@ -50,13 +50,17 @@ import time
 import traceback
 
 try:
+    import _turngym_inside_codec as codec
+    import _turngym_inside_framing as framing
+    import _turngym_inside_hardening as hardening
     import _turngym_wire as wire
-except ImportError:  # imported on the host (tests, linters); in the sandbox the bootstrap provides it
+except ImportError:  # imported on the host (tests, linters); in the sandbox the prelude provides them
     from turngym.envs.code import wire
+    from turngym.sandbox.inside import codec, framing, hardening
 
 __all__ = ["main", "same_value"]
 
-same_value = wire.same_value
+same_value = codec.same_value
 _ZYGOTE_START_S = 20.0
 _SPAWN_S = 5.0
 _OUTPUT_KEPT = 2000
@@ -117,31 +121,13 @@ class _Sink:
         return False
 
 
-def _set_dumpable(flag):
-    """prctl(PR_SET_DUMPABLE): a non-dumpable process cannot be ptraced, nor its /proc/PID/mem
-    or fd opened, by processes of the same uid: the solution cannot read the tests or the
-    nonce out of this process, nor write to its stdout."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(4, flag, 0, 0, 0)
-    except (OSError, AttributeError, ImportError):
-        pass
-
-
-try:
-    from _turngym_privdrop import UNTRUSTED_UID_ENV, drop_privileges
-except ImportError:  # imported on the host (tests, linters); in the sandbox the prelude provides it
-    from turngym.sandbox.privdrop import UNTRUSTED_UID_ENV, drop_privileges
-
-
 def _short(value, n=200):
     r = repr(value)
     return r if len(r) <= n else r[: n - 3] + "..."
 
 
 def _check(got, expected):
-    if not wire.same_value(got, expected):
+    if not codec.same_value(got, expected):
         raise AssertionError(f"expected {_short(expected)}, got {_short(got)}")
 
 
@@ -255,7 +241,7 @@ class _Grader:
                     signal.signal(sig, signal.SIG_DFL)
                 if self.run_uid is not None:
                     try:
-                        drop_privileges(self.run_uid)
+                        hardening.drop_privileges(self.run_uid)
                     except OSError:
                         os._exit(126)  # never run a solution that could reach the grader
                 # The zygote stays non-dumpable (inherited from this process, kept by the uid
@@ -278,7 +264,7 @@ class _Grader:
         """A zygote that answers (spawned now unless :meth:`spawn_zygote` already did)."""
         if self.zygote_pid is None:
             self.spawn_zygote()
-        if self._recv_exact(self.ctl, 1, time.monotonic() + _ZYGOTE_START_S) != b"R":
+        if self._ctl_read(1, _ZYGOTE_START_S) != b"R":
             self.stop_zygote()
             raise _NoStart(f"the solution runner (a fresh {self.zygote_argv[0]}) did not start")
 
@@ -292,20 +278,12 @@ class _Grader:
             self.ctl.close()
         self.zygote_pid, self.ctl = None, None
 
-    def _recv_exact(self, sock, n, deadline):
-        buf = b""
-        while len(buf) < n:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([sock], [], [], left)[0]:
-                return None
-            try:
-                chunk = sock.recv(n - len(buf))
-            except OSError:
-                return None
-            if not chunk:
-                return None
-            buf += chunk
-        return buf
+    def _ctl_read(self, n, seconds):
+        """``n`` bytes from the zygote within ``seconds``; None if it closed, failed or took longer."""
+        try:
+            return framing.recv_exact(self.ctl, n, time.monotonic() + seconds)
+        except (EOFError, OSError):  # TimeoutError is an OSError
+            return None
 
     def _spawn(self):
         for _attempt in range(2):
@@ -318,7 +296,7 @@ class _Grader:
             out_r, out_w = os.pipe()
             try:
                 self.ctl.sendmsg([b"F"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, bytes(_fd_array(theirs.fileno(), out_w)))])
-                reply = self._recv_exact(self.ctl, 4, time.monotonic() + _SPAWN_S)
+                reply = self._ctl_read(4, _SPAWN_S)
             except OSError:
                 reply = None
             finally:
@@ -343,8 +321,7 @@ class _Grader:
         """Send one request (``None``: none) to the solution's process and wait (until
         ``deadline``) for its next answer."""
         child = self.child
-        data = b"" if msg is None else marshal.dumps(msg)
-        data = len(data).to_bytes(4, "big") + data if data else b""
+        data = b"" if msg is None else framing.pack_frame(marshal.dumps(msg), wire.MAX_REQUEST)
         sent = 0
         while True:
             frame = self._frame(child, sent < len(data))
@@ -375,17 +352,14 @@ class _Grader:
     @staticmethod
     def _frame(child, sending):
         """The next whole answer in ``child``'s buffer, or None (answers may arrive in a row)."""
-        if len(child.buf) < 4:
-            return None
-        need = int.from_bytes(child.buf[:4], "big")
-        if need > wire.MAX_FRAME:
-            raise SolutionFault(f"the solution's process sent more than {wire.MAX_FRAME} bytes")
-        if len(child.buf) < 4 + need:
+        try:
+            frame = framing.take_frame(child.buf, wire.MAX_FRAME)
+        except ValueError:
+            raise SolutionFault(f"the solution's process sent more than {wire.MAX_FRAME} bytes") from None
+        if frame is None:
             return None
         if sending:
             raise SolutionFault("the solution's process broke the protocol (it answered before it was asked)")
-        frame = bytes(child.buf[4:4 + need])
-        del child.buf[:4 + need]
         try:
             reply = json.loads(frame)
         except (ValueError, RecursionError):
@@ -474,8 +448,8 @@ class _Grader:
             raise SolutionFault(self.fault or "the solution's process is gone")
         msg = {"op": "call", "id": self.calls, "name": name, "args": list(args), "kwargs": dict(kwargs)}
         try:
-            wire.encode_obj(msg["args"])  # plain data only, in the solution's direction too
-            wire.encode_obj(msg["kwargs"])
+            codec.encode_obj(msg["args"])  # plain data only, in the solution's direction too
+            codec.encode_obj(msg["kwargs"])
             if len(marshal.dumps(msg)) > wire.MAX_FRAME:
                 raise ValueError(f"the arguments take more than {wire.MAX_FRAME} bytes")
         except (TypeError, ValueError) as exc:
@@ -487,7 +461,7 @@ class _Grader:
                 raise SolutionFault("the solution's process broke the protocol")
             if reply.get("ok") is True:
                 try:
-                    return wire.decode_obj(reply.get("value"))
+                    return codec.decode_obj(reply.get("value"))
                 except (ValueError, RecursionError) as exc:
                     raise SolutionFault(f"{name}() returned a value that is not plain data ({exc})") from None
         except _Timeout:
@@ -528,7 +502,7 @@ class _Grader:
                 base[name] = _Remote(self, name)
             elif kind[0] == "value" and len(kind) == 2:
                 try:
-                    base[name] = wire.decode_obj(kind[1])
+                    base[name] = codec.decode_obj(kind[1])
                 except (ValueError, RecursionError):
                     pass
             elif kind[0] == "module" and len(kind) == 2 and kind[1] in _SHARED_MODULES and name == kind[1]:
@@ -562,7 +536,7 @@ class _Grader:
                     err = self._timed(functools.partial(_evaluate_into, box, code, fname, dict(base)), per_test_s)
                     if err is None:
                         try:
-                            value = wire.encode(box[0], _VALUE_CHARS)
+                            value = codec.encode(box[0], _VALUE_CHARS)
                         except (TypeError, ValueError, RecursionError) as exc:
                             err = f"{type(exc).__name__}: {exc}"[: self.error_chars]
                 else:
@@ -582,7 +556,7 @@ class _Grader:
             if not isinstance(remote, _Remote):
                 break
             try:
-                args, kwargs = wire.decode_obj(spec["args"]), wire.decode_obj(spec["kwargs"])
+                args, kwargs = codec.decode_obj(spec["args"]), codec.decode_obj(spec["kwargs"])
             except (KeyError, ValueError):
                 break
             if type(args) is not list or type(kwargs) is not dict:
@@ -607,11 +581,11 @@ class _Grader:
                     raise SolutionFault("the solution's process broke the protocol")
                 if reply.get("ok") is True:
                     try:
-                        got = wire.decode_obj(reply.get("value"))
+                        got = codec.decode_obj(reply.get("value"))
                     except (ValueError, RecursionError) as exc:
                         raise SolutionFault(f"{fn}() returned a value that is not plain data ({exc})") from None
                     try:
-                        yield None, wire.encode(got, _VALUE_CHARS)
+                        yield None, codec.encode(got, _VALUE_CHARS)
                     except (TypeError, ValueError, RecursionError) as exc:
                         yield f"{type(exc).__name__}: {exc}"[: self.error_chars], None
                     continue
@@ -704,22 +678,17 @@ def _trusted_imports():
     """No import from here on can load a file the solution wrote: the working dir (where
     ``-c`` puts ``''`` on ``sys.path``) leaves the path, and what the grader itself imports
     lazily is loaded now, before any solution code runs."""
-    cwd = os.getcwd()
-
-    def writable(path):
-        full = os.path.abspath(path)
-        return not path or (cwd != "/" and (full == cwd or full.startswith(cwd + os.sep)))
-
-    sys.path[:] = [p for p in sys.path if not writable(p)]
-    sys.path_importer_cache.clear()
-    for name in ("base64", "binascii", "_json"):
+    hardening.path_outside(os.getcwd())
+    for name in ("binascii", "_json"):
         importlib.import_module(name)
 
 
 def main(candidate_source):
-    run_uid = int(os.environ.pop(UNTRUSTED_UID_ENV, "0") or 0) or None
+    run_uid = hardening.pop_untrusted_uid()
     grader = _Grader(_zygote_argv(candidate_source), 2.0, 600, run_uid=run_uid)
-    _set_dumpable(0)  # before the fork: the zygote inherits it
+    # Non-dumpable, before the fork (the zygote inherits it): the solution cannot read the tests
+    # or the nonce out of this process (ptrace, /proc/PID/mem), nor write to its stdout.
+    hardening.set_dumpable(0)
     grader.spawn_zygote()  # a plain fork: this process does not hold its input yet
     _trusted_imports()
     grader.input_read = True

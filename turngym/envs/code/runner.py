@@ -23,9 +23,10 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from turngym.envs.code.wire import PAYLOAD_FILE, decode, encode_obj, same_value
+from turngym.envs.code.wire import MAX_FRAME, PAYLOAD_FILE
 from turngym.sandbox import Limits, RunResult, Sandbox, SandboxError
-from turngym.sandbox.inline import inline_module, privdrop_prelude
+from turngym.sandbox.inline import inline_module, inside_prelude
+from turngym.sandbox.inside.codec import decode, encode_obj, same_value
 
 __all__ = ["Problem", "TestResult", "Evaluation", "evaluate", "evaluate_many"]
 
@@ -80,16 +81,22 @@ def _module_source(name: str) -> str:
     return resources.files("turngym.envs.code").joinpath(name).read_text(encoding="utf-8")
 
 
-def _with_wire(source: str) -> str:
-    """``source`` preceded by :mod:`.wire`, registered as the module ``_turngym_wire``: the
-    sandbox cannot import turngym (and must not need to)."""
-    return inline_module("_turngym_wire", _module_source("wire.py"), "wire.py") + source
+def _shipped(source: str) -> str:
+    """``source`` preceded by the toolkit modules both sides use and :mod:`.wire` (as
+    ``_turngym_wire``): the sandbox cannot import turngym (and must not need to)."""
+    wire = inline_module("_turngym_wire", _module_source("wire.py"), "wire.py")
+    return inside_prelude("codec", "framing", "hardening") + wire + source
+
+
+@lru_cache(maxsize=1)
+def _candidate_source() -> str:
+    """The solution's side, run as a fresh interpreter when the grader replaces its zygote."""
+    return _shipped(_module_source("candidate.py") + "\nmain()\n")
 
 
 @lru_cache(maxsize=1)
 def _harness_source() -> str:
-    candidate = _with_wire(_module_source("candidate.py") + "\nmain()\n")
-    return privdrop_prelude() + _with_wire(_module_source("harness.py") + f"\nmain({candidate!r})\n")
+    return _shipped(_module_source("harness.py") + f"\nmain({_candidate_source()!r})\n")
 
 
 def _why_stopped(res: RunResult) -> str:
@@ -257,7 +264,7 @@ def _verdict(test: tuple[str, ...], event: dict | None, stop: str) -> TestResult
     if error is not None:
         return TestResult(name, False, error)
     try:
-        got = decode(event.get("value"))  # type: ignore[arg-type]
+        got = decode(event.get("value"), MAX_FRAME)  # type: ignore[arg-type]
     except ValueError:
         return TestResult(name, False, "the returned value could not be read back")
     if same_value(got, ast.literal_eval(test[2])):

@@ -31,15 +31,13 @@ import os
 import sys
 import time
 
+try:
+    import _turngym_inside_framing as framing
+    import _turngym_inside_hardening as hardening
+except ImportError:  # imported on the host (tests, linters); in the sandbox the prelude provides them
+    from turngym.sandbox.inside import framing, hardening
+
 BANNER = b"turngym-grader-started\n"
-
-
-def _boot_paths(site_dirs):
-    """sys.path = the interpreter's stdlib, then the runner's site dirs (no cwd, no tree)."""
-    root = os.getcwd()
-    keep = [p for p in sys.path if p and os.path.abspath(p) != root and not p.startswith(root + os.sep)]
-    sys.path[:] = keep + [d for d in site_dirs if d not in keep]
-    return len(keep)
 
 
 def _preimport():
@@ -57,17 +55,6 @@ def _preimport():
             importlib.import_module(name)
         except ImportError:
             pass
-
-
-def _no_dump():
-    """PR_SET_DUMPABLE 0: same-uid processes cannot ptrace us or open /proc/<pid>/fd."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(4, 0, 0, 0, 0)
-    except Exception:  # noqa: BLE001 - non-Linux: the sandbox's uid separation still applies
-        pass
 
 
 # ------------------------------------------------------------------------------------ child
@@ -381,7 +368,7 @@ def _child(cfg, res_w, out_w, nstd, sources):
 
     code = 4
     key = os.urandom(32)
-    _write_all(res_w, key.hex().encode() + b"\n")  # first line, before any code from the tree runs
+    framing.write_all(res_w, key.hex().encode() + b"\n")  # first line, before any code from the tree runs
     Recorder.pytest_runtest_call = pytest.hookimpl(wrapper=True)(Recorder._runtest_call)
     rec = Recorder(res_w, key, sources)
     del key
@@ -483,7 +470,7 @@ def _verify(lines):
 
 def main():
     cfg = json.loads(sys.argv[1])
-    nstd = _boot_paths(cfg["site"])
+    nstd = hardening.path_outside(os.getcwd(), cfg["site"])  # the stdlib, then the runner's site dirs
     _preimport()
     if "pytest" not in sys.modules:
         # Nothing of the tree has run yet: a runner without pytest is the infrastructure's
@@ -492,7 +479,7 @@ def main():
         sys.stderr.flush()
         os._exit(3)
     os.write(1, BANNER)
-    _no_dump()
+    hardening.set_dumpable(0)  # same-uid processes cannot ptrace us or open /proc/<pid>/fd
     res_r, res_w = os.pipe()
     out_r, out_w = os.pipe()
     sources = _read_sources(cfg["args"])
@@ -534,13 +521,8 @@ def main():
     records, forged = _verify(bytes(bufs[res_r]).split(b"\n"))
     out = {"records": records, "forged": forged, "timed_out": not finished, "status": status,
            "console": bytes(bufs[out_r]).decode("utf-8", "replace")}
-    _write_all(1, (nonce + " " + json.dumps(out) + "\n").encode())
+    framing.write_all(1, (nonce + " " + json.dumps(out) + "\n").encode())
     os._exit(0)
-
-
-def _write_all(fd, data):
-    while data:
-        data = data[os.write(fd, data):]
 
 
 if __name__ == "__main__":

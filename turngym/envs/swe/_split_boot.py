@@ -74,105 +74,33 @@ import sys
 import threading
 import time
 
+try:
+    import _turngym_inside_codec as codec
+    import _turngym_inside_framing as framing
+    import _turngym_inside_hardening as hardening
+except ImportError:  # imported on the host (tests, linters); in the sandbox the prelude provides them
+    from turngym.sandbox.inside import codec, framing, hardening
+
 BANNER = b"turngym-grader-started\n"
 MAX_FRAME = 8 << 20
-MAX_DEPTH = 100
 #: The hidden cases: the largest observation sent as is, and the most all of them may take on the verdict line
 #: (the sandbox keeps 1 MiB of output; the gold packages' answers take at most ~250 KB).
 HIDDEN_OBS_MAX = 16 << 10
 HIDDEN_TOTAL_MAX = 640 << 10
-_PLAIN_TAGS = {list: "L", tuple: "T", set: "S", frozenset: "F"}
-_BUILDERS = {"L": list, "T": tuple, "S": set, "F": frozenset}
 
 
 # ------------------------------------------------------------------------------ framing
 def _send(sock, obj):
-    data = json.dumps(obj, separators=(",", ":")).encode("utf-8", "surrogatepass")
-    if len(data) > MAX_FRAME:
-        raise ValueError(f"a message of {len(data)} bytes is over the {MAX_FRAME}-byte limit")
-    sock.sendall(len(data).to_bytes(4, "big") + data)
-
-
-def _recv_exact(sock, n, deadline):
-    buf = bytearray()
-    while len(buf) < n:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("deadline")
-            sock.settimeout(left)
-        try:
-            chunk = sock.recv(min(n - len(buf), 1 << 20))
-        except TimeoutError:
-            raise TimeoutError("deadline") from None
-        if not chunk:
-            raise EOFError("closed")
-        buf += chunk
-    return bytes(buf)
+    """One message (a JSON object whose values are :mod:`codec` trees) as one frame."""
+    framing.send_frame(sock, codec.dumps(obj).encode("utf-8", "surrogatepass"), MAX_FRAME)
 
 
 def _recv(sock, deadline=None):
-    n = int.from_bytes(_recv_exact(sock, 4, deadline), "big")
-    if n > MAX_FRAME:
-        raise ValueError(f"a message of {n} bytes is over the {MAX_FRAME}-byte limit")
-    msg = json.loads(_recv_exact(sock, n, deadline).decode("utf-8", "surrogatepass"))
+    """One message: TimeoutError past ``deadline``, EOFError at the end, ValueError if malformed."""
+    msg = json.loads(framing.recv_frame(sock, MAX_FRAME, deadline).decode("utf-8", "surrogatepass"))
     if type(msg) is not dict:
         raise ValueError("a message is not an object")
     return msg
-
-
-# ---------------------------------------------------------------- value trees (both sides)
-def _encode(value, ref, depth=0):
-    """Plain data as JSON trees; anything else as ``ref(value)`` (a handle)."""
-    if depth > MAX_DEPTH:
-        raise ValueError(f"a value nested more than {MAX_DEPTH} levels deep")
-    t = type(value)
-    if value is None or t is bool or t is str:
-        return value
-    if t is int:
-        return value if -(1 << 63) < value < (1 << 63) else {"I": str(value)}
-    if t is float:
-        return value if value == value and value not in (float("inf"), float("-inf")) else {"X": repr(value)}
-    tag = _PLAIN_TAGS.get(t)
-    if tag is not None:
-        return {tag: [_encode(x, ref, depth + 1) for x in value]}
-    if t is dict:
-        return {"D": [[_encode(k, ref, depth + 1), _encode(v, ref, depth + 1)] for k, v in value.items()]}
-    if t is bytes:
-        return {"B": value.hex()}
-    if t is complex:
-        return {"C": [_encode(value.real, ref), _encode(value.imag, ref)]}
-    return ref(value)
-
-
-def _decode(obj, deref, depth=0):
-    """Rebuild exactly the plain types; ``deref(tag, body)`` for handles. ValueError otherwise."""
-    if depth > MAX_DEPTH:
-        raise ValueError("nested too deep")
-    t = type(obj)
-    if obj is None or t is bool or t is int or t is float or t is str:
-        return obj
-    if t is not dict or len(obj) != 1:
-        raise ValueError("not an encoded value")
-    ((tag, body),) = obj.items()
-    if tag in _BUILDERS and type(body) is list:
-        return _BUILDERS[tag](_decode(x, deref, depth + 1) for x in body)
-    if tag == "D" and type(body) is list:
-        out = {}
-        for pair in body:
-            if type(pair) is not list or len(pair) != 2:
-                raise ValueError("not an encoded dict item")
-            out[_decode(pair[0], deref, depth + 1)] = _decode(pair[1], deref, depth + 1)
-        return out
-    if tag == "I" and type(body) is str and len(body) <= 5000:
-        return int(body)
-    if tag == "X" and body in ("nan", "inf", "-inf"):
-        return float(body)
-    if tag == "B" and type(body) is str:
-        return bytes.fromhex(body)
-    if tag == "C" and type(body) is list and len(body) == 2 and all(type(x) in (int, float) for x in body):
-        return complex(body[0], body[1])
-    return deref(tag, body)
 
 
 # ------------------------------------------------------------------------------ candidate
@@ -217,14 +145,14 @@ class _Server:
         for base in (str, int, float, tuple, list, dict, set, frozenset, bytes):
             if isinstance(value, base) and not isinstance(value, bool):
                 try:
-                    out = {"R": rid, "p": _encode(base(value), _no_handle)}
+                    out = {"R": rid, "p": codec.encode_obj(base(value))}
                 except Exception:  # noqa: BLE001 - no plain view, then
                     pass
                 break
         return {"H": out}
 
     def enc(self, value):
-        return _encode(value, self.ref)
+        return codec.encode_obj(value, self.ref)
 
     def deref(self, tag, body):
         if tag == "R" and type(body) is int and body in self.objs:
@@ -238,7 +166,7 @@ class _Server:
         raise ValueError(f"bad reference {tag}")
 
     def dec(self, obj):
-        return _decode(obj, self.deref)
+        return codec.decode_obj(obj, self.deref)
 
     def request(self, msg):
         """A callback into the grader; serve nested requests until its answer comes."""
@@ -263,7 +191,7 @@ class _Server:
         except BaseException as exc:  # noqa: BLE001 - SystemExit and friends: the test fails
             reply = {"ok": False, "exc": {"mro": [], "args": {"L": [f"the package raised {type(exc).__name__}"]},
                                           "attrs": {"D": []}, "text": ""}}
-        _flush()
+        framing.flush_streams()
         try:
             _send(self.sock, reply)
         except (ValueError, TypeError, RecursionError, OverflowError) as exc:
@@ -361,26 +289,8 @@ def _hidden_cases(source, package, cases):
     return out
 
 
-def _no_handle(value):
-    raise TypeError("not plain data")
-
-
 _BINARY = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "add", "sub", "mul", "truediv", "floordiv", "mod", "pow",
                      "and_", "or_", "xor", "lshift", "rshift", "matmul"})
-
-
-def _flush():
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BaseException:  # noqa: BLE001, S110 - the package may have replaced or closed them
-            pass
-
-
-try:
-    from _turngym_privdrop import UNTRUSTED_UID_ENV, drop_privileges
-except ImportError:  # imported on the host (tests, linters); in the sandbox the prelude provides it
-    from turngym.sandbox.privdrop import UNTRUSTED_UID_ENV, drop_privileges
 
 
 def _become_untrusted(run_uid):
@@ -391,7 +301,7 @@ def _become_untrusted(run_uid):
     if run_uid is None:
         return
     try:
-        drop_privileges(run_uid)
+        hardening.drop_privileges(run_uid)
     except BaseException as exc:  # noqa: BLE001 - whatever failed, the package must not run
         try:
             os.write(2, f"[grader] the package's process could not drop to the untrusted uid {run_uid} ({exc!r})\n".encode())
@@ -614,18 +524,18 @@ class _Client:
         return {"G": gid}
 
     def enc(self, value):
-        return _encode(value, self.ref)
+        return codec.encode_obj(value, self.ref)
 
     def deref(self, tag, body):
         if tag == "H" and type(body) is dict and type(body.get("R")) is int:
-            plain = _decode(body["p"], _no_refs) if "p" in body else _NO_PLAIN
+            plain = codec.decode_obj(body["p"]) if "p" in body else _NO_PLAIN
             return RemoteObject(body["R"], plain)
         if tag == "G" and type(body) is int and body in self.gobjs:
             return self.gobjs[body]
         raise ValueError(f"bad reference {tag}")
 
     def dec(self, obj):
-        return _decode(obj, self.deref)
+        return codec.decode_obj(obj, self.deref)
 
     def exception(self, info):
         """A local exception for the package's: builtin Exception subclasses and the tests' named classes only."""
@@ -692,10 +602,6 @@ class _Client:
 
 _NO_PLAIN = object()
 _client = None
-
-
-def _no_refs(tag, body):
-    raise ValueError("a handle inside a plain value")
 
 
 def _expect(value, *types):
@@ -995,22 +901,6 @@ class _Reporter:
         self.records.append({"k": "done", "exit": int(exitstatus)})
 
 
-def _boot_paths(site_dirs):
-    root = os.getcwd()
-    keep = [p for p in sys.path if p and os.path.abspath(p) != root and not p.startswith(root + os.sep)]
-    sys.path[:] = keep + [d for d in site_dirs if d not in keep]
-    return len(keep)
-
-
-def _no_dump():
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
-    except Exception:  # noqa: BLE001, S110 - non-Linux: the sandbox's uid separation still applies
-        pass
-
-
 def _tree_modules(root, test_dirs):
     """Top-level importable names of the tree outside the test directories."""
     out = set()
@@ -1023,11 +913,6 @@ def _tree_modules(root, test_dirs):
         elif os.path.isdir(full) and entry.isidentifier():
             out.add(entry)
     return out
-
-
-def _write_all(fd, data):
-    while data:
-        data = data[os.write(fd, data):]
 
 
 def _scratch_dir():
@@ -1080,15 +965,15 @@ def _run_hidden(spec, results):
 def main():
     global _client
     cfg = json.loads(sys.argv[1])
-    nstd = _boot_paths(cfg["site"])
+    nstd = hardening.path_outside(os.getcwd(), cfg["site"])  # the stdlib, then the runner's site dirs
     try:
         import pytest
     except ImportError:
         sys.stderr.write(f"the SWE grader cannot import pytest from its site dirs {cfg['site']!r}\n")
         sys.stderr.flush()
         os._exit(3)
-    _no_dump()
-    run_uid = int(os.environ.pop(UNTRUSTED_UID_ENV, "0") or 0) or None
+    hardening.set_dumpable(0)  # non-Linux: the sandbox's uid separation still applies
+    run_uid = hardening.pop_untrusted_uid()
     root = os.getcwd()
     test_dirs = set(cfg.get("test_dirs") or ["tests"])
     proxied = _tree_modules(root, test_dirs)
@@ -1164,7 +1049,7 @@ def main():
     reported = []
 
     def tests_part(timed_out):
-        _flush()
+        framing.flush_streams()
         try:
             size = os.lseek(console_fd, 0, os.SEEK_END)
             os.lseek(console_fd, max(0, size - (64 << 10)), os.SEEK_SET)
@@ -1186,7 +1071,7 @@ def main():
             if hidden_spec is not None:
                 error = hidden["error"] or ("" if hidden["done"] else "the hidden cases ran past the deadline")
                 out["hidden"] = {"obs": list(hidden["obs"]), "done": hidden["done"] and not error, "error": error}
-            _write_all(result_fd, (nonce + " " + json.dumps(out) + "\n").encode())
+            framing.write_all(result_fd, (nonce + " " + json.dumps(out) + "\n").encode())
             if scratch:
                 import shutil
 

@@ -95,7 +95,7 @@ from typing import TYPE_CHECKING, Any
 from turngym.core.errors import ConfigError, InfraError
 from turngym.envs.swe.repos import Tree
 from turngym.sandbox.factory import make_sandbox
-from turngym.sandbox.inline import privdrop_prelude
+from turngym.sandbox.inline import inside_prelude
 from turngym.sandbox.limits import Limits
 
 if TYPE_CHECKING:
@@ -133,12 +133,14 @@ Executor = Callable[[Tree, Mapping[str, Any], bytes, float], RawRun]
 
 #: The runner programs: tests beside the code (any pytest suite), or tests apart from it.
 _BOOTS = {"inprocess": "_grader_boot.py", "split": "_split_boot.py"}
+#: The sandbox toolkit's modules each runner imports (:mod:`turngym.sandbox.inside`).
+_TOOLKIT = {"inprocess": ("framing", "hardening"), "split": ("codec", "framing", "hardening")}
 
 
 @lru_cache(maxsize=2)
 def _boot_source(mode: str = "inprocess") -> str:
     source = (Path(__file__).with_name(_BOOTS[mode])).read_text(encoding="utf-8")
-    return privdrop_prelude() + source if mode == "split" else source
+    return inside_prelude(*_TOOLKIT[mode]) + source
 
 
 def grader_argv(executable: str, site_dirs: Sequence[str], config: Mapping[str, Any]) -> list[str]:
