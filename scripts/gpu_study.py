@@ -25,6 +25,9 @@ GGUF file, ``gguf`` reads it), as ``docs/gpu/h200-2026-12-04`` did::
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=$PWD:/tmp/site
     python scripts/gpu_study.py --out $OUT/study --json
 
+``--engine vllm`` samples the rollouts and evaluations with vLLM (weights pushed after every update); with
+vLLM's CPU build that runs on a CPU as well, the update staying on the CPU.
+
 ``--dry-run`` runs the same code on a CPU with the embedded tiny model, one step and a handful of
 episodes (what ``tests/trainers/test_gpu_study.py`` runs).
 """
@@ -40,6 +43,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from turngym.trainers.engines.registry import ENGINES
+
 DIAGNOSTICS = ("entropy", "confident_frac", "identical_group_frac", "uniform_reward_frac", "informative_episodes", "zero_adv_frac",
                "approx_kl", "sample_rounds", "success", "step_s")
 
@@ -49,7 +54,8 @@ def study_config(args: argparse.Namespace) -> Any:
     from turngym.study.credit import StudyConfig
     from turngym.trainers.recipe import recipe
 
-    overrides = recipe("small-pretrained") | {"warmup_lr": 2e-3, "warmup_batch_size": 16, "micro_batch_size": 32, "demo_noise": 0.0}
+    overrides = recipe("small-pretrained") | {"warmup_lr": 2e-3, "warmup_batch_size": 16, "micro_batch_size": 32, "demo_noise": 0.0,
+                                              "engine": args.engine}
     overrides.pop("groups_per_step")
     overrides.pop("group_size")
     if args.dry_run:
@@ -196,6 +202,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=3, help="at most this many seeds (default 3)")
     p.add_argument("--heldout", type=int, default=256, help="held-out episodes per run and for the warm start (default 256)")
     p.add_argument("--deadline-s", type=float, default=480.0, help="start no seed that would end after this (default 480)")
+    p.add_argument("--engine", choices=sorted(ENGINES), default="hf",
+                   help="rollout engine (default hf); vllm also runs on a CPU with vLLM's CPU build, where it samples SmolLM2 "
+                        "4-5x faster than hf (benchmarks/results/vllm_cpu.md) while the update stays on the CPU")
     p.add_argument("--dry-run", action="store_true", help="the tiny model, one step, a handful of episodes, on any machine")
     p.add_argument("--json", action="store_true", help="print gpu_study.json's content")
     return p
@@ -203,11 +212,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if not args.dry_run:
+    if not args.dry_run and args.engine == "hf":
         import torch
 
         if not torch.cuda.is_available():
-            print("gpu_study: no CUDA GPU here; --dry-run runs the tiny configuration on a CPU", file=sys.stderr)
+            print("gpu_study: no CUDA GPU here; --dry-run runs the tiny configuration on a CPU, and --engine vllm "
+                  "(vLLM's CPU build) the study with its rollouts on vLLM", file=sys.stderr)
             return 2
     if args.dry_run:
         args.steps, args.seeds = 1, 1

@@ -38,3 +38,12 @@ def test_the_dry_run_writes_the_study_and_its_diagnostics(tmp_path: Path, capsys
     # a second call finds every run done and only rewrites the summary
     assert gpu_study.main(["--dry-run", "--out", str(tmp_path)]) == 0
     assert json.loads((tmp_path / "gpu_study.json").read_text())["timings"]["run_s"] == []
+
+
+def test_the_engine_option_reaches_every_run(tmp_path: Path) -> None:
+    gpu_study = _load()
+    args = gpu_study.parser().parse_args(["--engine", "vllm", "--out", str(tmp_path)])
+    assert gpu_study.study_config(args).train_overrides["engine"] == "vllm"
+    assert gpu_study.study_config(gpu_study.parser().parse_args([])).train_overrides["engine"] == "hf"
+    with pytest.raises(SystemExit):
+        gpu_study.parser().parse_args(["--engine", "sglang"])
