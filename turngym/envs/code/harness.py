@@ -74,10 +74,8 @@ _SHARED_MODULES = frozenset({"math", "cmath", "re", "string", "collections", "it
                              "bisect", "operator", "statistics", "fractions", "decimal"})
 
 
-
 class CandidateError(Exception):
     """The solution raised an exception that is not a builtin one (its type name is kept)."""
-
 
 
 #: Whether :meth:`_Grader._timed`'s timer is armed: a SIGALRM is ours only then.
@@ -125,7 +123,6 @@ def _format_error(exc, limit):
     return text if len(text) <= limit else "..." + text[-limit:]
 
 
-
 def _referenced_names(codes):
     """Top-level names test code may look up in the solution's module (builtins aside): the
     global names of the compiled tests and of every function they define."""
@@ -156,7 +153,6 @@ class _Remote:
 
     def __repr__(self):
         return f"<the solution's {self.__name__}>"
-
 
 
 class _Grader(processes.SolutionProcesses):
@@ -392,7 +388,6 @@ def _evaluate_into(box, code, fname, ns):
     box.append(eval(compile(code, fname, "eval"), ns))
 
 
-
 def _candidate_exception(reply):
     """The exception the solution raised, rebuilt here (a builtin type by name, else
     :class:`CandidateError`), with the solution's own traceback as a note."""
@@ -411,7 +406,6 @@ def _candidate_exception(reply):
     if tb:
         exc.add_note("raised in the solution:\n" + tb)
     return exc
-
 
 
 def _trusted_imports():

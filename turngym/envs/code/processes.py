@@ -73,7 +73,6 @@ def _kill_group(pid):
             pass
 
 
-
 class _Child:
     """One solution process: its pid (also its process group), request socket, output pipe."""
 
@@ -101,7 +100,6 @@ class _Child:
         if self.out_fd >= 0:
             os.close(self.out_fd)
             self.out_fd = -1
-
 
 
 class SolutionProcesses:

@@ -136,7 +136,9 @@ _BOOTS = {"inprocess": "_grader_boot.py", "split": "_split_boot.py"}
 #: The sandbox toolkit's modules each runner imports (:mod:`turngym.sandbox.inside`).
 _TOOLKIT = {"inprocess": ("framing", "hardening"), "split": ("codec", "framing", "hardening")}
 #: The runner's own modules, shipped after the toolkit, each after those it imports: the file
-#: beside this one and the name the runner imports it by.
+#: beside this one and the name the runner imports it by. Their code's file name is ``<file>``, as
+#: ``<string>`` was the one-file runner's: a traceback never reads a file of that name from the
+#: working dir (the agent's tree) to show its lines.
 _PIECES: dict[str, tuple[tuple[str, str], ...]] = {
     "inprocess": (),
     "split": (("_split_wire.py", "_turngym_split_wire"), ("_split_candidate.py", "_turngym_split_candidate"),
@@ -147,7 +149,7 @@ _PIECES: dict[str, tuple[tuple[str, str], ...]] = {
 @lru_cache(maxsize=2)
 def _boot_source(mode: str = "inprocess") -> str:
     here = Path(__file__).parent
-    pieces = "".join(inline_module(name, (here / file).read_text(encoding="utf-8"), file) for file, name in _PIECES[mode])
+    pieces = "".join(inline_module(name, (here / file).read_text(encoding="utf-8"), f"<{file}>") for file, name in _PIECES[mode])
     return inside_prelude(*_TOOLKIT[mode]) + pieces + (here / _BOOTS[mode]).read_text(encoding="utf-8")
 
 
