@@ -1,9 +1,9 @@
 """The grader's side of the split SWE grader: stand-ins for the package, and the client they call.
 
-In :mod:`turngym.envs.swe._split_boot` the tests import the package's modules as
-:func:`proxy_module` s whose names are lazy stand-ins (:class:`_RemoteMeta` classes); a call,
-attribute read or operator on one is a request through the client (:func:`connect`) to the candidate's
-process (:mod:`turngym.envs.swe._split_candidate`), and what comes back is rebuilt here as plain
+In :mod:`turngym.envs.swe._split_boot` the tests import the package's modules as proxy modules
+(:func:`proxy_module`) whose names are lazy stand-ins (:class:`_RemoteMeta` classes); a call,
+attribute read or operator on one is a request through the client (:func:`connect`) to the
+candidate's process (:mod:`turngym.envs.swe._split_candidate`), and what comes back is rebuilt here as plain
 data of exactly the builtin types, a :class:`RemoteObject` handle, or a local exception class.
 Everything the package answers is untrusted input: ``len``/``bool``/``repr`` must answer exactly
 ``int``/``bool``/``str``, comparisons plain data, and a handle equals plain data only through the
