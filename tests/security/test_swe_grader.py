@@ -9,7 +9,6 @@ with no ``InfraError``; the gold patch must still resolve and a no-op must not.
 
 import json
 import random
-from pathlib import Path
 
 import pytest
 
@@ -403,14 +402,14 @@ def test_a_failed_privilege_drop_never_runs_the_package_and_is_infra(task, split
         pytest.skip("the sandbox gives the package no uid of its own here (not bubblewrap as root)")
     from importlib import resources
 
-    from turngym.sandbox.inline import inline_module, inside_name, inside_prelude
+    from turngym.sandbox.inline import inline_module, inside_name
 
     real = resources.files("turngym.sandbox.inside").joinpath("hardening.py").read_text(encoding="utf-8")
-    prelude = inside_prelude("codec", "framing") + inline_module(inside_name("hardening"), real + "\n" + _FAILING_DROPS[when],
-                                                                 "hardening.py")
-    split_source = (Path(testing.__file__).with_name("_split_boot.py")).read_text(encoding="utf-8")
-    monkeypatch.setattr(testing, "_boot_source", lambda mode="inprocess": prelude + split_source if mode == "split"
-                        else testing._boot_source.__wrapped__(mode))
+    # defined first, the failing hardening is the one the program gets: the prelude keeps a toolkit module already loaded
+    failing = inline_module(inside_name("hardening"), real + "\n" + _FAILING_DROPS[when], "hardening.py")
+    real_source = testing._boot_source.__wrapped__
+    monkeypatch.setattr(testing, "_boot_source", lambda mode="inprocess": failing + real_source(mode) if mode == "split"
+                        else real_source(mode))
     testing._CACHE.clear()
     tree = load_repo(task.repo)  # the pristine package: every test would pass
     with pytest.raises(InfraError, match="did not start") as err:

@@ -33,9 +33,13 @@ signals to an init from inside its namespace unless the init handles them. Where
 holds (Docker), a solution that kills this process only ends the run early and one that stops
 it stalls the run to its wall budget: the lines written so far stand and the unreached tests
 fail; it cannot write a line of its own, having neither the stream nor the nonce.
+
+The zygote, the solution processes and the request channel (with its deadlines) are
+:mod:`~turngym.envs.code.processes`, shipped ahead of this source as ``_turngym_code_processes``
+(grader code only: :func:`turngym.envs.code.runner._harness_source`); what is here runs the tests
+and judges them.
 """
 
-import _socket
 import builtins
 import functools
 import importlib
@@ -43,27 +47,23 @@ import json
 import linecache
 import marshal
 import os
-import select
 import signal
 import sys
 import time
 import traceback
 
 try:
+    import _turngym_code_processes as processes
     import _turngym_inside_codec as codec
-    import _turngym_inside_framing as framing
     import _turngym_inside_hardening as hardening
     import _turngym_wire as wire
 except ImportError:  # imported on the host (tests, linters); in the sandbox the prelude provides them
-    from turngym.envs.code import wire
-    from turngym.sandbox.inside import codec, framing, hardening
+    from turngym.envs.code import processes, wire
+    from turngym.sandbox.inside import codec, hardening
 
 __all__ = ["main", "same_value"]
 
 same_value = codec.same_value
-_ZYGOTE_START_S = 20.0
-_SPAWN_S = 5.0
-_OUTPUT_KEPT = 2000
 _VALUE_CHARS = 100_000
 _ALARM_SLACK_S = 0.1
 
@@ -72,22 +72,6 @@ _ALARM_SLACK_S = 0.1
 #: call ``math.isclose`` relying on the solution's ``import math``): the grader's own copy.
 _SHARED_MODULES = frozenset({"math", "cmath", "re", "string", "collections", "itertools", "functools", "heapq",
                              "bisect", "operator", "statistics", "fractions", "decimal"})
-
-
-_IGNORED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
-
-
-class _Timeout(BaseException):
-    """A test ran out of time (BaseException: test code's ``except Exception`` can't swallow it)."""
-
-
-class SolutionFault(BaseException):
-    """The solution's process broke down: died, broke the protocol, or returned non-plain
-    data. A BaseException so that test code's ``except Exception`` cannot turn it into a pass."""
-
-
-class _NoStart(Exception):
-    """The zygote did not start: nothing the solution did can cause this (it has not run)."""
 
 
 class CandidateError(Exception):
@@ -103,7 +87,7 @@ def _on_alarm(signum, frame):
     # a SIGALRM (as a PID namespace's init it gets those, having a handler), which would end
     # any test, or the grader itself between tests, at the moment the solution chose.
     if _alarm_armed and signal.getitimer(signal.ITIMER_REAL)[0] == 0.0:
-        raise _Timeout()
+        raise processes.Timeout()
 
 
 class _Sink:
@@ -139,14 +123,6 @@ def _format_error(exc, limit):
     return text if len(text) <= limit else "..." + text[-limit:]
 
 
-def _kill_group(pid):
-    for kill in (os.killpg, os.kill):
-        try:
-            kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
 def _referenced_names(codes):
     """Top-level names test code may look up in the solution's module (builtins aside): the
     global names of the compiled tests and of every function they define."""
@@ -179,246 +155,17 @@ class _Remote:
         return f"<the solution's {self.__name__}>"
 
 
-class _Child:
-    """One solution process: its pid (also its process group), request socket, output pipe."""
+class _Grader(processes.SolutionProcesses):
+    """The test-running half of the grader: loads each solution in a fresh process, runs the
+    tests here against proxies of its functions, keeps each test's deadline."""
 
-    def __init__(self, pid, sock, out_fd):
-        self.pid, self.sock, self.out_fd = pid, sock, out_fd
-        self.buf = bytearray()
-        self.output = bytearray()
-
-    def capture(self):
-        try:
-            chunk = os.read(self.out_fd, 65536)
-        except OSError:
-            chunk = b""
-        if not chunk:
-            os.close(self.out_fd)
-            self.out_fd = -1
-        elif len(self.output) < _OUTPUT_KEPT:
-            self.output += chunk[: _OUTPUT_KEPT - len(self.output)]
-
-    def close(self):
-        _kill_group(self.pid)
-        self.sock.close()
-        if self.out_fd >= 0:
-            os.close(self.out_fd)
-            self.out_fd = -1
-
-
-class _Grader:
     def __init__(self, zygote_argv, per_test_s, error_chars, details=True, run_uid=None):
-        self.zygote_argv = zygote_argv
-        self.run_uid = run_uid
+        super().__init__(zygote_argv, run_uid)
         self.per_test_s, self.error_chars, self.details = per_test_s, error_chars, details
-        self.zygote_pid, self.ctl = None, None
-        self.input_read = False
-        self.child = None
         self.deadline = 0.0
         self.fault = None
         self.calls = 0
         self.load_output = b""
-
-    # -- processes -------------------------------------------------------------------------
-    def spawn_zygote(self):
-        """Start the zygote without waiting for it (its start overlaps the grader's own).
-
-        Before the grader has read its input, a plain fork is safe and fast: this process
-        then holds nothing secret (the input arrives by file, not through the warm worker this
-        process may be forked from). Once the input is in memory, a zygote the solution killed
-        is replaced by a fresh interpreter (exec), which inherits no memory at all.
-        """
-        ctl, theirs = _socket.socketpair()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                null = os.open(os.devnull, os.O_RDWR)
-                for fd in (0, 1, 2):
-                    os.dup2(null, fd)
-                os.dup2(theirs.fileno(), 3)
-                os.closerange(4, 1 << 16)
-                for sig in _IGNORED_SIGNALS:  # ignored dispositions would survive an exec
-                    signal.signal(sig, signal.SIG_DFL)
-                if self.run_uid is not None:
-                    try:
-                        hardening.drop_privileges(self.run_uid)
-                    except OSError:
-                        os._exit(126)  # never run a solution that could reach the grader
-                # The zygote stays non-dumpable (inherited from this process, kept by the uid
-                # change), and so are the solutions it forks: a solution cannot write the
-                # zygote's memory (/proc/PID/mem) to take over the next solutions it forks.
-                if self.input_read:
-                    # A fresh interpreter starts in "/": no start-up import may come from the
-                    # working dir, where an earlier solution may have planted modules.
-                    os.environ[wire.WORKDIR_ENV] = os.getcwd()
-                    os.chdir("/")
-                    os.execv(self.zygote_argv[0], self.zygote_argv)
-                else:
-                    exec(compile(self.zygote_argv[-1], "<zygote>", "exec"), {"__name__": "__zygote__"})
-            finally:
-                os._exit(127)
-        theirs.close()
-        self.zygote_pid, self.ctl = pid, ctl
-
-    def start_zygote(self):
-        """A zygote that answers (spawned now unless :meth:`spawn_zygote` already did)."""
-        if self.zygote_pid is None:
-            self.spawn_zygote()
-        if self._ctl_read(1, _ZYGOTE_START_S) != b"R":
-            self.stop_zygote()
-            raise _NoStart(f"the solution runner (a fresh {self.zygote_argv[0]}) did not start")
-
-    def stop_zygote(self):
-        if self.zygote_pid is not None:
-            _kill_group(self.zygote_pid)
-            try:
-                os.waitpid(self.zygote_pid, 0)
-            except OSError:
-                pass
-            self.ctl.close()
-        self.zygote_pid, self.ctl = None, None
-
-    def _ctl_read(self, n, seconds):
-        """``n`` bytes from the zygote within ``seconds``; None if it closed, failed or took longer."""
-        try:
-            return framing.recv_exact(self.ctl, n, time.monotonic() + seconds)
-        except (EOFError, OSError):  # TimeoutError is an OSError
-            return None
-
-    def _spawn(self):
-        for _attempt in range(2):
-            if self.zygote_pid is None:
-                try:
-                    self.start_zygote()
-                except _NoStart as exc:
-                    raise SolutionFault(f"the solution's process could not be restarted ({exc})") from None
-            mine, theirs = _socket.socketpair()
-            out_r, out_w = os.pipe()
-            try:
-                self.ctl.sendmsg([b"F"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, bytes(_fd_array(theirs.fileno(), out_w)))])
-                reply = self._ctl_read(4, _SPAWN_S)
-            except OSError:
-                reply = None
-            finally:
-                theirs.close()
-                os.close(out_w)
-            pid = int.from_bytes(reply, "big") if reply else 0
-            if pid > 1:
-                os.set_blocking(out_r, False)
-                return _Child(pid, mine, out_r)
-            mine.close()
-            os.close(out_r)
-            self.stop_zygote()  # killed or stopped by an earlier solution: start a new one
-        raise SolutionFault("the solution's process could not be started (its runner was killed)")
-
-    def drop_child(self):
-        if self.child is not None:
-            self.child.close()
-            self.child = None
-
-    # -- requests --------------------------------------------------------------------------
-    def _exchange(self, msg, deadline):
-        """Send one request (``None``: none) to the solution's process and wait (until
-        ``deadline``) for its next answer."""
-        child = self.child
-        data = b"" if msg is None else framing.pack_frame(marshal.dumps(msg), wire.MAX_REQUEST)
-        sent = 0
-        while True:
-            frame = self._frame(child, sent < len(data))
-            if frame is not None:
-                return frame
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise _Timeout()
-            rlist = [child.sock] + ([child.out_fd] if child.out_fd >= 0 else [])
-            wlist = [child.sock] if sent < len(data) else []
-            readable, writable, _ = select.select(rlist, wlist, [], left)
-            if writable:
-                try:
-                    sent += child.sock.send(data[sent:sent + 65536])
-                except OSError:
-                    raise SolutionFault("the solution's process died (it exited or was killed)") from None
-            if child.out_fd in readable:
-                child.capture()
-            if child.sock in readable:
-                try:
-                    chunk = child.sock.recv(65536)
-                except OSError:
-                    chunk = b""
-                if not chunk:
-                    raise SolutionFault("the solution's process died (it exited or was killed)")
-                child.buf += chunk
-
-    @staticmethod
-    def _frame(child, sending):
-        """The next whole answer in ``child``'s buffer, or None (answers may arrive in a row)."""
-        try:
-            frame = framing.take_frame(child.buf, wire.MAX_FRAME)
-        except ValueError:
-            raise SolutionFault(f"the solution's process sent more than {wire.MAX_FRAME} bytes") from None
-        if frame is None:
-            return None
-        if sending:
-            raise SolutionFault("the solution's process broke the protocol (it answered before it was asked)")
-        try:
-            reply = json.loads(frame)
-        except (ValueError, RecursionError):
-            reply = None
-        if type(reply) is not dict:
-            raise SolutionFault("the solution's process broke the protocol")
-        return reply
-
-    def sweep(self):
-        """Kill every process of the solutions' uid but the zygote, and wake the zygote: what an
-        earlier solution left running (a daemon) must not touch the next one, nor keep the
-        zygote stopped (the next spawn would wait out its deadline).
-
-        With one uid, this process is the PID namespace's init (the sandbox's trusted launch):
-        then every other process in the namespace is a solution's, and orphans it inherited are
-        reaped here (they would fill the sandbox's process cap as zombies)."""
-        as_init = self.run_uid is None and os.getpid() == 1
-        if self.run_uid is None and not as_init:
-            return
-        if as_init:
-            self.reap()
-        keep = (os.getpid(), self.zygote_pid)
-        for _pass in range(50):  # until a scan finds nobody: a forking leftover hops past one scan
-            found = False
-            for name in os.listdir("/proc"):
-                if not name.isdigit() or int(name) in keep:
-                    continue
-                try:
-                    if as_init or os.stat(f"/proc/{name}").st_uid == self.run_uid:
-                        with open(f"/proc/{name}/stat", "rb") as fh:
-                            if fh.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
-                                continue  # dead already, waiting to be reaped
-                        os.kill(int(name), signal.SIGKILL)
-                        found = True
-                except OSError:
-                    pass
-            if not found:
-                break
-        if as_init:
-            self.reap()
-        if self.zygote_pid is not None:
-            try:
-                os.kill(self.zygote_pid, signal.SIGCONT)
-            except OSError:
-                pass
-
-    def reap(self):
-        """Collect exited children (as init: every orphan of the namespace); a zygote found
-        dead here is forgotten, so the next spawn starts a fresh one at once."""
-        while True:
-            try:
-                pid, _status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            if pid == self.zygote_pid:
-                self.ctl.close()
-                self.zygote_pid, self.ctl = None, None
 
     def load(self, p, names, deadline):
         """Start a process for ``p``'s solution and load it: ``(names, error)``."""
@@ -431,10 +178,10 @@ class _Grader:
         try:
             reply = self._exchange(req, deadline)
             self.load_output = bytes(self.child.output)
-        except _Timeout:
+        except processes.Timeout:
             self.drop_child()
             return None, f"TimeoutError: loading the solution took more than {self.per_test_s * 2:g} s"
-        except SolutionFault as exc:
+        except processes.SolutionFault as exc:
             self.drop_child()
             return None, f"the solution's process died while loading: {exc}"
         if reply.get("ok") is not True:
@@ -445,7 +192,7 @@ class _Grader:
 
     def call(self, name, args, kwargs):
         if self.fault is not None or self.child is None:
-            raise SolutionFault(self.fault or "the solution's process is gone")
+            raise processes.SolutionFault(self.fault or "the solution's process is gone")
         msg = {"op": "call", "id": self.calls, "name": name, "args": list(args), "kwargs": dict(kwargs)}
         try:
             codec.encode_obj(msg["args"])  # plain data only, in the solution's direction too
@@ -458,17 +205,17 @@ class _Grader:
         try:
             reply = self._exchange(msg, self.deadline)
             if reply.get("id") != msg["id"]:
-                raise SolutionFault("the solution's process broke the protocol")
+                raise processes.SolutionFault("the solution's process broke the protocol")
             if reply.get("ok") is True:
                 try:
                     return codec.decode_obj(reply.get("value"))
                 except (ValueError, RecursionError) as exc:
-                    raise SolutionFault(f"{name}() returned a value that is not plain data ({exc})") from None
-        except _Timeout:
+                    raise processes.SolutionFault(f"{name}() returned a value that is not plain data ({exc})") from None
+        except processes.Timeout:
             self.fault = f"TimeoutError: the test took more than {self.per_test_s:g} s"
             self.drop_child()
             raise
-        except SolutionFault as exc:
+        except processes.SolutionFault as exc:
             self.fault = str(exc)
             self.drop_child()
             raise
@@ -477,7 +224,7 @@ class _Grader:
             raise
         if reply.get("kind") != "raise":  # answered in step (a non-plain value, SystemExit...): the process stays
             self.fault = str(reply.get("message") or "the call failed")[:500]
-            raise SolutionFault(self.fault)
+            raise processes.SolutionFault(self.fault)
         raise _candidate_exception(reply)
 
     # -- problems --------------------------------------------------------------------------
@@ -578,12 +325,12 @@ class _Grader:
             try:
                 reply = self._exchange(msg if k == 0 else None, time.monotonic() + self.per_test_s)
                 if reply.get("id") != first + k:
-                    raise SolutionFault("the solution's process broke the protocol")
+                    raise processes.SolutionFault("the solution's process broke the protocol")
                 if reply.get("ok") is True:
                     try:
                         got = codec.decode_obj(reply.get("value"))
                     except (ValueError, RecursionError) as exc:
-                        raise SolutionFault(f"{fn}() returned a value that is not plain data ({exc})") from None
+                        raise processes.SolutionFault(f"{fn}() returned a value that is not plain data ({exc})") from None
                     try:
                         yield None, codec.encode(got, _VALUE_CHARS)
                     except (TypeError, ValueError, RecursionError) as exc:
@@ -592,19 +339,19 @@ class _Grader:
                 if reply.get("kind") == "raise":
                     yield self._call_error(name, code, _candidate_exception(reply)), None
                 else:
-                    yield self._call_error(name, code, SolutionFault(str(reply.get("message") or "the call failed")[:500])), None
-            except _Timeout:
+                    yield self._call_error(name, code, processes.SolutionFault(str(reply.get("message") or "the call failed")[:500])), None
+            except processes.Timeout:
                 self.drop_child()
                 yield f"TimeoutError: the test took more than {self.per_test_s:g} s", None
                 return
-            except SolutionFault as exc:
+            except processes.SolutionFault as exc:
                 self.drop_child()
                 yield self._call_error(name, code, exc), None
                 return
 
     def _call_error(self, name, code, exc):
         """What a failing planned call reports: as if the test had raised ``exc`` itself."""
-        if not self.details and not isinstance(exc, SolutionFault):
+        if not self.details and not isinstance(exc, processes.SolutionFault):
             return f"{type(exc).__name__} (details hidden)"
         head = f'  File "<test {name}>", line 1, in <module>\n    {code}\n' if self.details else ""
         text = (head + "".join(traceback.format_exception_only(type(exc), exc))).rstrip()
@@ -621,9 +368,9 @@ class _Grader:
             _alarm_armed = True  # after the timer: a SIGALRM in between is not ours (it is due in seconds)
             fn()
             err = None
-        except _Timeout:
+        except processes.Timeout:
             err = f"TimeoutError: the test took more than {seconds:g} s"
-        except SolutionFault as exc:
+        except processes.SolutionFault as exc:
             err = _format_error(exc, self.error_chars) if self.details else f"SolutionFault: {exc}"[: self.error_chars]
         except BaseException as exc:  # noqa: BLE001 - any failure of a test is that test's failure
             # Without details, not a word of the test: its text passes through processes
@@ -639,12 +386,6 @@ class _Grader:
 
 def _evaluate_into(box, code, fname, ns):
     box.append(eval(compile(code, fname, "eval"), ns))
-
-
-def _fd_array(*fds):
-    import array
-
-    return array.array("i", fds)
 
 
 def _candidate_exception(reply):
@@ -667,13 +408,6 @@ def _candidate_exception(reply):
     return exc
 
 
-def _zygote_argv(candidate_source):
-    """This interpreter with the same flags (``-S``, ``-B``...), running the candidate side."""
-    argv = list(getattr(sys, "orig_argv", []) or [sys.executable])
-    cut = argv.index("-c") if "-c" in argv else len(argv) - 1  # before -c (or the script): options only
-    return [sys.executable or argv[0], *argv[1:cut], "-c", candidate_source]
-
-
 def _trusted_imports():
     """No import from here on can load a file the solution wrote: the working dir (where
     ``-c`` puts ``''`` on ``sys.path``) leaves the path, and what the grader itself imports
@@ -685,7 +419,7 @@ def _trusted_imports():
 
 def main(candidate_source):
     run_uid = hardening.pop_untrusted_uid()
-    grader = _Grader(_zygote_argv(candidate_source), 2.0, 600, run_uid=run_uid)
+    grader = _Grader(processes.zygote_argv(candidate_source), 2.0, 600, run_uid=run_uid)
     # Non-dumpable, before the fork (the zygote inherits it): the solution cannot read the tests
     # or the nonce out of this process (ptrace, /proc/PID/mem), nor write to its stdout.
     hardening.set_dumpable(0)
@@ -714,7 +448,7 @@ def main(candidate_source):
             data = data[os.write(out, data):]
 
     signal.signal(signal.SIGALRM, _on_alarm)
-    for sig in _IGNORED_SIGNALS:
+    for sig in processes.IGNORED_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)  # only SIGKILL/SIGSTOP can stop the grader now
     sys.setrecursionlimit(3000)
     emit({"event": "start"})
@@ -722,7 +456,7 @@ def main(candidate_source):
     grader.details = bool(payload.get("details", True))
     try:
         grader.start_zygote()
-    except _NoStart as exc:  # before any solution code ran: the infrastructure's fault
+    except processes.NoStart as exc:  # before any solution code ran: the infrastructure's fault
         emit({"event": "infra", "error": str(exc)})
         return
     for p in payload["problems"]:

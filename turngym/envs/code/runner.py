@@ -96,7 +96,12 @@ def _candidate_source() -> str:
 
 @lru_cache(maxsize=1)
 def _harness_source() -> str:
-    return _shipped(_module_source("harness.py") + f"\nmain({_candidate_source()!r})\n")
+    """The grader: :mod:`.harness` after its process control (:mod:`.processes`, as
+    ``_turngym_code_processes``), which only the grader gets: the candidate's source has none of it.
+    Its code's file name is ``<processes.py>``, as ``<string>`` was the harness's: a traceback never
+    reads a file of that name from the working dir, where the solution writes."""
+    processes = inline_module("_turngym_code_processes", _module_source("processes.py"), "<processes.py>")
+    return _shipped(processes + _module_source("harness.py") + f"\nmain({_candidate_source()!r})\n")
 
 
 def _why_stopped(res: RunResult) -> str:

@@ -95,7 +95,7 @@ from typing import TYPE_CHECKING, Any
 from turngym.core.errors import ConfigError, InfraError
 from turngym.envs.swe.repos import Tree
 from turngym.sandbox.factory import make_sandbox
-from turngym.sandbox.inline import inside_prelude
+from turngym.sandbox.inline import inline_module, inside_prelude
 from turngym.sandbox.limits import Limits
 
 if TYPE_CHECKING:
@@ -135,12 +135,22 @@ Executor = Callable[[Tree, Mapping[str, Any], bytes, float], RawRun]
 _BOOTS = {"inprocess": "_grader_boot.py", "split": "_split_boot.py"}
 #: The sandbox toolkit's modules each runner imports (:mod:`turngym.sandbox.inside`).
 _TOOLKIT = {"inprocess": ("framing", "hardening"), "split": ("codec", "framing", "hardening")}
+#: The runner's own modules, shipped after the toolkit, each after those it imports: the file
+#: beside this one and the name the runner imports it by. Their code's file name is ``<file>``, as
+#: ``<string>`` was the one-file runner's: a traceback never reads a file of that name from the
+#: working dir (the agent's tree) to show its lines.
+_PIECES: dict[str, tuple[tuple[str, str], ...]] = {
+    "inprocess": (),
+    "split": (("_split_wire.py", "_turngym_split_wire"), ("_split_candidate.py", "_turngym_split_candidate"),
+              ("_split_handles.py", "_turngym_split_handles")),
+}
 
 
 @lru_cache(maxsize=2)
 def _boot_source(mode: str = "inprocess") -> str:
-    source = (Path(__file__).with_name(_BOOTS[mode])).read_text(encoding="utf-8")
-    return inside_prelude(*_TOOLKIT[mode]) + source
+    here = Path(__file__).parent
+    pieces = "".join(inline_module(name, (here / file).read_text(encoding="utf-8"), f"<{file}>") for file, name in _PIECES[mode])
+    return inside_prelude(*_TOOLKIT[mode]) + pieces + (here / _BOOTS[mode]).read_text(encoding="utf-8")
 
 
 def grader_argv(executable: str, site_dirs: Sequence[str], config: Mapping[str, Any]) -> list[str]:
