@@ -42,6 +42,23 @@ def test_the_prelude_defines_the_toolkit_inside_a_bare_interpreter():
                    "dumpable": sys.platform == "linux", "turngym": [], "json": True}
 
 
+def test_a_traceback_through_the_toolkit_never_reads_the_working_dir(tmp_path: Path):
+    """The working dir is the code under test's: a file named like a shipped module must not
+    show in (or, as a FIFO, hang) a traceback through that module."""
+    import os
+
+    (tmp_path / "codec.py").write_text("PLANTED = 'the agent wrote this line'\n" * 400)
+    os.mkfifo(tmp_path / "framing.py")
+    source = inline.inside_prelude("codec", "framing") + (
+        "import traceback, _turngym_inside_codec as c, _turngym_inside_framing as f\n"
+        "for call in (lambda: c.decode_obj({'?': 1}), lambda: f.pack_frame(b'abc', 1)):\n"
+        "    try:\n        call()\n    except ValueError:\n        print(traceback.format_exc())\n")
+    run = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", source], capture_output=True, text=True, timeout=30,
+                         cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert '"<codec.py>"' in run.stdout and '"<framing.py>"' in run.stdout and "PLANTED" not in run.stdout
+
+
 def test_only_the_modules_asked_for_ship_and_each_once():
     one = inline.inside_prelude("framing")
     assert "_turngym_inside_framing" in one and "_turngym_inside_codec" not in one

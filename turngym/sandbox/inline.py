@@ -21,11 +21,15 @@ def inline_module(name: str, source: str, filename: str, *, keep_loaded: bool = 
     """Python source that makes ``source`` importable as the module ``name`` (its type is
     ``type(sys)``: importing ``types`` would cost a fresh interpreter's start ~0.3 ms).
 
+    The code is compiled as ``<filename>``: a traceback through it never reads a file of that
+    name, and the working dir, where such a name would be looked up, is the code under test's
+    (a planted ``codec.py`` would show its own lines; a FIFO there would hang the grader).
+
     ``keep_loaded``: a module of that name already in ``sys.modules`` stays (no second compile).
     Only for modules whose every copy is the same trusted source, such as the toolkit's in a
     grader forked from the warm worker, which loaded them."""
     body = (f"_m = type(_s)({name!r})\n"
-            f"exec(compile({source!r}, {filename!r}, 'exec'), _m.__dict__)\n"
+            f"exec(compile({source!r}, {'<' + filename + '>'!r}, 'exec'), _m.__dict__)\n"
             f"_s.modules[{name!r}] = _m\n"
             "del _m\n")
     if keep_loaded:

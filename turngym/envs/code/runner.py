@@ -100,7 +100,7 @@ def _harness_source() -> str:
     ``_turngym_code_processes``), which only the grader gets: the candidate's source has none of it.
     Its code's file name is ``<processes.py>``, as ``<string>`` was the harness's: a traceback never
     reads a file of that name from the working dir, where the solution writes."""
-    processes = inline_module("_turngym_code_processes", _module_source("processes.py"), "<processes.py>")
+    processes = inline_module("_turngym_code_processes", _module_source("processes.py"), "processes.py")
     return _shipped(processes + _module_source("harness.py") + f"\nmain({_candidate_source()!r})\n")
 
 

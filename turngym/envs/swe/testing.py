@@ -149,7 +149,7 @@ _PIECES: dict[str, tuple[tuple[str, str], ...]] = {
 @lru_cache(maxsize=2)
 def _boot_source(mode: str = "inprocess") -> str:
     here = Path(__file__).parent
-    pieces = "".join(inline_module(name, (here / file).read_text(encoding="utf-8"), f"<{file}>") for file, name in _PIECES[mode])
+    pieces = "".join(inline_module(name, (here / file).read_text(encoding="utf-8"), file) for file, name in _PIECES[mode])
     return inside_prelude(*_TOOLKIT[mode]) + pieces + (here / _BOOTS[mode]).read_text(encoding="utf-8")
 
 
