@@ -305,50 +305,8 @@ class RemoteObject:
             raise TypeError(f"the package's {op} answered an object, not plain data")
         return value
 
-    def __eq__(self, other):
-        return self._compare("eq", other, False)
-
-    def __ne__(self, other):
-        return self._compare("ne", other, False)
-
-    def __lt__(self, other):
-        return self._compare("lt", other, False)
-
-    def __le__(self, other):
-        return self._compare("le", other, False)
-
-    def __gt__(self, other):
-        return self._compare("gt", other, False)
-
-    def __ge__(self, other):
-        return self._compare("ge", other, False)
-
-    def __hash__(self):
-        return _expect(_client.op("hash", self), int)
-
-    def __bool__(self):
-        return _expect(_client.op("bool", self), bool)
-
-    def __len__(self):
-        return _expect(_client.op("len", self), int)
-
-    def __repr__(self):
-        return _expect(_client.op("repr", self), str)
-
-    def __str__(self):
-        return _expect(_client.op("str", self), str)
-
     def __format__(self, spec):
         return _expect(_client.op("format", self, spec), str)
-
-    def __int__(self):
-        return _expect(_client.op("int", self), int)
-
-    def __float__(self):
-        return _expect(_client.op("float", self), float)
-
-    def __index__(self):
-        return _expect(_client.op("index", self), int)
 
     def __contains__(self, item):
         return bool(_client.op("contains", self, item))
@@ -393,6 +351,29 @@ for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and_", 
     _fwd, _rev = _binary(_name)
     setattr(RemoteObject, f"__{_dunder}__", _fwd)
     setattr(RemoteObject, f"__r{_dunder}__", _rev)
+
+
+def _comparison(name):
+    def compare(self, other):
+        return self._compare(name, other, False)
+
+    return compare
+
+
+def _typed(name, kind):
+    """``op(self)`` whose answer Python requires to be exactly ``kind`` (``hash`` an int, ...)."""
+
+    def unary(self):
+        return _expect(_client.op(name, self), kind)
+
+    return unary
+
+
+for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
+    setattr(RemoteObject, f"__{_name}__", _comparison(_name))
+for _name, _kind in (("hash", int), ("bool", bool), ("len", int), ("repr", str), ("str", str), ("int", int),
+                     ("float", float), ("index", int)):
+    setattr(RemoteObject, f"__{_name}__", _typed(_name, _kind))
 
 
 class _RemoteMeta(type):
