@@ -48,8 +48,7 @@ class _GraderRef:
     __slots__ = ("_tg_id", "_tg_peer")
 
     def __init__(self, gid, peer):
-        object.__setattr__(self, "_tg_id", gid)
-        object.__setattr__(self, "_tg_peer", peer)
+        self._tg_id, self._tg_peer = gid, peer  # plain slots: this class has no __setattr__ of its own
 
     def __call__(self, *args, **kwargs):
         return self._tg_peer.request({"cb": self._tg_id, "args": self._tg_peer.enc(list(args)),
