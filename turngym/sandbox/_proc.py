@@ -20,12 +20,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from turngym.sandbox.errors import SandboxError
+from turngym.sandbox.inside.pipes import Pipes
 from turngym.sandbox.limits import LimitName, Limits, RunResult
 from turngym.sandbox.watchdog import Watchdog
 
 __all__ = ["run_process", "rlimit_setter", "rlimit_argv", "classify_failure"]
 
-_CHUNK = 1 << 16
 _DRAIN_S = 0.5
 
 
@@ -245,37 +245,21 @@ def run_process(
         raise SandboxError(f"{backend}: pidfd_open failed ({exc}); Linux >= 5.3 is required") from exc
 
     sel = selectors.DefaultSelector()
-    bufs: dict[int, bytearray] = {}
     assert proc.stdout is not None and proc.stderr is not None
-    for stream in (proc.stdout, proc.stderr):
-        fd = stream.fileno()
-        os.set_blocking(fd, False)
-        bufs[fd] = bytearray()
-        sel.register(fd, selectors.EVENT_READ)
+    stdin_file = proc.stdin
+    pipes = Pipes(sel, (proc.stdout.fileno(), proc.stderr.fileno()), None if stdin_file is None else stdin_file.fileno(),
+                  stdin, limits.output_bytes, close=lambda _fd: stdin_file.close())  # type: ignore[union-attr]
     sel.register(pidfd, selectors.EVENT_READ)
     ns_watch = _NsWatcher(status_pipe[0]) if status_pipe else None
     if ns_watch is not None:
         sel.register(ns_watch.fd, selectors.EVENT_READ)
-    pending = memoryview(stdin) if stdin else None
-    if proc.stdin is not None:
-        os.set_blocking(proc.stdin.fileno(), False)
-        sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
 
-    cap = limits.output_bytes
-    total = 0
-    truncated = False
     killed_for: LimitName | None = None
     exited = False
-    open_pipes = 2
     deadline = start + limits.wall_s
 
-    def close_stdin() -> None:
-        if proc.stdin is not None and not proc.stdin.closed:
-            sel.unregister(proc.stdin.fileno())
-            proc.stdin.close()
-
     try:
-        while not exited or open_pipes:
+        while not exited or pipes.open:
             now = time.monotonic()
             if exited:  # the child is gone: give stragglers holding the pipes a moment
                 timeout = min(_DRAIN_S, deadline - now)
@@ -304,39 +288,14 @@ def run_process(
                     exited = True
                     sel.unregister(pidfd)
                     _killpg(pgid)  # nothing from the run may outlive it
-                elif mask & selectors.EVENT_WRITE:
-                    try:
-                        n = os.write(fd, pending[:_CHUNK])  # type: ignore[index]
-                        pending = pending[n:]  # type: ignore[index]
-                    except BlockingIOError:
-                        continue
-                    except BrokenPipeError:
-                        pending = None
-                    if not pending:
-                        close_stdin()
-                else:
-                    try:
-                        data = os.read(fd, _CHUNK)
-                    except BlockingIOError:
-                        continue
-                    if not data:
-                        sel.unregister(fd)
-                        open_pipes -= 1
-                        continue
-                    room = cap - total
-                    if len(data) > room:
-                        bufs[fd] += data[: max(room, 0)]
-                        total = cap
-                        truncated = True
-                        killed_for = "output"
-                        break
-                    bufs[fd] += data
-                    total += len(data)
+                elif pipes.handle(fd, mask) and pipes.truncated:
+                    killed_for = "output"
+                    break
             if killed_for:
                 break
     finally:
         _killpg(pgid)
-        close_stdin()
+        pipes.close_stdin()
         sel.close()
         for stream in (proc.stdout, proc.stderr):
             stream.close()
@@ -362,7 +321,7 @@ def run_process(
         code = os.WEXITSTATUS(status)
         if signal_in_exit_code and code > 128 and code - 128 < signal.NSIG:
             sig, code = code - 128, None
-    stdout_b, stderr_b = (bytes(b) for b in bufs.values())  # registered stdout first
+    stdout_b, stderr_b = (bytes(b) for b in pipes.bufs.values())  # stdout first
     stderr = stderr_b.decode("utf-8", "replace")
     if not started and killed_for is None:
         raise SandboxError(f"{backend}: the sandbox did not start the program (exit status {status}): {stderr.strip()[-2000:]}")
@@ -377,6 +336,6 @@ def run_process(
         limit_hit=limit,
         duration_s=duration,
         cpu_s=cpu,
-        output_truncated=truncated,
+        output_truncated=pipes.truncated,
         backend=backend,
     )

@@ -24,8 +24,10 @@ import traceback  # noqa: E402
 
 try:
     import _turngym_inside_hardening as hardening
+    from _turngym_inside_pipes import Pipes
 except ImportError:  # imported on the host (tests, linters); in the sandbox the prelude provides it
     from turngym.sandbox.inside import hardening
+    from turngym.sandbox.inside.pipes import Pipes
 
 #: The session's untrusted uid (set when the worker runs with the capabilities to drop to
 #: it): every run but a trusted one (a grader) runs as this uid, so no run can signal, stop or
@@ -253,25 +255,14 @@ def _run(req):
             os._exit(127)
     for fd in (r_in, w_out, w_err):
         os.close(fd)
-    stdin = base64.b64decode(req["stdin"])
-    pending = memoryview(stdin)
     sel = selectors.DefaultSelector()
-    bufs = {r_out: bytearray(), r_err: bytearray()}
-    for fd in bufs:
-        os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_READ)
-    if pending:
-        os.set_blocking(w_in, False)
-        sel.register(w_in, selectors.EVENT_WRITE)
-    else:
-        os.close(w_in)
-        w_in = -1
+    pipes = Pipes(sel, (r_out, r_err), w_in, base64.b64decode(req["stdin"]), lim["output_bytes"])
     pidfd = os.pidfd_open(pid)
     sel.register(pidfd, selectors.EVENT_READ)
-    cap, total, truncated, killed_for = lim["output_bytes"], 0, False, None
+    killed_for = None
     deadline = start + lim["wall_s"]
-    open_pipes, exited = 2, False
-    while open_pipes:
+    exited = False
+    while pipes.open:
         timeout = deadline - time.monotonic()
         if exited:  # leftovers were killed at exit: the pipes close within moments
             timeout = min(timeout, 0.5)
@@ -289,35 +280,10 @@ def _run(req):
                 sel.unregister(pidfd)
                 _kill_leftovers()
                 continue
-            if mask & selectors.EVENT_WRITE:
-                try:
-                    n = os.write(fd, pending[:65536])
-                    pending = pending[n:]
-                except BlockingIOError:
-                    continue
-                except BrokenPipeError:
-                    pending = memoryview(b"")
-                if not pending:
-                    sel.unregister(fd)
-                    os.close(fd)
-                    w_in = -1
-                continue
-            try:
-                data = os.read(fd, 65536)
-            except BlockingIOError:
-                continue
-            if not data:
-                sel.unregister(fd)
-                open_pipes -= 1
-                continue
-            room = cap - total
-            if len(data) > room:
-                bufs[fd] += data[: max(room, 0)]
-                total, truncated, killed_for = cap, True, "output"
+            if pipes.handle(fd, mask) and pipes.truncated:
+                killed_for = "output"
                 break
-            bufs[fd] += data
-            total += len(data)
-        if truncated:
+        if killed_for:
             break
     if killed_for:
         try:
@@ -328,21 +294,21 @@ def _run(req):
     duration = time.monotonic() - start
     _kill_leftovers()
     _clean_ipc()
+    pipes.close_stdin()
     sel.close()
-    for fd in (r_out, r_err, w_in, pidfd):
-        if fd >= 0:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    for fd in (r_out, r_err, pidfd):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
     return {
-        "stdout": base64.b64encode(bytes(bufs[r_out])).decode(),
-        "stderr": base64.b64encode(bytes(bufs[r_err])).decode(),
+        "stdout": base64.b64encode(bytes(pipes.bufs[r_out])).decode(),
+        "stderr": base64.b64encode(bytes(pipes.bufs[r_err])).decode(),
         "status": status,
         "cpu_s": usage.ru_utime + usage.ru_stime,
         "duration_s": duration,
         "killed_for": killed_for,
-        "truncated": truncated,
+        "truncated": pipes.truncated,
     }
 
 

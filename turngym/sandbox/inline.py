@@ -14,7 +14,7 @@ from importlib import resources
 __all__ = ["INSIDE_MODULES", "inline_module", "inside_name", "inside_prelude"]
 
 #: The toolkit's modules, each with the toolkit modules it imports (shipped before it).
-INSIDE_MODULES: dict[str, tuple[str, ...]] = {"codec": (), "framing": (), "hardening": ()}
+INSIDE_MODULES: dict[str, tuple[str, ...]] = {"codec": (), "framing": (), "hardening": (), "pipes": ()}
 
 
 def inline_module(name: str, source: str, filename: str, *, keep_loaded: bool = False) -> str:

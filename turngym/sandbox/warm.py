@@ -76,7 +76,7 @@ def _worker_source() -> str:
     worker = resources.files("turngym.sandbox").joinpath("_warm_worker.py").read_text(encoding="utf-8")
     # The whole toolkit, though the worker uses only its hardening: the graders it forks (Code-v0's
     # harness and solution zygote) then find it loaded instead of compiling it on every run.
-    return inside_prelude("codec", "framing", "hardening") + worker + "\nmain()\n"
+    return inside_prelude("codec", "framing", "hardening", "pipes") + worker + "\nmain()\n"
 
 
 class WarmPython:
