@@ -15,13 +15,14 @@ Runs in the vLLM venv (``scripts/ci_vllm.sh --setup-only`` builds it)::
 3. **Sync**: pushing the full fp32 weights into the running engine
    (:meth:`~turngym.trainers.engine.RolloutEngine.push`), best of ``--repeats``.
 4. **Training** (``--train-steps`` > 0): a short ``turngym train`` on ``--train-model`` with
-   ``engine="hf"`` and with ``engine="vllm"`` (reusing the engine of part 1 when the models match),
-   reporting ``rollout_s / step_s`` per engine.
+   ``engine="hf"`` and with ``engine="vllm"`` (the trainer starts a vLLM engine of its own, part 1's
+   is dropped first), reporting ``rollout_s / step_s`` per engine.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -121,7 +122,7 @@ def bench_generation(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     return report, engine
 
 
-def bench_training(args: argparse.Namespace, engine: Any) -> dict[str, Any]:
+def bench_training(args: argparse.Namespace) -> dict[str, Any]:
     from turngym.trainers import TrainConfig, Trainer
 
     out: dict[str, Any] = {}
@@ -136,8 +137,6 @@ def bench_training(args: argparse.Namespace, engine: Any) -> dict[str, Any]:
         cfg = TrainConfig(**kwargs)
         with tempfile.TemporaryDirectory() as tmp:
             trainer = Trainer(cfg, Path(tmp), progress=False, log=_log)
-            if kind == "vllm" and engine is not None and args.train_model == args.model:
-                trainer.engine = engine  # one engine start per benchmark run
             _log(f"training {args.train_steps} steps with engine={kind}")
             trainer.run()
             rows = [json.loads(x) for x in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
@@ -170,7 +169,9 @@ def main() -> int:
 
     report, engine = bench_generation(args)
     if args.train_steps:
-        report["training"] = bench_training(args, engine)
+        del engine  # the trainer starts its own engine (it owns its rollout engine from the config)
+        gc.collect()
+        report["training"] = bench_training(args)
     if args.json:
         print(json.dumps(report))
     else:
