@@ -80,8 +80,12 @@ EPISODE_HEADER = "X-Turngym-Episode"
 the proxy imports the agents package, never the reverse)."""
 KEY_HEADER = "X-Turngym-Episode-Key"
 """The capture proxy's episode-ownership header: the key the episode was opened with."""
-_NOT_IN_NAME = re.compile(r"[^A-Za-z0-9._:/@+=-]")
-"""What a capture proxy's episode name may not hold (:mod:`turngym.proxy.guard`; ``#`` is its segment separator)."""
+PROXY_NAME_CHARS = "A-Za-z0-9._:/@+=-"
+"""The characters of a capture proxy's episode name, as a regex class (``#`` is its segment
+separator): :mod:`turngym.proxy.guard` checks names with it, and :class:`OpenAIPolicy` writes them."""
+PROXY_NAME_MAX = 200
+"""The longest episode name a capture proxy takes."""
+_NOT_IN_NAME = re.compile(f"[^{PROXY_NAME_CHARS}]")
 
 
 class OpenAIPolicy:
@@ -334,7 +338,7 @@ def _proxy_name(episode_id: str) -> str:
     """The run's episode id as a capture proxy takes a name: 1-200 characters of ``[A-Za-z0-9._:/@+=-]``
     starting with a letter or digit. Other characters become ``-`` (a tree rollout's ``GROUP#NODE``
     was refused, and the refusal stopped the rollout); the random suffix keeps names apart."""
-    name = _NOT_IN_NAME.sub("-", episode_id)[:180] or "episode"
+    name = _NOT_IN_NAME.sub("-", episode_id)[: PROXY_NAME_MAX - 20] or "episode"  # room for the suffix
     return name if name[0].isalnum() else f"e{name}"
 
 

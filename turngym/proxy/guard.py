@@ -47,6 +47,8 @@ import secrets
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from turngym.agents.openai_http import PROXY_NAME_CHARS, PROXY_NAME_MAX
+
 __all__ = [
     "KEY_HEADER", "KEY_SEP", "EpisodeRef", "Refused", "check_json", "check_size", "derive_key", "key_digest",
     "key_matches", "loads", "mint_key", "parse_ref",
@@ -57,7 +59,7 @@ KEY_HEADER = "X-Turngym-Episode-Key"
 KEY_SEP = "~"
 """Separates an episode's name from its key in a reference (``NAME~KEY``)."""
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+=-]{0,199}")
+_NAME = re.compile(f"[A-Za-z0-9][{PROXY_NAME_CHARS}]{{0,{PROXY_NAME_MAX - 1}}}")
 _KEY = re.compile(r"[A-Za-z0-9_-]{16,128}")
 _SECRET_ENV = "TURNGYM_EPISODE_SECRET"
 _PROCESS_SECRET = secrets.token_bytes(32)
@@ -88,7 +90,7 @@ def parse_ref(raw: Any, key_header: str | None = None, *, where: str = "episode 
     name, sep, key = raw.partition(KEY_SEP)
     if not _NAME.fullmatch(name):
         raise Refused(400, "invalid_episode_id",
-                      f"{where} {name[:80]!r} is not 1-200 characters of [A-Za-z0-9._:/@+=-] starting with a letter or "
+                      f"{where} {name[:80]!r} is not 1-{PROXY_NAME_MAX} characters of [{PROXY_NAME_CHARS}] starting with a letter or "
                       f"digit ('#' is reserved for segment ids such as NAME#1, '{KEY_SEP}' separates NAME{KEY_SEP}KEY)")
     given = key if sep else None
     if key_header is not None:
