@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import shutil
 import signal
+import stat
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +35,7 @@ from turngym.sandbox import BubblewrapSandbox, Limits, LocalSession, WorkdirSnap
 from turngym.sandbox.local import sandbox_env
 from turngym.sandbox.watchdog import tree_pids
 
-__all__ = ["MCPServer", "SandboxedServer", "SERVER_LIMITS", "DEADLINE_ENV"]
+__all__ = ["MCPServer", "SandboxedServer", "SERVER_LIMITS", "DEADLINE_ENV", "mount_points", "holds_files"]
 
 #: A server lives for many calls: CPU is capped per call by the env's deadline, not by
 #: ``RLIMIT_CPU`` (which would count the server's whole life); the world is small.
@@ -201,7 +203,10 @@ class SandboxedServer:
         """Whether the server's private ``/tmp`` or ``/dev/shm`` holds anything (``VACUUM INTO
         '/tmp/x'``): they live as long as the sandbox, so a file there would outlive the call's
         episode. Read from the host through a sandboxed process's root (listing only, no
-        link followed); a sandbox that cannot be inspected counts as used."""
+        link followed); a sandbox that cannot be inspected counts as used. What the sandbox put
+        there itself (an interpreter or venv under the host's ``/tmp``, shown at its own path,
+        and the directories made to hold it) is not the server's: counted, it made every call
+        of a venv in ``/tmp`` restart the server."""
         pid = self._pid() if self.client is not None else None
         if pid is None:
             return False
@@ -210,7 +215,8 @@ class SandboxedServer:
             try:
                 if os.readlink(f"/proc/{p}/ns/mnt") == own:
                     continue
-                return any(os.listdir(f"/proc/{p}/root{d}") for d in ("/tmp", "/dev/shm"))
+                mounts = mount_points(p)
+                return any(holds_files(f"/proc/{p}/root", d, mounts) for d in ("/tmp", "/dev/shm"))
             except OSError:
                 continue
         return True
@@ -257,3 +263,32 @@ class SandboxedServer:
     def restore(self, snap: WorkdirSnapshot) -> None:
         """Make the world exactly ``snap`` (call between tool calls: the server is idle then)."""
         self.session.restore(snap)
+
+
+def mount_points(pid: int) -> frozenset[str]:
+    """The mount points process ``pid`` sees, as paths under its own root (``/proc/PID/mountinfo``)."""
+    with open(f"/proc/{pid}/mountinfo", "rb") as fh:
+        fields = [line.split() for line in fh]
+    # the kernel writes space, tab, newline and backslash in a path as octal escapes
+    return frozenset(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]), f[4]).decode("utf-8", "surrogateescape")
+                     for f in fields if len(f) > 4)
+
+
+def holds_files(root: str, path: str, mounts: frozenset[str]) -> bool:
+    """Whether ``path`` (read under ``root``, a process's ``/proc/PID/root``) holds anything but
+    the sandbox's own mount points and the directories made to hold them.
+
+    A directory that leads to a mount point is walked (the server may write there when the
+    sandbox runs in a user namespace); links are never followed (``lstat``), and anything
+    else, file, link or directory, counts.
+    """
+    for name in os.listdir(root + path):
+        sub = f"{path}/{name}"
+        if sub in mounts:
+            continue
+        if any(m.startswith(sub + "/") for m in mounts) and stat.S_ISDIR(os.lstat(root + sub).st_mode):
+            if holds_files(root, sub, mounts):
+                return True
+            continue
+        return True
+    return False
