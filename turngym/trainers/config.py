@@ -152,7 +152,15 @@ class TrainConfig:
     then stops at the lowest adapted layer: on a CPU, where a 135M model's update costs minutes,
     adapting the top quarter makes an update about half as expensive as adapting all of it."""
     bf16: bool = True
-    """bfloat16 autocast on CUDA (ignored on CPU, where it is slower)."""
+    """bfloat16 weights and autocast on CUDA (see ``cpu_bf16`` for a CPU)."""
+    cpu_bf16: bool = False
+    """bfloat16 autocast for the update on a CPU with native bf16 (``avx512_bf16`` or AMX; ignored,
+    with a note in the log, on one without, where bf16 is emulated and slower). The weights stay
+    float32 and only the matrix products run in bf16: SmolLM2-135M's forward and backward with
+    LoRA on every linear module take 0.62× the float32 time on this project's avx512_bf16 CPU
+    (``benchmarks/bench_train_dtype.py``). The learner's log-probs are then not the float32
+    sampler's, so the update recomputes π_old itself and weights tokens by TIS, as it does for
+    vLLM's rollouts (no extra pass with one minibatch and one epoch)."""
     keep_system_prompt: bool | None = None
     """Show the env's instructions to the model; None = not for the tiny model (it learns the
     format from demonstrations, and the prompt would triple its sequence length)."""

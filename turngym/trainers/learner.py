@@ -104,6 +104,22 @@ def return_freed_activations() -> bool:
         return False
 
 
+#: The CPU flags of a native bf16 matrix product (oneDNN uses them; without, bf16 is emulated).
+_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+
+
+def native_bf16_cpu(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU multiplies bf16 matrices natively (its ``flags`` name ``avx512_bf16`` or ``amx_bf16``)."""
+    try:
+        with open(cpuinfo, encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return not _BF16_FLAGS.isdisjoint(line.split(":", 1)[-1].split())
+    except OSError:
+        pass
+    return False
+
+
 def check_finite(state: Mapping[str, Any], what: str) -> None:
     """Raise :class:`NonFiniteWeights` naming the first tensor of ``state`` (nested: an optimizer's or
     a critic's state) that holds a NaN or an infinity: a file of such weights is never written."""
@@ -142,6 +158,10 @@ class Learner:
         self.log = log
         self._bar = bar
         self.model: Any = None
+        self.device = "cpu"
+        self.autocast_on = False
+        self.cpu_autocast = False
+        """bf16 autocast on a CPU (``config.cpu_bf16``): the update's log-probs are not the sampler's."""
         self.critic: Any = None
         self.optimizer: Any = None
         """The RL optimizer (AdamW over the trainable weights), built by :meth:`rl_setup`."""
@@ -173,10 +193,15 @@ class Learner:
             torch.set_num_threads(cfg.threads)
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.autocast_on = cfg.bf16 and self.device == "cuda"
+        if cfg.cpu_bf16 and self.device == "cpu":
+            self.autocast_on = native_bf16_cpu()
+            if not self.autocast_on:
+                self.log("cpu_bf16: this CPU has no native bf16 (avx512_bf16 or AMX); the update stays float32")
+        self.cpu_autocast = self.autocast_on and self.device == "cpu"
         if self.device == "cpu" and cfg.model != "tiny":  # the tiny model's buffers are small: its timings stay as measured
             return_freed_activations()
         self.tokenizer = AutoTokenizer.from_pretrained(source)
-        dtype = torch.bfloat16 if self.autocast_on else torch.float32
+        dtype = torch.bfloat16 if self.autocast_on and self.device == "cuda" else torch.float32
         self.model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(self.device)
         if cfg.use_gradient_checkpointing:  # layer activations recomputed in backward (train mode only; LoRA keeps it)
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -317,6 +342,8 @@ class Learner:
         from turngym.agents.render import render_episode
         from turngym.rollout import to_turn_table
         from turngym.trainers.advantages import compute_advantages, estimator_inputs
+
+        off_policy = off_policy or self.cpu_autocast  # the sampler ran in float32, the update runs in bf16
         from turngym.trainers.batch import collate, table_token_advantages, token_logprobs
         from turngym.trainers.critic import whiten
         from turngym.trainers.engine import (
@@ -503,7 +530,7 @@ class Learner:
 
         import torch
 
-        return torch.autocast("cuda", dtype=torch.bfloat16) if self.autocast_on else contextlib.nullcontext()
+        return torch.autocast(self.device, dtype=torch.bfloat16) if self.autocast_on else contextlib.nullcontext()
 
     def reference(self) -> Any:
         """Context in which ``self.model`` computes the reference (warm-started) policy."""
