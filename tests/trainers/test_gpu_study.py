@@ -47,3 +47,13 @@ def test_the_engine_option_reaches_every_run(tmp_path: Path) -> None:
     assert gpu_study.study_config(gpu_study.parser().parse_args([])).train_overrides["engine"] == "hf"
     with pytest.raises(SystemExit):
         gpu_study.parser().parse_args(["--engine", "sglang"])
+
+
+def test_the_cpu_size_keeps_the_recipe_and_shrinks_the_step() -> None:
+    gpu_study = _load()
+    gpu = gpu_study.study_config(gpu_study.parser().parse_args([]))
+    cpu = gpu_study.study_config(gpu_study.parser().parse_args(["--size", "cpu", "--engine", "vllm"]))
+    assert (gpu.groups_per_step, gpu.group_size) == (16, 8) and (cpu.groups_per_step, cpu.group_size) == (4, 8)
+    assert cpu.threads == 2 and cpu.heldout_episodes == gpu.heldout_episodes == 256
+    assert {k: v for k, v in cpu.train_overrides.items() if k != "engine"} == {k: v for k, v in gpu.train_overrides.items() if k != "engine"}
+    assert cpu.train_overrides["cpu_bf16"] is True
