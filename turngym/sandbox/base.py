@@ -11,6 +11,7 @@ form (a throwaway session). Multi-turn envs keep a session per episode; the SWE 
 from __future__ import annotations
 
 import os
+import site
 import sys
 import sysconfig
 from abc import ABC, abstractmethod
@@ -48,12 +49,28 @@ def check_relpath(path: str) -> str:
     return norm
 
 
+#: Names of the directories ``site`` adds packages from.
+_SITE_DIR_NAMES = frozenset({"site-packages", "dist-packages"})
+
+
 def _site_dirs() -> tuple[str, ...]:
+    """This interpreter's own site directories, then the other site directories on its ``sys.path``.
+
+    With ``-S`` the sandboxed interpreter runs no ``.pth`` file, so a site directory one of them
+    added (a venv layered over another environment: ``scripts/layered_venv.py``, verl's venv) must
+    be named here, or the packages found on the host (an MCP server's) fail to import inside.
+    Only directories named like site directories are taken: an editable install's source tree
+    (a path ``.pth``) stays out, as does the user site.
+    """
     paths = sysconfig.get_paths()
     out: list[str] = []
     for key in ("purelib", "platlib"):
         p = paths.get(key)
         if p and os.path.isdir(p) and p not in out:
+            out.append(p)
+    user = site.getusersitepackages() if site.ENABLE_USER_SITE else None
+    for p in sys.path:
+        if p and os.path.basename(p) in _SITE_DIR_NAMES and p not in out and p != user and os.path.isdir(p):
             out.append(p)
     return tuple(out)
 
