@@ -41,20 +41,23 @@ BANNER = b"turngym-grader-started\n"
 
 
 def _preimport():
-    """Import pytest and its top-level dependencies before the tree can shadow any of them.
+    """Import pytest and its top-level dependencies before the tree can shadow any of them; the
+    first ImportError (None if all imported).
 
     Only top-level names can be shadowed: a ``_pytest`` submodule imported later is looked up
     in the already-imported ``_pytest`` package's own directory, never on ``sys.path``.
     """
     import importlib
 
+    failure = None
     for name in ("pytest", "_pytest", "pluggy", "iniconfig", "packaging.version", "unittest", "unittest.mock", "doctest",
                  "pdb", "traceback", "inspect", "json", "hmac", "hashlib", "selectors", "ast", "_pytest.assertion.rewrite",
                  "_pytest.pytester_assertions", "_pytest.legacypath", "_pytest.python_api", "_pytest.raises"):
         try:
             importlib.import_module(name)
-        except ImportError:
-            pass
+        except ImportError as exc:
+            failure = failure or exc
+    return failure
 
 
 # ------------------------------------------------------------------------------------ child
@@ -471,11 +474,12 @@ def _verify(lines):
 def main():
     cfg = json.loads(sys.argv[1])
     nstd = hardening.path_outside(os.getcwd(), cfg["site"])  # the stdlib, then the runner's site dirs
-    _preimport()
+    failure = _preimport()
     if "pytest" not in sys.modules:
         # Nothing of the tree has run yet: a runner without pytest is the infrastructure's
         # fault, so no banner -- the host reports an infra error instead of a failed episode.
-        sys.stderr.write(f"the SWE grader cannot import pytest from its site dirs {cfg['site']!r}\n")
+        sys.stderr.write(f"the SWE grader cannot import pytest from its site dirs {cfg['site']!r} "
+                         f"({type(failure).__name__}: {failure}{hardening.address_space_note()})\n")
         sys.stderr.flush()
         os._exit(3)
     os.write(1, BANNER)

@@ -261,8 +261,9 @@ def main():
     nstd = hardening.path_outside(os.getcwd(), cfg["site"])  # the stdlib, then the runner's site dirs
     try:
         import pytest
-    except ImportError:
-        sys.stderr.write(f"the SWE grader cannot import pytest from its site dirs {cfg['site']!r}\n")
+    except ImportError as exc:
+        sys.stderr.write(f"the SWE grader cannot import pytest from its site dirs {cfg['site']!r} "
+                         f"({type(exc).__name__}: {exc}{hardening.address_space_note()})\n")
         sys.stderr.flush()
         os._exit(3)
     hardening.set_dumpable(0)  # non-Linux: the sandbox's uid separation still applies
