@@ -46,11 +46,11 @@ from typing import Any
 from turngym.trainers.engines.registry import ENGINES
 
 #: What differs between the study on one GPU and on a 2-core CPU (``--size``); the rest is the recipe's.
-#: On the CPU a step is 4 groups × 8 (32 episodes, ~70 s with vLLM-CPU rollouts and the bf16 update)
-#: instead of 16 × 8: the recipe's 128 would take ~5 min a step there.
-SIZES: dict[str, dict[str, int]] = {
+#: On the CPU a step is 4 groups × 8 (32 episodes) instead of 16 × 8, and every step is checkpointed
+#: (a run takes tens of minutes there: a study stopped inside one continues from its last step).
+SIZES: dict[str, dict[str, Any]] = {
     "gpu": {"groups_per_step": 16, "threads": 4},
-    "cpu": {"groups_per_step": 4, "threads": 2},
+    "cpu": {"groups_per_step": 4, "threads": 2, "train": {"save_every": 1}},
 }
 
 DIAGNOSTICS = ("entropy", "confident_frac", "identical_group_frac", "uniform_reward_frac", "informative_episodes", "zero_adv_frac",
@@ -76,9 +76,11 @@ def study_config(args: argparse.Namespace) -> Any:
         return StudyConfig.pretrained_config(model, envs=("math",), out=args.out, seeds=1, groups_per_step=2, group_size=2, warmup_steps=2,
                                              demo_episodes=6, eval_episodes=4, heldout_episodes=4, base_episodes=2, lr=overrides["lr"], lora_layers=0,
                                              threads=1, budget=1, train_overrides=overrides, max_turns=2)
+    size = dict(SIZES[args.size])
+    overrides |= size.pop("train", {})
     return StudyConfig.pretrained_config("smollm2", envs=("math",), out=args.out, seeds=1, group_size=8, warmup_steps=16,
                                          demo_episodes=256, eval_episodes=args.heldout, heldout_episodes=args.heldout, base_episodes=32,
-                                         lr=overrides["lr"], lora_layers=0, budget=1, train_overrides=overrides, **SIZES[args.size])
+                                         lr=overrides["lr"], lora_layers=0, budget=1, train_overrides=overrides, **size)
 
 
 def arm_diagnostics(run_dirs: list[Path]) -> dict[str, float]:

@@ -315,3 +315,46 @@ def test_a_multi_paragraph_note_stays_inside_the_quote(tmp_path) -> None:
     (tmp_path / "note.md").write_text("The diagnosis.\n\n| lr | kl |\n|---|---|\n| 1e-3 | 0.003 |\n")
     text = write_report(tmp_path, command="turngym study credit").read_text()
     assert "> **Note.** The diagnosis.\n>\n> | lr | kl |\n> |---|---|\n> | 1e-3 | 0.003 |\n" in text
+
+
+def test_a_run_stopped_mid_way_continues_from_its_checkpoint(tmp_path, monkeypatch) -> None:
+    """A study stopped inside a run (a session's end) resumes that run exactly from its newest
+    checkpoint, not from its first step: the continued run logs the rows an uninterrupted one does."""
+    import turngym.trainers.loop as loop
+    from turngym.agents.tiny import build_tiny_model
+    from turngym.study.credit import RunSpec, run_one
+
+    def cfg(out):
+        return StudyConfig.pretrained_config(
+            str(build_tiny_model()), out=out, envs=("math",), seeds=1, budget=8, warmup_steps=2, demo_episodes=8, eval_episodes=4,
+            heldout_episodes=4, groups_per_step=2, group_size=2, threads=1, lora_layers=1, max_new_tokens=8, max_turns=3,
+            train_overrides={"warmup_batch_size": 4, "save_every": 1})  # the study's default saves at the end only
+
+    spec = RunSpec("gigpo_vs_grpo", "math", "gigpo", 0)
+
+    def rows(out):
+        return [{k: v for k, v in json.loads(x).items() if k not in ("rollout_s", "step_s", "sync_s")}
+                for x in (out / "runs" / spec.name / "metrics.jsonl").read_text().splitlines()]
+
+    straight = run_one(cfg(tmp_path / "a"), spec, 3)
+
+    class Stopped(Exception):
+        pass
+
+    real, events = loop.Trainer, []
+
+    class StopsAfterStep2(real):  # test double: the real trainer, stopped as a session's end would stop it
+        def _event(self, name: str) -> None:
+            events.append(name)
+            super()._event(name)
+            if name == "checkpoint committed@2":
+                raise Stopped
+
+    monkeypatch.setattr(loop, "Trainer", StopsAfterStep2)
+    with pytest.raises(Stopped):
+        run_one(cfg(tmp_path / "b"), spec, 3)
+    events.clear()
+    resumed = run_one(cfg(tmp_path / "b"), spec, 3)
+    assert "rl@1" not in events and "rl@2" not in events and "rl@3" in events  # continued, not redone
+    assert rows(tmp_path / "b") == rows(tmp_path / "a")
+    assert resumed["heldout_eval"] == straight["heldout_eval"]

@@ -379,7 +379,8 @@ def run_one(cfg: StudyConfig, spec: RunSpec, steps: int) -> dict[str, Any]:
     train_cfg = replace(_train_config(cfg, spec, steps), model=str(warm_start(cfg, spec.env, spec.seed)), warmup_steps=0)
     known = warm_start_evals(cfg, spec.env, spec.seed) if cfg.pretrained else {}
     t0 = time.perf_counter()
-    trainer = Trainer(train_cfg, out, overwrite=True, progress=cfg.progress, log=None,  # a run without study.json is redone
+    resume = _unfinished(out, train_cfg)  # exactly from its newest checkpoint; any other run without study.json is redone
+    trainer = Trainer(train_cfg, out, resume=resume, overwrite=not resume, progress=cfg.progress, log=None,
                       success_before=known.get("warm_eval"))
     result = trainer.run()
     # the pool evaluation of the trained policy (the trainer's final one), with its episodes
@@ -403,6 +404,20 @@ def run_one(cfg: StudyConfig, spec: RunSpec, steps: int) -> dict[str, Any]:
     for heavy in ("checkpoints", "warm_start"):  # weights are not part of the evidence
         shutil.rmtree(out / heavy, ignore_errors=True)
     return record
+
+
+def _unfinished(out: Path, train_cfg: Any) -> bool:
+    """Whether ``out`` holds an unfinished run of exactly ``train_cfg`` (a study stopped mid-run):
+    it then continues from its newest checkpoint instead of starting over."""
+    from turngym.trainers.config import TrainConfig
+
+    path = out / "config.json"
+    if (out / "study.json").exists() or not path.exists():
+        return False
+    try:
+        return TrainConfig.load(path).to_dict() == train_cfg.to_dict()
+    except (ValueError, TypeError, OSError):
+        return False
 
 
 def _call(fn_args: tuple[Callable[..., Any], tuple[Any, ...]]) -> Any:
