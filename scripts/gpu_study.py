@@ -1,7 +1,8 @@
 #!/usr/bin/env python
-"""Issue 37's study at GPU scale in one call: SmolLM2-135M on math, GiGPO and GRPO with the
-small-pretrained recipe (:mod:`turngym.trainers.recipe`), seeds until a deadline, held-out
-success against the shared warm start, and the signal diagnostics of every arm.
+"""Issue 37's study at GPU scale in one call: SmolLM2-135M on math (``--envs math search``: and
+search), GiGPO and GRPO with the small-pretrained recipe (:mod:`turngym.trainers.recipe`), seeds
+until a deadline, held-out success against each family's shared warm start, and the signal
+diagnostics of every arm.
 
 Sized for ≤ 9 minutes on one H100/H200 (measured there earlier: an RL step of 256 math
 episodes took 7.4 s, the warm start and evaluations ~40 s, ``docs/gpu/h200-2026-12-04``): one
@@ -53,6 +54,9 @@ SIZES: dict[str, dict[str, Any]] = {
     "cpu": {"groups_per_step": 4, "threads": 2, "train": {"save_every": 1}},
 }
 
+#: The families the study trains SmolLM2 on (``turngym.study.presets``: demonstrations from their oracles).
+ENVS = ("math", "search")
+
 DIAGNOSTICS = ("entropy", "confident_frac", "identical_group_frac", "uniform_reward_frac", "informative_episodes", "zero_adv_frac",
                "approx_kl", "sample_rounds", "success", "step_s")
 
@@ -73,12 +77,12 @@ def study_config(args: argparse.Namespace) -> Any:
         model = str(build_tiny_model(config=TinyModelConfig(**TrainConfig().tiny_model)))
         overrides |= {"warmup_holdout": 2, "warmup_check_every": 1, "warmup_batch_size": 2, "micro_batch_size": 4, "dynamic_rounds": 1,
                       "max_new_tokens": 6}
-        return StudyConfig.pretrained_config(model, envs=("math",), out=args.out, seeds=1, groups_per_step=2, group_size=2, warmup_steps=2,
+        return StudyConfig.pretrained_config(model, envs=tuple(args.envs), out=args.out, seeds=1, groups_per_step=2, group_size=2, warmup_steps=2,
                                              demo_episodes=6, eval_episodes=4, heldout_episodes=4, base_episodes=2, lr=overrides["lr"], lora_layers=0,
                                              threads=1, budget=1, train_overrides=overrides, max_turns=2)
     size = dict(SIZES[args.size])
     overrides |= size.pop("train", {})
-    return StudyConfig.pretrained_config("smollm2", envs=("math",), out=args.out, seeds=1, group_size=8, warmup_steps=16,
+    return StudyConfig.pretrained_config("smollm2", envs=tuple(args.envs), out=args.out, seeds=1, group_size=8, warmup_steps=16,
                                          demo_episodes=256, eval_episodes=args.heldout, heldout_episodes=args.heldout, base_episodes=32,
                                          lr=overrides["lr"], lora_layers=0, budget=1, train_overrides=overrides, **size)
 
@@ -106,52 +110,57 @@ def _z(a: tuple[int, int], b: tuple[int, int]) -> float:
 
 
 def summarize(out: Path, cfg: Any, timings: dict[str, Any]) -> dict[str, Any]:
-    """``gpu_study.json``'s content, from the study's files alone."""
+    """``gpu_study.json``'s content, from the study's files alone: per env, the warm start's held-out
+    success, and per arm (``ENV/ALGO``, seeds pooled) and per run the same against it."""
     from turngym.rollout.metrics import wilson_interval
 
-    runs = [json.loads(p.read_text()) for p in sorted(out.glob("runs/*/*/study.json"))]
-    evals = [json.loads(p.read_text()) for p in sorted(out.glob("warm/*/evals.json"))]
-    warm_rate = evals[0]["warm_heldout"] if evals else float("nan")
     n = cfg.heldout_episodes
-    warm = (round(warm_rate * n), n)
+    evals = {env: json.loads(p.read_text()) for env in cfg.envs if (p := out / "warm" / f"{env}-s{cfg.warm_seed(0)}" / "evals.json").exists()}
+    warm = {env: (round(e["warm_heldout"] * n), n) for env, e in evals.items()}
 
-    def cell(k: int, m: int) -> dict[str, Any]:
+    def cell(k: int, m: int, env: str) -> dict[str, Any]:
         lo, hi = wilson_interval(k, m)
+        ref = warm.get(env)
         return {"success": round(k / max(m, 1), 4), "k": k, "n": m, "wilson95": [round(lo, 4), round(hi, 4)],
-                "z_vs_warm": round(_z((k, m), warm), 2)}
+                "z_vs_warm": round(_z((k, m), ref), 2) if ref else None}
 
     per_run = []
     arms: dict[str, dict[str, Any]] = {}
-    for r in runs:
+    for r in (json.loads(p.read_text()) for p in sorted(out.glob("runs/*/*/study.json"))):
         k = round(r["heldout_eval"]["success"] * n)
-        per_run.append({"name": r["name"], "algo": r["algo"], "seed": r["seed"], "seconds": r["seconds"], **cell(k, n)})
-        arm = arms.setdefault(r["algo"], {"k": 0, "n": 0, "dirs": []})
+        per_run.append({"name": r["name"], "env": r["env"], "algo": r["algo"], "seed": r["seed"], "seconds": r["seconds"],
+                        **cell(k, n, r["env"])})
+        arm = arms.setdefault(f"{r['env']}/{r['algo']}", {"env": r["env"], "k": 0, "n": 0, "dirs": []})
         arm["k"] += k
         arm["n"] += n
         arm["dirs"].append(out / "runs" / r["name"])
     return {
         "config": cfg.to_dict(), "timings": timings,
-        "warm_start": {**cell(*warm), "base_heldout": evals[0].get("base_heldout") if evals else None},
+        "warm_start": {env: {**cell(*warm[env], env), "base_heldout": e.get("base_heldout")} for env, e in evals.items()},
         "runs": per_run,
-        "arms": {a: {**cell(v["k"], v["n"]), "seeds": len(v["dirs"]), "diagnostics": arm_diagnostics(v["dirs"])} for a, v in arms.items()},
+        "arms": {a: {**cell(v["k"], v["n"], v["env"]), "seeds": len(v["dirs"]), "diagnostics": arm_diagnostics(v["dirs"])}
+                 for a, v in arms.items()},
     }
 
 
 def markdown(result: dict[str, Any]) -> str:
     """The result as a short report."""
-    w = result["warm_start"]
 
     def pct(c: dict[str, Any]) -> str:
         return f"{c['k']}/{c['n']} = {100 * c['success']:.1f}% [{100 * c['wilson95'][0]:.0f}, {100 * c['wilson95'][1]:.0f}]"
 
-    md = ["# Issue 37's study at GPU scale (`scripts/gpu_study.py`)", "",
-          f"Device: {result['timings'].get('device')}. Wall {result['timings'].get('wall_s')} s; {len(result['runs'])} run(s) of "
-          f"{result['timings'].get('steps')} RL steps. Warm start held out: {pct(w)}"
-          f" (zero-shot base: {w.get('base_heldout')}).", "",
-          "| arm | seeds | held-out success [95% Wilson] | z vs warm start |", "|---|---|---|---|"]
-    md += [f"| {a} | {v['seeds']} | {pct(v)} | {v['z_vs_warm']:+.2f} |" for a, v in result["arms"].items()]
+    def z(c: dict[str, Any]) -> str:
+        return "—" if c["z_vs_warm"] is None else f"{c['z_vs_warm']:+.2f}"
+
+    t = result["timings"]
+    md = ["# Issue 37's study (`scripts/gpu_study.py`)", "",
+          f"Device: {t.get('device')}. Wall {t.get('wall_s')} s; {len(result['runs'])} run(s) of {t.get('steps')} RL steps.", "",
+          "| env | warm start, held out [95% Wilson] | zero-shot base |", "|---|---|---|"]
+    md += [f"| {env} | {pct(w)} | {w.get('base_heldout')} |" for env, w in result["warm_start"].items()]
+    md += ["", "| arm | seeds | held-out success [95% Wilson] | z vs warm start |", "|---|---|---|---|"]
+    md += [f"| {a} | {v['seeds']} | {pct(v)} | {z(v)} |" for a, v in result["arms"].items()]
     md += ["", "Per run:", "", "| run | held out | z vs warm | seconds |", "|---|---|---|---|"]
-    md += [f"| {r['name']} | {pct(r)} | {r['z_vs_warm']:+.2f} | {r['seconds']} |" for r in result["runs"]]
+    md += [f"| {r['name']} | {pct(r)} | {z(r)} | {r['seconds']} |" for r in result["runs"]]
     md += ["", "Signal diagnostics (mean over the RL steps of each arm's seeds):", "",
            "| arm | " + " | ".join(DIAGNOSTICS) + " |", "|---" * (len(DIAGNOSTICS) + 1) + "|"]
     for a, v in result["arms"].items():
@@ -172,10 +181,11 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "study_config.json", json.dumps(cfg.to_dict(), indent=1))
-    warm_start(cfg, "math", 0)
-    evals = warm_start_evals(cfg, "math", 0)
+    for env in cfg.envs:
+        warm_start(cfg, env, 0)
+        evals = warm_start_evals(cfg, env, 0)
+        log(f"gpu_study: {env} warm start and its evaluations done at {time.perf_counter() - t0:.0f} s: held out {evals['warm_heldout']:.3f}")
     warm_s = time.perf_counter() - t0
-    log(f"gpu_study: warm start and its evaluations in {warm_s:.0f} s: held out {evals['warm_heldout']:.3f}")
     run_s: list[float] = []
     stopped = None
     for spec in plan_runs(cfg):
@@ -215,6 +225,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=sorted(ENGINES), default="hf",
                    help="rollout engine (default hf); vllm also runs on a CPU with vLLM's CPU build, where it samples SmolLM2 "
                         "4-5x faster than hf (benchmarks/results/vllm_cpu.md) while the update stays on the CPU")
+    p.add_argument("--envs", nargs="+", choices=ENVS, default=["math"],
+                   help="families (default math); each has its own warm start, its runs follow the previous family's")
     p.add_argument("--size", choices=sorted(SIZES), default="gpu",
                    help="gpu (default): 16 groups of 8 per step; cpu: 4 groups of 8, for --engine vllm on a 2-core CPU")
     p.add_argument("--dry-run", action="store_true", help="the tiny model, one step, a handful of episodes, on any machine")

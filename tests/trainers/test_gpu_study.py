@@ -27,14 +27,14 @@ def test_the_dry_run_writes_the_study_and_its_diagnostics(tmp_path: Path, capsys
     assert gpu_study.main(["--dry-run", "--out", str(tmp_path), "--json"]) == 0
     result = json.loads((tmp_path / "gpu_study.json").read_text())
     assert json.loads(capsys.readouterr().out) == result
-    assert sorted(result["arms"]) == ["gigpo", "grpo"] and len(result["runs"]) == 2
+    assert sorted(result["arms"]) == ["math/gigpo", "math/grpo"] and len(result["runs"]) == 2
     for arm in result["arms"].values():
         assert arm["n"] == 4 and 0 <= arm["success"] <= 1 and arm["wilson95"][0] <= arm["success"] <= arm["wilson95"][1]
         d = arm["diagnostics"]
         assert d["rl_steps"] == 1 and d["entropy"] > 0 and 0 <= d["confident_frac"] <= 1 and "uniform_reward_frac" in d
-    assert result["warm_start"]["n"] == 4 and result["config"]["train_overrides"]["dynamic_sampling"] is True
+    assert result["warm_start"]["math"]["n"] == 4 and result["config"]["train_overrides"]["dynamic_sampling"] is True
     md = (tmp_path / "gpu_study.md").read_text()
-    assert "| gigpo | 1 |" in md and "entropy" in md
+    assert "| math/gigpo | 1 |" in md and "entropy" in md
     # a second call finds every run done and only rewrites the summary
     assert gpu_study.main(["--dry-run", "--out", str(tmp_path)]) == 0
     assert json.loads((tmp_path / "gpu_study.json").read_text())["timings"]["run_s"] == []
@@ -59,3 +59,15 @@ def test_the_cpu_size_keeps_the_recipe_and_shrinks_the_step() -> None:
     assert same == {k: v for k, v in gpu.train_overrides.items() if k not in ("engine", "save_every")}
     assert cpu.train_overrides["save_every"] == 1 and "save_every" not in gpu.train_overrides  # a CPU run resumes from its last step
     assert cpu.train_overrides["cpu_bf16"] is True
+
+
+def test_two_families_each_against_its_own_warm_start(tmp_path: Path) -> None:
+    gpu_study = _load()
+    assert gpu_study.main(["--dry-run", "--envs", "math", "search", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "gpu_study.json").read_text())
+    assert sorted(result["warm_start"]) == ["math", "search"]
+    assert sorted(result["arms"]) == ["math/gigpo", "math/grpo", "search/gigpo", "search/grpo"]
+    for r in result["runs"]:  # each run's z is against its own family's warm start
+        w = result["warm_start"][r["env"]]
+        expected = gpu_study._z((r["k"], r["n"]), (w["k"], w["n"]))
+        assert r["z_vs_warm"] == round(expected, 2)
