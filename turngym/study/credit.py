@@ -246,7 +246,7 @@ def run_model(cfg: StudyConfig) -> Path:
     """The model every run of ``cfg`` starts from: :func:`study_model` or the pretrained one."""
     if not cfg.pretrained:
         return study_model()
-    from turngym.agents.hf import resolve_model_path
+    from turngym.agents.hf_models import resolve_model_path
 
     return Path(resolve_model_path(cfg.model))
 

@@ -151,7 +151,7 @@ class Trainer:
     engine = property(lambda self: self.producer.engine if self.producer is not None else None)
 
     def _model_path(self) -> Path:
-        from turngym.agents.hf import resolve_model_path
+        from turngym.agents.hf_models import resolve_model_path
 
         if self.config.model == "tiny" and self.config.tiny_model:
             from turngym.agents.tiny import TinyModelConfig, build_tiny_model
