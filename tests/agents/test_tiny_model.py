@@ -126,3 +126,32 @@ def test_the_corpus_is_played_in_a_child_process(tmp_path, monkeypatch) -> None:
         unregister("turngym/TinyChildOnly-v0")
     assert "tiny_child_env" not in sys.modules
     assert json.loads((out / "turngym_tiny.json").read_text())["env_ids_played"] == ["turngym/TinyChildOnly-v0"]
+
+
+def test_a_family_that_ends_in_an_infra_error_is_skipped_whole() -> None:
+    """README line 1's venv has no pytest, so SWE's grader answered with an infra error, whose text
+    became part of the default model's corpus (and changed it when the error's wording did)."""
+    import warnings
+
+    from turngym.core.errors import InfraError
+    from turngym.core.registry import register, unregister
+    from turngym.envs.math.env import MathEnv
+
+    class BrokenGraderMath(MathEnv):  # test double: Math whose grader is missing from this environment
+        def _step(self, action):  # noqa: ANN001, ANN202
+            raise InfraError("the grader cannot start here: SENTINEL-TEXT")
+
+    import sys
+
+    sys.modules[__name__].BrokenGraderMath = BrokenGraderMath
+    register("turngym/TinyBrokenGrader-v0", f"{__name__}:BrokenGraderMath", description="test double", max_turns=10, family="math")
+    played: list[str] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            texts = list(task_corpus(["turngym/TinyBrokenGrader-v0", "turngym/Math-v0"], episodes_per_env=2, played=played))
+    finally:
+        unregister("turngym/TinyBrokenGrader-v0")
+    assert played == ["turngym/Math-v0"]
+    assert not any("SENTINEL" in t for t in texts) and texts  # not even the error's own text, and Math's text is all there
+    assert any("skipped turngym/TinyBrokenGrader-v0" in str(w.message) and "SENTINEL" in str(w.message) for w in caught)

@@ -44,12 +44,15 @@ from pathlib import Path
 
 import numpy as np
 
+from turngym.core.errors import InfraError
+
 __all__ = ["BUILDER_VERSION", "TinyModelConfig", "build_tiny_model", "cache_root", "environment_fingerprint", "task_corpus"]
 
 #: Bump when the corpus, tokenizer or architecture recipe changes (invalidates caches).
 #: 3: envs may cap their corpus episodes (``corpus_episodes``: SWE 12, Code 32).
 #: 4: keys name the envs played, the corpus digest and the environment (the index, above).
-BUILDER_VERSION = 4
+#: 5: a family whose episodes end in an infra error is skipped, not learned from.
+BUILDER_VERSION = 5
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -102,6 +105,8 @@ def task_corpus(env_ids: Sequence[str] | None = None, *, episodes_per_env: int =
 
     rng = np.random.default_rng(seed)
     for env_id in env_ids if env_ids is not None else sorted(turngym.list_envs()):
+        texts: list[str] = []  # the family's text is kept only if every episode played without an infra error
+        env = None
         try:
             env = turngym.make(env_id)
             # an env whose steps run code (sandboxed tests: ~5 s an episode for SWE) caps its share:
@@ -109,19 +114,25 @@ def task_corpus(env_ids: Sequence[str] | None = None, *, episodes_per_env: int =
             cap = getattr(env.unwrapped, "corpus_episodes", None)
             for i in range(episodes_per_env if cap is None else min(cap, episodes_per_env)):
                 obs, _ = env.reset(seed=seed + i)
-                yield env.system_prompt  # once per episode, as in rollouts: BPE learns it compactly
-                yield obs
+                texts += [env.system_prompt, obs]  # the prompt once per episode, as in rollouts: BPE learns it compactly
                 scripted = i % 2 == 0
                 while not env.done:
                     action = env.oracle_action() if scripted else env.sample_action(rng)
-                    obs, *_ = env.step(action)
-                    yield action
-                    yield obs
-            env.close()
-            if played is not None:
-                played.append(env_id)
+                    obs, _r, _term, _trunc, info = env.step(action)
+                    if info.get("infra_error"):
+                        # the family cannot be played here (a grader without pytest in README line 1's
+                        # venv): its error text is no agent's text, and it made the model depend on its wording
+                        raise InfraError(info["infra_error"])
+                    texts += [action, obs]
         except Exception as exc:  # noqa: BLE001 - any family failure only drops its text
             warnings.warn(f"tiny model corpus: skipped {env_id} ({type(exc).__name__}: {exc})", stacklevel=2)
+            continue
+        finally:
+            if env is not None:
+                env.close()
+        yield from texts
+        if played is not None:
+            played.append(env_id)
 
 
 def _train_tokenizer(texts: list[str], vocab_size: int):  # noqa: ANN202
