@@ -44,6 +44,7 @@ import contextlib
 import os
 import sys
 import types
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -143,7 +144,9 @@ def hidden_from_kernel_scan() -> Iterator[list[str]]:
     '_lib_fn_wrapper' object has no attribute 'get'``. The modules are put back after the start;
     yields their names.
     """
-    hidden = {name: module for name, module in list(sys.modules.items()) if _fabricates_dict(module)}
+    with warnings.catch_warnings():  # asking a deprecated alias (torch.distributed.reduce_op) warns: not ours to say
+        warnings.simplefilter("ignore")
+        hidden = {name: module for name, module in list(sys.modules.items()) if _fabricates_dict(module)}
     for name in hidden:
         del sys.modules[name]
     try:
