@@ -127,6 +127,7 @@ class SandboxedServer:
         self.client: MCPClient | None = None
         #: How many times the server was started (the first start counts).
         self.starts = 0
+        self._mounts: frozenset[str] | None = None  # the running sandbox's mount points (scratch_used)
 
     # -- the process -----------------------------------------------------------------------
     def start(self) -> list[Any]:
@@ -150,6 +151,7 @@ class SandboxedServer:
         client = MCPClient(full[0], full[1:], env=env, cwd=session.host_dir, errlog=self._errlog,
                            start_timeout_s=self.start_timeout_s)
         self.starts += 1
+        self._mounts = None
         try:
             tools = client.start()
         except ServerLost as exc:
@@ -215,8 +217,9 @@ class SandboxedServer:
             try:
                 if os.readlink(f"/proc/{p}/ns/mnt") == own:
                     continue
-                mounts = mount_points(p)
-                return any(holds_files(f"/proc/{p}/root", d, mounts) for d in ("/tmp", "/dev/shm"))
+                if self._mounts is None:  # fixed for the sandbox's life (it cannot mount): read once per start
+                    self._mounts = mount_points(p)
+                return any(holds_files(f"/proc/{p}/root", d, self._mounts) for d in ("/tmp", "/dev/shm"))
             except OSError:
                 continue
         return True
