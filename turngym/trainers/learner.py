@@ -160,8 +160,6 @@ class Learner:
         self.model: Any = None
         self.device = "cpu"
         self.autocast_on = False
-        self.cpu_autocast = False
-        """bf16 autocast on a CPU (``config.cpu_bf16``): the update's log-probs are not the sampler's."""
         self.critic: Any = None
         self.optimizer: Any = None
         """The RL optimizer (AdamW over the trainable weights), built by :meth:`rl_setup`."""
@@ -197,7 +195,6 @@ class Learner:
             self.autocast_on = native_bf16_cpu()
             if not self.autocast_on:
                 self.log("cpu_bf16: this CPU has no native bf16 (avx512_bf16 or AMX); the update stays float32")
-        self.cpu_autocast = self.autocast_on and self.device == "cpu"
         if self.device == "cpu" and cfg.model != "tiny":  # the tiny model's buffers are small: its timings stay as measured
             return_freed_activations()
         self.tokenizer = AutoTokenizer.from_pretrained(source)
@@ -525,6 +522,11 @@ class Learner:
                          "value_mean": float(values.mean()), "value_target_mean": float(ret.mean())}
 
     # ---------------------------------------------------------------------- helpers
+    @property
+    def cpu_autocast(self) -> bool:
+        """bf16 autocast on a CPU (``config.cpu_bf16``): the update's log-probs are not the float32 sampler's."""
+        return self.autocast_on and self.device == "cpu"
+
     def autocast(self) -> Any:
         import contextlib
 
