@@ -26,6 +26,10 @@ GGUF file, ``gguf`` reads it), as ``docs/gpu/h200-2026-12-04`` did::
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=$PWD:/tmp/site
     python scripts/gpu_study.py --out $OUT/study --json
 
+``--control`` adds the imitation control per family (:func:`control_config`): the warm start trained
+for as many more steps as a run's updates, on fresh demonstrations, evaluated like the warm start;
+every arm then also gets its z against it (is the lift RL's, or any further training's?).
+
 ``--engine vllm`` samples the rollouts and evaluations with vLLM (weights pushed after every update); with
 vLLM's CPU build that runs on a CPU as well, the update staying on the CPU.
 
@@ -87,6 +91,38 @@ def study_config(args: argparse.Namespace) -> Any:
                                          lr=overrides["lr"], lora_layers=0, budget=1, train_overrides=overrides, **size)
 
 
+def control_config(cfg: Any, steps: int) -> Any:
+    """The imitation control of ``cfg`` (``--control``), under ``OUT/control``: its warm start trained
+    for as many more imitation steps as one run of ``steps`` RL steps takes optimizer steps (steps ×
+    minibatches), on as many more fresh demonstrations. It asks whether a run's lift is RL's, or what
+    any further training on the task's format would give (the warm start's held-out NLL is still
+    falling when it stops)."""
+    from turngym.trainers.config import TrainConfig
+
+    extra = steps * cfg.train_overrides.get("minibatches", TrainConfig.minibatches)
+    batch = cfg.train_overrides.get("warmup_batch_size", TrainConfig.warmup_batch_size)
+    return replace(cfg, out=Path(cfg.out) / "control", warmup_steps=cfg.warmup_steps + extra, demo_episodes=cfg.demo_episodes + extra * batch)
+
+
+def imitation_control(cfg: Any, env: str, steps: int) -> dict[str, Any]:
+    """The control's warm start for ``env`` and its held-out evaluation (the warm start's protocol:
+    the same held-out tasks, as many episodes; the base model is not measured again)."""
+    from turngym.study.credit import warm_start, warm_start_evals
+
+    ccfg = control_config(cfg, steps)
+    warm_start(ccfg, env, 0)
+    return warm_start_evals(ccfg, env, 0, base=False)
+
+
+def _imitation_steps(warm_dir: Path) -> int | None:
+    """Imitation steps a warm start took (fewer than asked when its held-out NLL stopped it)."""
+    path = warm_dir / "metrics.jsonl"
+    if not path.exists():
+        return None
+    steps = [json.loads(x).get("step", 0) for x in path.read_text().splitlines() if x.strip()]
+    return max(steps, default=0)
+
+
 def arm_diagnostics(run_dirs: list[Path]) -> dict[str, float]:
     """Mean of each diagnostic over the RL steps of the runs (seeds pooled)."""
     import numpy as np
@@ -115,14 +151,18 @@ def summarize(out: Path, cfg: Any, timings: dict[str, Any]) -> dict[str, Any]:
     from turngym.rollout.metrics import wilson_interval
 
     n = cfg.heldout_episodes
-    evals = {env: json.loads(p.read_text()) for env in cfg.envs if (p := out / "warm" / f"{env}-s{cfg.warm_seed(0)}" / "evals.json").exists()}
+    warm_dir = f"warm/{{env}}-s{cfg.warm_seed(0)}"
+    evals = {env: json.loads(p.read_text()) for env in cfg.envs if (p := out / warm_dir.format(env=env) / "evals.json").exists()}
     warm = {env: (round(e["warm_heldout"] * n), n) for env, e in evals.items()}
+    controls = {env: json.loads(p.read_text()) for env in cfg.envs if (p := out / "control" / warm_dir.format(env=env) / "evals.json").exists()}
+    control = {env: (round(e["warm_heldout"] * n), n) for env, e in controls.items()}
 
     def cell(k: int, m: int, env: str) -> dict[str, Any]:
         lo, hi = wilson_interval(k, m)
-        ref = warm.get(env)
+        ref, ctl = warm.get(env), control.get(env)
         return {"success": round(k / max(m, 1), 4), "k": k, "n": m, "wilson95": [round(lo, 4), round(hi, 4)],
-                "z_vs_warm": round(_z((k, m), ref), 2) if ref else None}
+                "z_vs_warm": round(_z((k, m), ref), 2) if ref else None,
+                **({"z_vs_control": round(_z((k, m), ctl), 2)} if ctl else {})}
 
     per_run = []
     arms: dict[str, dict[str, Any]] = {}
@@ -137,6 +177,8 @@ def summarize(out: Path, cfg: Any, timings: dict[str, Any]) -> dict[str, Any]:
     return {
         "config": cfg.to_dict(), "timings": timings,
         "warm_start": {env: {**cell(*warm[env], env), "base_heldout": e.get("base_heldout")} for env, e in evals.items()},
+        "imitation_control": {env: {**cell(*control[env], env), "imitation_steps": _imitation_steps(out / "control" / warm_dir.format(env=env))}
+                              for env in control},
         "runs": per_run,
         "arms": {a: {**cell(v["k"], v["n"], v["env"]), "seeds": len(v["dirs"]), "diagnostics": arm_diagnostics(v["dirs"])}
                  for a, v in arms.items()},
@@ -157,8 +199,16 @@ def markdown(result: dict[str, Any]) -> str:
           f"Device: {t.get('device')}. Wall {t.get('wall_s')} s; {len(result['runs'])} run(s) of {t.get('steps')} RL steps.", "",
           "| env | warm start, held out [95% Wilson] | zero-shot base |", "|---|---|---|"]
     md += [f"| {env} | {pct(w)} | {w.get('base_heldout')} |" for env, w in result["warm_start"].items()]
-    md += ["", "| arm | seeds | held-out success [95% Wilson] | z vs warm start |", "|---|---|---|---|"]
-    md += [f"| {a} | {v['seeds']} | {pct(v)} | {z(v)} |" for a, v in result["arms"].items()]
+    if result.get("imitation_control"):
+        md += ["", "Imitation control (the warm start trained on, as many more steps as a run's updates):", "",
+               "| env | imitation steps | held out [95% Wilson] | z vs warm start |", "|---|---|---|---|"]
+        md += [f"| {env} | {c['imitation_steps']} | {pct(c)} | {z(c)} |" for env, c in result["imitation_control"].items()]
+
+    def z_control(c: dict[str, Any]) -> str:
+        return f" {c['z_vs_control']:+.2f} |" if "z_vs_control" in c else " — |"
+
+    md += ["", "| arm | seeds | held-out success [95% Wilson] | z vs warm start | z vs imitation control |", "|---|---|---|---|---|"]
+    md += [f"| {a} | {v['seeds']} | {pct(v)} | {z(v)} |{z_control(v)}" for a, v in result["arms"].items()]
     md += ["", "Per run:", "", "| run | held out | z vs warm | seconds |", "|---|---|---|---|"]
     md += [f"| {r['name']} | {pct(r)} | {z(r)} | {r['seconds']} |" for r in result["runs"]]
     md += ["", "Signal diagnostics (mean over the RL steps of each arm's seeds):", "",
@@ -185,6 +235,9 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
         warm_start(cfg, env, 0)
         evals = warm_start_evals(cfg, env, 0)
         log(f"gpu_study: {env} warm start and its evaluations done at {time.perf_counter() - t0:.0f} s: held out {evals['warm_heldout']:.3f}")
+        if args.control:
+            ctl = imitation_control(cfg, env, args.steps)
+            log(f"gpu_study: {env} imitation control done at {time.perf_counter() - t0:.0f} s: held out {ctl['warm_heldout']:.3f}")
     warm_s = time.perf_counter() - t0
     run_s: list[float] = []
     stopped = None
@@ -229,6 +282,9 @@ def parser() -> argparse.ArgumentParser:
                    help="families (default math); each has its own warm start, its runs follow the previous family's")
     p.add_argument("--size", choices=sorted(SIZES), default="gpu",
                    help="gpu (default): 16 groups of 8 per step; cpu: 4 groups of 8, for --engine vllm on a 2-core CPU")
+    p.add_argument("--control", action="store_true",
+                   help="also the imitation control per family: the warm start trained for as many more steps as a run's updates "
+                        "(steps x minibatches) on fresh demonstrations, evaluated like the warm start (OUT/control)")
     p.add_argument("--dry-run", action="store_true", help="the tiny model, one step, a handful of episodes, on any machine")
     p.add_argument("--json", action="store_true", help="print gpu_study.json's content")
     return p

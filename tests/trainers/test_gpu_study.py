@@ -71,3 +71,23 @@ def test_two_families_each_against_its_own_warm_start(tmp_path: Path) -> None:
         w = result["warm_start"][r["env"]]
         expected = gpu_study._z((r["k"], r["n"]), (w["k"], w["n"]))
         assert r["z_vs_warm"] == round(expected, 2)
+
+
+def test_the_imitation_control_trains_on_and_every_arm_is_judged_against_it(tmp_path: Path) -> None:
+    gpu_study = _load()
+    args = gpu_study.parser().parse_args(["--dry-run", "--control", "--steps", "1", "--out", str(tmp_path)])
+    cfg = gpu_study.study_config(args)
+    ctl = gpu_study.control_config(cfg, 3)  # 3 RL steps of 2 minibatches: 6 more imitation steps, 6 batches more demonstrations
+    assert ctl.out == tmp_path / "control" and ctl.warmup_steps == cfg.warmup_steps + 6
+    assert ctl.demo_episodes == cfg.demo_episodes + 6 * cfg.train_overrides["warmup_batch_size"]
+    assert gpu_study.main(["--dry-run", "--control", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "gpu_study.json").read_text())
+    control = result["imitation_control"]["math"]
+    warm = result["warm_start"]["math"]
+    assert control["n"] == warm["n"] == 4 and control["imitation_steps"] == cfg.warmup_steps + 2  # 1 step × 2 minibatches
+    assert control["z_vs_warm"] == round(gpu_study._z((control["k"], control["n"]), (warm["k"], warm["n"])), 2)
+    evals = json.loads((tmp_path / "control" / "warm" / "math-s0" / "evals.json").read_text())
+    assert "base_heldout" not in evals  # the base model is measured once, with the warm start
+    for arm in result["arms"].values():
+        assert arm["z_vs_control"] == round(gpu_study._z((arm["k"], arm["n"]), (control["k"], control["n"])), 2)
+    assert "Imitation control" in (tmp_path / "gpu_study.md").read_text()

@@ -327,11 +327,13 @@ def _same_heldout(cfg: StudyConfig, env: str, train_cfg: Any) -> bool:
     return ENV_PRESETS[env].heldout_env_id is None and train_cfg.task_pool == 0 and train_cfg.eval_episodes == cfg.heldout_episodes
 
 
-def warm_start_evals(cfg: StudyConfig, env: str, seed: int) -> dict[str, Any]:
+def warm_start_evals(cfg: StudyConfig, env: str, seed: int, *, base: bool = True) -> dict[str, Any]:
     """Success of the warm start on the runs' evaluation tasks and on the held-out split, and of
     the pretrained base model zero-shot on the held-out split (with the env's system prompt, the
     format it is given at inference; the trained runs see none); measured once per warm start
-    and kept beside it (``evals.json``), since every arm and seed sharing it would measure the same."""
+    and kept beside it (``evals.json``), since every arm and seed sharing it would measure the same.
+    ``base=False``: not the base model (a second warm start of the same model, e.g. an imitation
+    control, would measure it again)."""
     from turngym.trainers.loop import Trainer
 
     wdir = warm_start_dir(cfg, env, seed)
@@ -342,11 +344,11 @@ def warm_start_evals(cfg: StudyConfig, env: str, seed: int) -> dict[str, Any]:
     heldout_id = preset.heldout_env_id or preset.env_id
     base_cfg = replace(_train_config(cfg, RunSpec("warm", env, "grpo", cfg.warm_seed(seed)), steps=1), warmup_steps=0)
     res: dict[str, Any] = {}
-    if cfg.pretrained:
-        base = Trainer(replace(base_cfg, keep_system_prompt=True), wdir / "base-eval", progress=cfg.jobs == 1, log=None).load()
-        res["base_heldout"] = base.evaluate(cfg.base_episodes or cfg.heldout_episodes, env_id=heldout_id)
-        res["base_heldout_eval"] = _episode_stats(base.last_eval_episodes, heldout_id, base_cfg.env_kwargs)
-        del base
+    if cfg.pretrained and base:
+        base_model = Trainer(replace(base_cfg, keep_system_prompt=True), wdir / "base-eval", progress=cfg.jobs == 1, log=None).load()
+        res["base_heldout"] = base_model.evaluate(cfg.base_episodes or cfg.heldout_episodes, env_id=heldout_id)
+        res["base_heldout_eval"] = _episode_stats(base_model.last_eval_episodes, heldout_id, base_cfg.env_kwargs)
+        del base_model
     warm = Trainer(replace(base_cfg, model=str(warm_start(cfg, env, seed))), wdir / "warm-eval", progress=cfg.jobs == 1, log=None).load()
     res["warm_eval"] = warm.evaluate()
     res["warm_heldout"] = res["warm_eval"] if _same_heldout(cfg, env, base_cfg) else warm.evaluate(cfg.heldout_episodes, env_id=heldout_id)
