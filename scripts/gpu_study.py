@@ -16,7 +16,8 @@ the same ``--out`` skips them and continues.
 Writes ``OUT/gpu_study.json`` (config, timings, per-run held-out success, per-arm pooled success
 with Wilson intervals and z against the warm start, the per-arm means of ``entropy``,
 ``confident_frac``, ``identical_group_frac``, ``uniform_reward_frac``, ``informative_episodes``,
-``zero_adv_frac``, ``approx_kl``, ``sample_rounds``) and ``OUT/gpu_study.md`` (the same as tables),
+``zero_adv_frac``, ``approx_kl``, ``sample_rounds``), ``OUT/gpu_study.md`` (the same as tables) and
+``OUT/gpu_study.png`` (held-out success per arm and the diagnostics per step, :func:`figure`),
 beside the study's own ``report.md``.
 
 Self-contained on the device machine (torch, transformers and peft are there; no registry): carry
@@ -40,6 +41,7 @@ episodes (what ``tests/trainers/test_gpu_study.py`` runs).
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import sys
@@ -219,6 +221,69 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(md) + "\n"
 
 
+#: The per-step curves of :func:`figure`: (metrics key, axis label, log scale).
+CURVES = (("entropy", "entropy of a sampled token (nats)", True), ("uniform_reward_frac", "groups uniform in reward", False),
+          ("success", "training-batch success", False))
+
+
+def _rl_rows(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    return [r for r in rows if r.get("phase") == "rl"]
+
+
+def figure(result: dict[str, Any], out: Path, path: Path) -> Path:
+    """``gpu_study.png``: held-out success per family (warm start, imitation control, each arm pooled,
+    with 95% Wilson intervals and each seed as a dot), then each arm's diagnostics per RL step (mean
+    over seeds): where the signal runs out is read off a curve faster than off a table."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from turngym.trainers.atomic import write_bytes
+
+    envs = list(result["warm_start"])
+    fig, axes = plt.subplots(1, 1 + len(CURVES), figsize=(4.2 * (1 + len(CURVES)), 3.6), dpi=110)
+    ax = axes[0]
+    labels: list[str] = []
+    for env in envs:
+        bars = [("warm start", result["warm_start"][env], "#8c8c8c")]
+        if env in result.get("imitation_control", {}):
+            bars.append(("imitation", result["imitation_control"][env], "#c9a227"))
+        bars += [(a.split("/", 1)[1], v, "#4c72b0" if a.endswith("gigpo") else "#55a868") for a, v in result["arms"].items() if a.split("/", 1)[0] == env]
+        for j, (name, c, color) in enumerate(bars):
+            x = len(labels)
+            ax.bar(x, c["success"], color=color, yerr=[[c["success"] - c["wilson95"][0]], [c["wilson95"][1] - c["success"]]], capsize=3)
+            seeds = [r["success"] for r in result["runs"] if f"{r['env']}/{r['algo']}" == f"{env}/{name}"]
+            ax.plot([x] * len(seeds), seeds, "k.", ms=4)
+            labels.append(f"{env}\n{name}" if j == 0 else name)
+        labels.append("")
+    ax.set_xticks(range(len(labels)), labels, fontsize=7)
+    ax.set_ylabel("held-out success")
+    ax.set_ylim(0, 1)
+    ax.grid(axis="y", alpha=0.3)
+    for ax, (key, label, log_scale) in zip(axes[1:], CURVES):
+        for arm in result["arms"]:
+            runs = [_rl_rows(out / "runs" / r["name"]) for r in result["runs"] if f"{r['env']}/{r['algo']}" == arm]
+            steps = sorted({row["step"] for rows in runs for row in rows if key in row})
+            mean = [np.mean([row[key] for rows in runs for row in rows if row["step"] == s and key in row]) for s in steps]
+            ax.plot(steps, mean, marker=".", label=arm, linestyle="-" if arm.endswith("gigpo") else "--")
+        ax.set_xlabel("RL step")
+        ax.set_ylabel(label)
+        if log_scale:
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    write_bytes(path, buf.getvalue())
+    return path
+
+
 def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     """The shared warm start and its evaluations, then the runs seed by seed (both arms of a seed
     before the next) while the next run fits the deadline; then the summary files. Runs whose
@@ -259,6 +324,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     result = summarize(out, cfg, timings)
     write_text(out / "gpu_study.json", json.dumps(result, indent=1, default=str))
     write_text(out / "gpu_study.md", markdown(result))
+    figure(result, out, out / "gpu_study.png")
     return result
 
 

@@ -91,3 +91,4 @@ def test_the_imitation_control_trains_on_and_every_arm_is_judged_against_it(tmp_
     for arm in result["arms"].values():
         assert arm["z_vs_control"] == round(gpu_study._z((arm["k"], arm["n"]), (control["k"], control["n"])), 2)
     assert "Imitation control" in (tmp_path / "gpu_study.md").read_text()
+    assert (tmp_path / "gpu_study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
