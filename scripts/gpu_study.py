@@ -149,15 +149,22 @@ def _z(a: tuple[int, int], b: tuple[int, int]) -> float:
 
 def summarize(out: Path, cfg: Any, timings: dict[str, Any]) -> dict[str, Any]:
     """``gpu_study.json``'s content, from the study's files alone: per env, the warm start's held-out
-    success, and per arm (``ENV/ALGO``, seeds pooled) and per run the same against it."""
+    success (and its imitation control's, when ``OUT/control`` holds one), and per arm (``ENV/ALGO``,
+    seeds pooled) and per run the same against it."""
     from turngym.rollout.metrics import wilson_interval
+    from turngym.study.credit import warm_start_dir
 
     n = cfg.heldout_episodes
-    warm_dir = f"warm/{{env}}-s{cfg.warm_seed(0)}"
-    evals = {env: json.loads(p.read_text()) for env in cfg.envs if (p := out / warm_dir.format(env=env) / "evals.json").exists()}
+
+    def warm_dirs(root: Path) -> dict[str, Path]:
+        return {env: warm_start_dir(replace(cfg, out=root), env, 0) for env in cfg.envs}
+
+    def held_out(dirs: dict[str, Path]) -> dict[str, dict[str, Any]]:
+        return {env: json.loads((d / "evals.json").read_text()) for env, d in dirs.items() if (d / "evals.json").exists()}
+
+    evals, control_dirs = held_out(warm_dirs(out)), warm_dirs(out / "control")
     warm = {env: (round(e["warm_heldout"] * n), n) for env, e in evals.items()}
-    controls = {env: json.loads(p.read_text()) for env in cfg.envs if (p := out / "control" / warm_dir.format(env=env) / "evals.json").exists()}
-    control = {env: (round(e["warm_heldout"] * n), n) for env, e in controls.items()}
+    control = {env: (round(e["warm_heldout"] * n), n) for env, e in held_out(control_dirs).items()}
 
     def cell(k: int, m: int, env: str) -> dict[str, Any]:
         lo, hi = wilson_interval(k, m)
@@ -179,8 +186,7 @@ def summarize(out: Path, cfg: Any, timings: dict[str, Any]) -> dict[str, Any]:
     return {
         "config": cfg.to_dict(), "timings": timings,
         "warm_start": {env: {**cell(*warm[env], env), "base_heldout": e.get("base_heldout")} for env, e in evals.items()},
-        "imitation_control": {env: {**cell(*control[env], env), "imitation_steps": _imitation_steps(out / "control" / warm_dir.format(env=env))}
-                              for env in control},
+        "imitation_control": {env: {**cell(*control[env], env), "imitation_steps": _imitation_steps(control_dirs[env])} for env in control},
         "runs": per_run,
         "arms": {a: {**cell(v["k"], v["n"], v["env"]), "seeds": len(v["dirs"]), "diagnostics": arm_diagnostics(v["dirs"])}
                  for a, v in arms.items()},
