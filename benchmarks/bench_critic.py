@@ -44,12 +44,13 @@ ARMS = (("gigpo", {"algo": "gigpo", "algo_params": {"gamma": 0.95}}),
 
 
 def run(env: str, steps: int, seed: int, groups: int, group_size: int, warmup_steps: int | None = None) -> dict[str, Any]:
-    from turngym.study.credit import ENV_PRESETS, RunSpec, StudyConfig, _train_config
+    from turngym.study.plan import RunSpec, StudyConfig, train_config
+    from turngym.study.presets import ENV_PRESETS
     from turngym.trainers.loop import Trainer
 
     preset = ENV_PRESETS[env]
     study = StudyConfig(envs=(env,), groups_per_step=groups, group_size=group_size, eval_episodes=0)
-    base = replace(_train_config(study, RunSpec("bench", env, "grpo", seed), steps), eval_episodes=0)
+    base = replace(train_config(study, RunSpec("bench", env, "grpo", seed), steps), eval_episodes=0)
     if warmup_steps is not None:  # a shorter warm start: the cost per step hardly depends on how good the policy is
         base = replace(base, warmup_steps=warmup_steps)
     out: dict[str, Any] = {"env": preset.env_id, "steps": steps, "seed": seed, "episodes_per_step": groups * group_size, "arms": {}}

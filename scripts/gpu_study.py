@@ -109,11 +109,11 @@ def control_config(cfg: Any, steps: int) -> Any:
 def imitation_control(cfg: Any, env: str, steps: int) -> dict[str, Any]:
     """The control's warm start for ``env`` and its held-out evaluation (the warm start's protocol:
     the same held-out tasks, as many episodes; the base model is not measured again)."""
-    from turngym.study.credit import warm_start, warm_start_evals
+    from turngym.study.warm import warm_start, with_heldout_outcomes
 
     ccfg = control_config(cfg, steps)
     warm_start(ccfg, env, 0)
-    return warm_start_evals(ccfg, env, 0, base=False)
+    return with_heldout_outcomes(ccfg, env, 0, base=False)
 
 
 def _imitation_steps(warm_dir: Path) -> int | None:
@@ -139,6 +139,32 @@ def arm_diagnostics(run_dirs: list[Path]) -> dict[str, float]:
     return out
 
 
+def _paired_z(a: dict[str, float], b: dict[str, float]) -> float | None:
+    """Paired z of ``a`` against ``b`` (success per held-out task; an arm's is the mean over its seeds):
+    the mean per-task difference over its standard error, on the tasks both were evaluated on. The
+    task draw's difficulty cancels out, which the two-proportion z leaves in its noise. None without
+    at least two shared tasks or any difference."""
+    import numpy as np
+
+    d = np.array([a[k] - b[k] for k in a.keys() & b.keys()], dtype=float)
+    sd = float(d.std(ddof=1)) if len(d) > 1 else 0.0
+    return round(float(d.mean()) / (sd / math.sqrt(len(d))), 2) if sd > 0 else None
+
+
+def _run_outcomes(run_dir: Path) -> dict[str, float]:
+    """Success per held-out task of a finished run (its final evaluation's ``episodes.jsonl``)."""
+    from turngym.rollout.types import load_episodes
+    from turngym.study.warm import heldout_outcomes
+
+    path = run_dir / "episodes.jsonl"
+    return {k: float(v) for k, v in heldout_outcomes(list(load_episodes(path))).items()} if path.exists() else {}
+
+
+def _mean_outcomes(per_seed: list[dict[str, float]]) -> dict[str, float]:
+    tasks = set().union(*per_seed) if per_seed else set()
+    return {t: sum(o[t] for o in per_seed if t in o) / sum(t in o for o in per_seed) for t in tasks}
+
+
 def _z(a: tuple[int, int], b: tuple[int, int]) -> float:
     """Two-proportion z (pooled standard error) of ``a`` = (successes, n) against ``b``."""
     (ka, na), (kb, nb) = a, b
@@ -152,7 +178,7 @@ def summarize(out: Path, cfg: Any, timings: dict[str, Any]) -> dict[str, Any]:
     success (and its imitation control's, when ``OUT/control`` holds one), and per arm (``ENV/ALGO``,
     seeds pooled) and per run the same against it."""
     from turngym.rollout.metrics import wilson_interval
-    from turngym.study.credit import warm_start_dir
+    from turngym.study.warm import warm_start_dir
 
     n = cfg.heldout_episodes
 
@@ -163,32 +189,39 @@ def summarize(out: Path, cfg: Any, timings: dict[str, Any]) -> dict[str, Any]:
         return {env: json.loads((d / "evals.json").read_text()) for env, d in dirs.items() if (d / "evals.json").exists()}
 
     evals, control_dirs = held_out(warm_dirs(out)), warm_dirs(out / "control")
+    controls = held_out(control_dirs)
     warm = {env: (round(e["warm_heldout"] * n), n) for env, e in evals.items()}
-    control = {env: (round(e["warm_heldout"] * n), n) for env, e in held_out(control_dirs).items()}
+    control = {env: (round(e["warm_heldout"] * n), n) for env, e in controls.items()}
+    outcomes = {(env, ref): {k: float(v) for k, v in e["heldout_outcomes"].items()}
+                for ref, got in (("warm", evals), ("control", controls)) for env, e in got.items() if e.get("heldout_outcomes")}
 
-    def cell(k: int, m: int, env: str) -> dict[str, Any]:
+    def cell(k: int, m: int, env: str, tasks: dict[str, float] | None = None) -> dict[str, Any]:
         lo, hi = wilson_interval(k, m)
         ref, ctl = warm.get(env), control.get(env)
+        paired = {f"paired_z_vs_{r}": _paired_z(tasks, outcomes[env, r]) for r in ("warm", "control") if tasks and (env, r) in outcomes}
         return {"success": round(k / max(m, 1), 4), "k": k, "n": m, "wilson95": [round(lo, 4), round(hi, 4)],
                 "z_vs_warm": round(_z((k, m), ref), 2) if ref else None,
-                **({"z_vs_control": round(_z((k, m), ctl), 2)} if ctl else {})}
+                **({"z_vs_control": round(_z((k, m), ctl), 2)} if ctl else {}), **paired}
 
     per_run = []
     arms: dict[str, dict[str, Any]] = {}
     for r in (json.loads(p.read_text()) for p in sorted(out.glob("runs/*/*/study.json"))):
         k = round(r["heldout_eval"]["success"] * n)
+        tasks = _run_outcomes(out / "runs" / r["name"])
         per_run.append({"name": r["name"], "env": r["env"], "algo": r["algo"], "seed": r["seed"], "seconds": r["seconds"],
-                        **cell(k, n, r["env"])})
-        arm = arms.setdefault(f"{r['env']}/{r['algo']}", {"env": r["env"], "k": 0, "n": 0, "dirs": []})
+                        **cell(k, n, r["env"], tasks)})
+        arm = arms.setdefault(f"{r['env']}/{r['algo']}", {"env": r["env"], "k": 0, "n": 0, "dirs": [], "tasks": []})
         arm["k"] += k
         arm["n"] += n
         arm["dirs"].append(out / "runs" / r["name"])
+        arm["tasks"].append(tasks)
     return {
         "config": cfg.to_dict(), "timings": timings,
         "warm_start": {env: {**cell(*warm[env], env), "base_heldout": e.get("base_heldout")} for env, e in evals.items()},
-        "imitation_control": {env: {**cell(*control[env], env), "imitation_steps": _imitation_steps(control_dirs[env])} for env in control},
+        "imitation_control": {env: {**cell(*control[env], env, outcomes.get((env, "control"))), "imitation_steps": _imitation_steps(control_dirs[env])}
+                              for env in control},
         "runs": per_run,
-        "arms": {a: {**cell(v["k"], v["n"], v["env"]), "seeds": len(v["dirs"]), "diagnostics": arm_diagnostics(v["dirs"])}
+        "arms": {a: {**cell(v["k"], v["n"], v["env"], _mean_outcomes(v["tasks"])), "seeds": len(v["dirs"]), "diagnostics": arm_diagnostics(v["dirs"])}
                  for a, v in arms.items()},
     }
 
@@ -199,8 +232,10 @@ def markdown(result: dict[str, Any]) -> str:
     def pct(c: dict[str, Any]) -> str:
         return f"{c['k']}/{c['n']} = {100 * c['success']:.1f}% [{100 * c['wilson95'][0]:.0f}, {100 * c['wilson95'][1]:.0f}]"
 
-    def z(c: dict[str, Any]) -> str:
-        return "—" if c["z_vs_warm"] is None else f"{c['z_vs_warm']:+.2f}"
+    def z(c: dict[str, Any], ref: str = "warm") -> str:
+        """The two-proportion z against ``ref``, and the paired one in brackets where both sides kept their outcomes per task."""
+        unpaired, paired = c.get(f"z_vs_{ref}"), c.get(f"paired_z_vs_{ref}")
+        return ("—" if unpaired is None else f"{unpaired:+.2f}") + ("" if paired is None else f" ({paired:+.2f})")
 
     t = result["timings"]
     md = ["# Issue 37's study (`scripts/gpu_study.py`)", "",
@@ -212,11 +247,9 @@ def markdown(result: dict[str, Any]) -> str:
                "| env | imitation steps | held out [95% Wilson] | z vs warm start |", "|---|---|---|---|"]
         md += [f"| {env} | {c['imitation_steps']} | {pct(c)} | {z(c)} |" for env, c in result["imitation_control"].items()]
 
-    def z_control(c: dict[str, Any]) -> str:
-        return f" {c['z_vs_control']:+.2f} |" if "z_vs_control" in c else " — |"
-
-    md += ["", "| arm | seeds | held-out success [95% Wilson] | z vs warm start | z vs imitation control |", "|---|---|---|---|---|"]
-    md += [f"| {a} | {v['seeds']} | {pct(v)} | {z(v)} |{z_control(v)}" for a, v in result["arms"].items()]
+    md += ["", "z: two-proportion; in brackets, paired over the held-out tasks (every evaluation plays the same ones).", "",
+           "| arm | seeds | held-out success [95% Wilson] | z vs warm start | z vs imitation control |", "|---|---|---|---|---|"]
+    md += [f"| {a} | {v['seeds']} | {pct(v)} | {z(v)} | {z(v, 'control')} |" for a, v in result["arms"].items()]
     md += ["", "Per run:", "", "| run | held out | z vs warm | seconds |", "|---|---|---|---|"]
     md += [f"| {r['name']} | {pct(r)} | {z(r)} | {r['seconds']} |" for r in result["runs"]]
     md += ["", "Signal diagnostics (mean over the RL steps of each arm's seeds):", "",
@@ -294,7 +327,8 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     """The shared warm start and its evaluations, then the runs seed by seed (both arms of a seed
     before the next) while the next run fits the deadline; then the summary files. Runs whose
     ``study.json`` exists are skipped (a second call continues the first)."""
-    from turngym.study.credit import plan_runs, run_one, warm_start, warm_start_evals
+    from turngym.study.credit import plan_runs, run_one
+    from turngym.study.warm import warm_start, with_heldout_outcomes
     from turngym.trainers.atomic import write_text
 
     t0 = time.perf_counter()
@@ -304,7 +338,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     write_text(out / "study_config.json", json.dumps(cfg.to_dict(), indent=1))
     for env in cfg.envs:
         warm_start(cfg, env, 0)
-        evals = warm_start_evals(cfg, env, 0)
+        evals = with_heldout_outcomes(cfg, env, 0)
         log(f"gpu_study: {env} warm start and its evaluations done at {time.perf_counter() - t0:.0f} s: held out {evals['warm_heldout']:.3f}")
         if args.control:
             ctl = imitation_control(cfg, env, args.steps)

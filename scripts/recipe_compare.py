@@ -3,8 +3,8 @@
 do the new options put signal into the batch? (issue 37, item 1's diagnostics per step)
 
 The arms start from the warm start of a ``turngym study credit`` folder (``--study``, built by
-:func:`turngym.study.credit.warm_start` if missing) with the study's own training configuration
-(:func:`turngym.study.credit._train_config`), without evaluations, in parallel processes:
+:func:`turngym.study.warm.warm_start` if missing) with the study's own training configuration
+(:func:`turngym.study.plan.train_config`), without evaluations, in parallel processes:
 
 * ``old``: the study's configuration as it is (``docs/study/smollm2-rl-cpu``: groups of 4, LoRA on
   the top 8 layers, lr 1e-3, two minibatches);
@@ -50,11 +50,12 @@ def _study(study: Path, work: Path) -> Any:
 
 
 def run_arm(study: Path, work: Path, out: Path, arm: str, steps: int, groups: int) -> str:
-    from turngym.study.credit import RunSpec, _train_config, warm_start
+    from turngym.study.plan import RunSpec, train_config
+    from turngym.study.warm import warm_start
     from turngym.trainers.loop import Trainer
 
     cfg = _study(study, work)
-    base = _train_config(cfg, RunSpec("compare", "math", "gigpo", 0), steps)
+    base = train_config(cfg, RunSpec("compare", "math", "gigpo", 0), steps)
     train_cfg = replace(base, model=str(warm_start(cfg, "math", 0)), warmup_steps=0, eval_episodes=0, groups_per_step=groups, threads=1,
                         **ARMS[arm])
     run = out / "arms" / arm

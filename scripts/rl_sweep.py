@@ -6,7 +6,7 @@ or too large and it collapses), and the per-step movement metrics tell them apar
 and ``ratio_std`` (from :func:`turngym.trainers.losses.policy_movement`, non-zero only when a step
 has more than one minibatch), ``clip_frac``, ``grad_norm``, ``zero_adv_frac``. Each learning rate
 is one run of ``--steps`` RL steps with the study's own training configuration
-(:func:`turngym.study.credit._train_config`: same model, env, groups, LoRA) from the same warm
+(:func:`turngym.study.plan.train_config`: same model, env, groups, LoRA) from the same warm
 start, without evaluations (training success is in every step's row); the runs go in parallel.
 
     python scripts/rl_sweep.py --study docs/study/smollm2-rl-cpu --lrs 2e-4 1e-3 3e-3 \\
@@ -43,12 +43,13 @@ def _study_config(study: Path) -> Any:
 
 def run_lr(study: Path, env: str, algo: str, lr: float, steps: int, seed: int, overrides: dict[str, Any]) -> str:
     """One sweep run: the study's training config for ``(env, algo, seed)`` from its warm start, at ``lr``."""
-    from turngym.study.credit import RunSpec, _train_config, warm_start
+    from turngym.study.plan import RunSpec, train_config
+    from turngym.study.warm import warm_start
     from turngym.trainers.loop import Trainer
 
     cfg = _study_config(study)
     out = study / "sweep" / f"lr-{lr:g}"
-    train_cfg = replace(_train_config(cfg, RunSpec("sweep", env, algo, seed), steps), model=str(warm_start(cfg, env, seed)),
+    train_cfg = replace(train_config(cfg, RunSpec("sweep", env, algo, seed), steps), model=str(warm_start(cfg, env, seed)),
                         warmup_steps=0, eval_episodes=0, lr=lr, **overrides)
     t0 = time.perf_counter()
     Trainer(train_cfg, out, overwrite=True, progress=False, log=None).run()

@@ -92,3 +92,34 @@ def test_the_imitation_control_trains_on_and_every_arm_is_judged_against_it(tmp_
         assert arm["z_vs_control"] == round(gpu_study._z((arm["k"], arm["n"]), (control["k"], control["n"])), 2)
     assert "Imitation control" in (tmp_path / "gpu_study.md").read_text()
     assert (tmp_path / "gpu_study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_paired_z_is_the_mean_task_difference_over_its_standard_error() -> None:
+    gpu_study = _load()
+    a, b = {"1": 1.0, "2": 1.0, "3": 0.0, "4": 1.0, "9": 1.0}, {"1": 0.0, "2": 1.0, "3": 0.0, "4": 0.0}
+    # differences on the shared tasks 1-4: 1, 0, 0, 1 (task 9 is not shared); mean 0.5, sd 0.577, se 0.289
+    assert gpu_study._paired_z(a, b) == 1.73 and gpu_study._paired_z(b, a) == -1.73
+    assert gpu_study._paired_z(a, a) is None and gpu_study._paired_z(a, {"1": 0.0}) is None
+    assert gpu_study._mean_outcomes([{"1": 1.0, "2": 0.0}, {"1": 0.0}]) == {"1": 0.5, "2": 0.0}
+
+
+def test_every_arm_is_paired_task_by_task_with_the_warm_start(tmp_path: Path) -> None:
+    gpu_study = _load()
+    assert gpu_study.main(["--dry-run", "--out", str(tmp_path)]) == 0
+    evals_path = tmp_path / "warm" / "math-s0" / "evals.json"
+    evals = json.loads(evals_path.read_text())
+    warm = evals["heldout_outcomes"]
+    assert len(warm) == 4 and set(warm.values()) <= {0, 1} and sum(warm.values()) / 4 == evals["warm_heldout"]
+    result = json.loads((tmp_path / "gpu_study.json").read_text())
+    for arm, v in result["arms"].items():
+        runs = [gpu_study._run_outcomes(tmp_path / "runs" / r["name"]) for r in result["runs"] if f"{r['env']}/{r['algo']}" == arm]
+        assert sorted(runs[0]) == sorted(warm)  # the same held-out tasks as the warm start's
+        expected = gpu_study._paired_z(gpu_study._mean_outcomes(runs), {k: float(x) for k, x in warm.items()})
+        assert v.get("paired_z_vs_warm") == expected
+    # a warm start evaluated before outcomes were kept gets them from a second evaluation, its success beside the first's
+    del evals["heldout_outcomes"]
+    evals_path.write_text(json.dumps(evals))
+    assert gpu_study.main(["--dry-run", "--out", str(tmp_path)]) == 0
+    again = json.loads(evals_path.read_text())
+    assert len(again["heldout_outcomes"]) == 4 and 0 <= again["outcomes_success"] <= 1
+    assert again["warm_heldout"] == evals["warm_heldout"]  # the first evaluation's figure stays

@@ -167,7 +167,8 @@ def test_wandb_offline_run_holds_every_metric(tmp_path: Path, monkeypatch: pytes
 def test_study_passes_report_to_to_every_training_run() -> None:
     import argparse
 
-    from turngym.study.credit import StudyConfig, _train_config, config_from_args, plan_runs, setup_parser
+    from turngym.study.credit import StudyConfig, config_from_args, plan_runs, setup_parser
+    from turngym.study.plan import train_config
 
     parser = argparse.ArgumentParser()
     setup_parser(parser)
@@ -176,4 +177,4 @@ def test_study_passes_report_to_to_every_training_run() -> None:
     assert cfg.report_to == ("tensorboard", "wandb")
     assert StudyConfig(**{**cfg.to_dict(), "out": cfg.out}).report_to == cfg.report_to  # study_config.json round trip
     spec = plan_runs(cfg)[0]
-    assert _train_config(cfg, spec, 2).report_to == ("tensorboard", "wandb")
+    assert train_config(cfg, spec, 2).report_to == ("tensorboard", "wandb")
