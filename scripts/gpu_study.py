@@ -265,6 +265,11 @@ CURVES = (("entropy", "entropy of a sampled token (nats)", True), ("uniform_rewa
           ("success", "training-batch success", False))
 
 
+#: One colour per estimator in every panel, one line style per family in the curves.
+ALGO_COLORS = {"gigpo": "#4c72b0", "grpo": "#55a868"}
+ENV_STYLES = ("-", "--", ":", "-.")
+
+
 def _rl_rows(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / "metrics.jsonl"
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
@@ -284,14 +289,15 @@ def figure(result: dict[str, Any], out: Path, path: Path) -> Path:
     from turngym.trainers.atomic import write_bytes
 
     envs = list(result["warm_start"])
-    fig, axes = plt.subplots(1, 1 + len(CURVES), figsize=(4.2 * (1 + len(CURVES)), 3.6), dpi=110)
+    fig, axes = plt.subplots(1, 1 + len(CURVES), figsize=(4.2 * (1.5 + len(CURVES)), 3.6), dpi=110,
+                             gridspec_kw={"width_ratios": [2.5, *([1] * len(CURVES))]})
     ax = axes[0]
     labels: list[str] = []
     for env in envs:
         bars = [("warm start", result["warm_start"][env], "#8c8c8c")]
         if env in result.get("imitation_control", {}):
             bars.append(("imitation", result["imitation_control"][env], "#c9a227"))
-        bars += [(a.split("/", 1)[1], v, "#4c72b0" if a.endswith("gigpo") else "#55a868") for a, v in result["arms"].items() if a.split("/", 1)[0] == env]
+        bars += [(a.split("/", 1)[1], v, ALGO_COLORS.get(a.split("/", 1)[1], "#8172b2")) for a, v in result["arms"].items() if a.split("/", 1)[0] == env]
         for j, (name, c, color) in enumerate(bars):
             x = len(labels)
             ax.bar(x, c["success"], color=color, yerr=[[c["success"] - c["wilson95"][0]], [c["wilson95"][1] - c["success"]]], capsize=3)
@@ -308,7 +314,8 @@ def figure(result: dict[str, Any], out: Path, path: Path) -> Path:
             runs = [_rl_rows(out / "runs" / r["name"]) for r in result["runs"] if f"{r['env']}/{r['algo']}" == arm]
             steps = sorted({row["step"] for rows in runs for row in rows if key in row})
             mean = [np.mean([row[key] for rows in runs for row in rows if row["step"] == s and key in row]) for s in steps]
-            ax.plot(steps, mean, marker=".", label=arm, linestyle="-" if arm.endswith("gigpo") else "--")
+            env, algo = arm.split("/", 1)
+            ax.plot(steps, mean, marker=".", label=arm, color=ALGO_COLORS.get(algo, "#8172b2"), linestyle=ENV_STYLES[envs.index(env) % len(ENV_STYLES)])
         ax.set_xlabel("RL step")
         ax.set_ylabel(label)
         if log_scale:
