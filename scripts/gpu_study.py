@@ -34,6 +34,11 @@ every arm then also gets its z against it (is the lift RL's, or any further trai
 ``--engine vllm`` samples the rollouts and evaluations with vLLM (weights pushed after every update); with
 vLLM's CPU build that runs on a CPU as well, the update staying on the CPU.
 
+A study remembers what its runs trained in (``OUT/machine.json``: bf16 or float32, which depends on
+the machine as well as the config: ``cpu_bf16`` needs a CPU with native bf16). A second call on a
+machine that trains in the other refuses to add runs to it (``--mixed-arithmetic`` adds them anyway,
+and the report says so): its new runs would not be the same arm as the old ones.
+
 ``--dry-run`` runs the same code on a CPU with the embedded tiny model, one step and a handful of
 episodes (what ``tests/trainers/test_gpu_study.py`` runs).
 """
@@ -50,6 +55,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from turngym.core.errors import ConfigError
 from turngym.trainers.engines.registry import ENGINES
 
 #: What differs between the study on one GPU and on a 2-core CPU (``--size``); the rest is the recipe's.
@@ -65,6 +71,10 @@ ENVS = ("math", "search")
 
 DIAGNOSTICS = ("entropy", "confident_frac", "identical_group_frac", "uniform_reward_frac", "informative_episodes", "zero_adv_frac",
                "approx_kl", "sample_rounds", "success", "step_s")
+
+
+#: Where a study keeps what its runs trained in (:func:`check_arithmetic`).
+MACHINE_FILE = "machine.json"
 
 
 def study_config(args: argparse.Namespace) -> Any:
@@ -91,6 +101,40 @@ def study_config(args: argparse.Namespace) -> Any:
     return StudyConfig.pretrained_config("smollm2", envs=tuple(args.envs), out=args.out, seeds=1, group_size=8, warmup_steps=16,
                                          demo_episodes=256, eval_episodes=args.heldout, heldout_episodes=args.heldout, base_episodes=32,
                                          lr=overrides["lr"], lora_layers=0, budget=1, train_overrides=overrides, **size)
+
+
+def arithmetic(cfg: Any) -> str:
+    """``bf16`` or ``float32``: what this machine trains the study's runs in (the learner's own rule,
+    :func:`turngym.trainers.learner.update_in_bf16`, on the study's TrainConfig)."""
+    import torch
+
+    from turngym.study.plan import RunSpec, train_config
+    from turngym.trainers.learner import update_in_bf16
+
+    train = train_config(cfg, RunSpec("warm", cfg.envs[0], cfg.algos[0], 0), steps=1)
+    return "bf16" if update_in_bf16(train, "cuda" if torch.cuda.is_available() else "cpu") else "float32"
+
+
+def check_arithmetic(out: Path, cfg: Any, *, mixed: bool = False) -> dict[str, Any]:
+    """``OUT/machine.json``, written by the study's first call; a later call on a machine that trains in
+    other arithmetic raises :class:`~turngym.core.errors.ConfigError` (a session ends, the next machine
+    lacks ``avx512_bf16``: its runs would pool with the old ones as if they were one arm), unless
+    ``mixed`` (``--mixed-arithmetic``), which records the other arithmetic under ``mixed``."""
+    from turngym.core.errors import ConfigError
+    from turngym.trainers.atomic import write_text
+
+    path, here = out / MACHINE_FILE, arithmetic(cfg)
+    rec = json.loads(path.read_text()) if path.exists() else {"arithmetic": here, "device": _device()}
+    if rec["arithmetic"] != here:
+        if not mixed:
+            raise ConfigError(
+                f"{out}: its runs trained in {rec['arithmetic']} ({rec.get('device')}), this machine trains in {here}, so new runs "
+                f"would not be the same arm as the old ones. Continue it on a machine that trains in {rec['arithmetic']} (bf16 on "
+                f"a CPU needs avx512_bf16 or AMX), start a new --out, or pass --mixed-arithmetic to add the runs anyway "
+                f"(the report then says so)")
+        rec["mixed"] = sorted({*rec.get("mixed", []), here})
+    write_text(path, json.dumps(rec, indent=1))
+    return rec
 
 
 def control_config(cfg: Any, steps: int) -> Any:
@@ -215,8 +259,10 @@ def summarize(out: Path, cfg: Any, timings: dict[str, Any]) -> dict[str, Any]:
         arm["n"] += n
         arm["dirs"].append(out / "runs" / r["name"])
         arm["tasks"].append(tasks)
+    machine = out / MACHINE_FILE
     return {
         "config": cfg.to_dict(), "timings": timings,
+        "machine": json.loads(machine.read_text()) if machine.exists() else None,
         "warm_start": {env: {**cell(*warm[env], env), "base_heldout": e.get("base_heldout")} for env, e in evals.items()},
         "imitation_control": {env: {**cell(*control[env], env, outcomes.get((env, "control"))), "imitation_steps": _imitation_steps(control_dirs[env])}
                               for env in control},
@@ -239,7 +285,8 @@ def markdown(result: dict[str, Any]) -> str:
 
     t = result["timings"]
     md = ["# Issue 37's study (`scripts/gpu_study.py`)", "",
-          f"Device: {t.get('device')}. Wall {t.get('wall_s')} s; {len(result['runs'])} run(s) of {t.get('steps')} RL steps.", "",
+          f"Device: {t.get('device')}. Wall {t.get('wall_s')} s; {len(result['runs'])} run(s) of {t.get('steps')} RL steps."
+          + _arithmetic_line(result.get("machine")), "",
           "| env | warm start, held out [95% Wilson] | zero-shot base |", "|---|---|---|"]
     md += [f"| {env} | {pct(w)} | {w.get('base_heldout')} |" for env, w in result["warm_start"].items()]
     if result.get("imitation_control"):
@@ -258,6 +305,14 @@ def markdown(result: dict[str, Any]) -> str:
         d = v["diagnostics"]
         md.append(f"| {a} | " + " | ".join(f"{d[k]:.4g}" if k in d else "—" for k in DIAGNOSTICS) + " |")
     return "\n".join(md) + "\n"
+
+
+def _arithmetic_line(machine: dict[str, Any] | None) -> str:
+    if not machine:
+        return ""
+    line = f" Trained in {machine['arithmetic']}."
+    others = [a for a in machine.get("mixed", []) if a != machine["arithmetic"]]
+    return line + (f" **Mixed: later runs in {', '.join(others)}** (`--mixed-arithmetic`)." if others else "")
 
 
 #: The per-step curves of :func:`figure`: (metrics key, axis label, log scale).
@@ -342,6 +397,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     cfg = replace(study_config(args), seeds=args.seeds)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
+    check_arithmetic(out, cfg, mixed=args.mixed_arithmetic)
     write_text(out / "study_config.json", json.dumps(cfg.to_dict(), indent=1))
     for env in cfg.envs:
         warm_start(cfg, env, 0)
@@ -398,6 +454,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--control", action="store_true",
                    help="also the imitation control per family: the warm start trained for as many more steps as a run's updates "
                         "(steps x minibatches) on fresh demonstrations, evaluated like the warm start (OUT/control)")
+    p.add_argument("--mixed-arithmetic", action="store_true",
+                   help=f"continue a study whose runs trained in other arithmetic than this machine does (bf16 vs float32; "
+                        f"OUT/{MACHINE_FILE}); refused without it")
     p.add_argument("--dry-run", action="store_true", help="the tiny model, one step, a handful of episodes, on any machine")
     p.add_argument("--json", action="store_true", help="print gpu_study.json's content")
     return p
@@ -414,7 +473,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if args.dry_run:
         args.steps, args.seeds = 1, 1
-    result = run(args, log=lambda m: print(m, file=sys.stderr))
+    try:
+        result = run(args, log=lambda m: print(m, file=sys.stderr))
+    except ConfigError as exc:
+        print(f"gpu_study: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps(result, indent=1, default=str) if args.json else markdown(result))
     return 0
 

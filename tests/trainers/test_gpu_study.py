@@ -35,6 +35,8 @@ def test_the_dry_run_writes_the_study_and_its_diagnostics(tmp_path: Path, capsys
     assert result["warm_start"]["math"]["n"] == 4 and result["config"]["train_overrides"]["dynamic_sampling"] is True
     md = (tmp_path / "gpu_study.md").read_text()
     assert "| math/gigpo | 1 |" in md and "entropy" in md
+    here = gpu_study.arithmetic(gpu_study.study_config(gpu_study.parser().parse_args(["--dry-run", "--out", str(tmp_path)])))
+    assert result["machine"]["arithmetic"] == here and f"Trained in {here}." in md
     # a second call finds every run done and only rewrites the summary
     assert gpu_study.main(["--dry-run", "--out", str(tmp_path)]) == 0
     assert json.loads((tmp_path / "gpu_study.json").read_text())["timings"]["run_s"] == []
@@ -123,3 +125,46 @@ def test_every_arm_is_paired_task_by_task_with_the_warm_start(tmp_path: Path) ->
     again = json.loads(evals_path.read_text())
     assert len(again["heldout_outcomes"]) == 4 and 0 <= again["outcomes_success"] <= 1
     assert again["warm_heldout"] == evals["warm_heldout"]  # the first evaluation's figure stays
+
+
+def test_the_arithmetic_follows_the_learners_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cpu_bf16 trains in bf16 only on a CPU with native bf16: the same study config is bf16 on one
+    machine and float32 on another."""
+    import torch
+
+    from turngym.trainers import learner
+
+    if torch.cuda.is_available():
+        pytest.skip("the CPU rule; on CUDA the config's bf16 decides")
+    gpu_study = _load()
+    cfg = gpu_study.study_config(gpu_study.parser().parse_args(["--size", "cpu", "--engine", "vllm"]))
+    monkeypatch.setattr(learner, "native_bf16_cpu", lambda: True)
+    assert gpu_study.arithmetic(cfg) == "bf16"
+    monkeypatch.setattr(learner, "native_bf16_cpu", lambda: False)
+    assert gpu_study.arithmetic(cfg) == "float32"
+    no_bf16 = gpu_study.replace(cfg, train_overrides={**cfg.train_overrides, "cpu_bf16": False})
+    monkeypatch.setattr(learner, "native_bf16_cpu", lambda: True)
+    assert gpu_study.arithmetic(no_bf16) == "float32"
+
+
+def test_a_study_adds_no_runs_in_other_arithmetic_than_its_own(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A session ends, the next machine lacks native bf16: continuing would pool float32 runs with bf16
+    ones as one arm. Refused with the fix, before anything is trained or rewritten."""
+    gpu_study = _load()
+    cfg = gpu_study.study_config(gpu_study.parser().parse_args(["--dry-run", "--out", str(tmp_path)]))
+    here = gpu_study.arithmetic(cfg)
+    other = {"bf16": "float32", "float32": "bf16"}[here]
+    (tmp_path / "machine.json").write_text(json.dumps({"arithmetic": other, "device": "cpu"}))
+    assert gpu_study.main(["--dry-run", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"trained in {other}" in err and f"this machine trains in {here}" in err and "--mixed-arithmetic" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["machine.json"]  # no warm start, no runs, no config rewritten
+    assert json.loads((tmp_path / "machine.json").read_text()) == {"arithmetic": other, "device": "cpu"}
+    # --mixed-arithmetic goes on, and the record and the report say the runs are mixed
+    rec = gpu_study.check_arithmetic(tmp_path, cfg, mixed=True)
+    assert rec["arithmetic"] == other and rec["mixed"] == [here]
+    assert json.loads((tmp_path / "machine.json").read_text()) == rec
+    assert f"Mixed: later runs in {here}" in gpu_study._arithmetic_line(rec)
+    # the same arithmetic again: nothing to refuse, the record unchanged
+    (tmp_path / "machine.json").write_text(json.dumps({"arithmetic": here, "device": "cpu"}))
+    assert gpu_study.check_arithmetic(tmp_path, cfg) == {"arithmetic": here, "device": "cpu"}

@@ -30,7 +30,7 @@ from turngym.trainers.atomic import ArtifactError
 from turngym.trainers.config import TrainConfig
 from turngym.trainers.rng import seeded_rng
 
-__all__ = ["Learner", "NonFiniteWeights", "by_length", "check_finite", "has_dropout"]
+__all__ = ["Learner", "NonFiniteWeights", "by_length", "check_finite", "has_dropout", "native_bf16_cpu", "update_in_bf16"]
 
 
 class NonFiniteWeights(TurngymError):
@@ -120,6 +120,16 @@ def native_bf16_cpu(cpuinfo: str = "/proc/cpuinfo") -> bool:
     return False
 
 
+def update_in_bf16(cfg: Any, device: str) -> bool:
+    """Whether the update runs in bfloat16 on ``device`` under ``cfg``: ``bf16`` on CUDA, ``cpu_bf16`` on a
+    CPU that multiplies bf16 natively (emulated bf16 is slower than float32, so it is not taken there).
+    One config thus trains in different arithmetic on different machines; a study that resumes on
+    another machine asks this before it mixes the two (``scripts/gpu_study.py``)."""
+    if device == "cuda":
+        return bool(cfg.bf16)
+    return device == "cpu" and bool(cfg.cpu_bf16) and native_bf16_cpu()
+
+
 def check_finite(state: Mapping[str, Any], what: str) -> None:
     """Raise :class:`NonFiniteWeights` naming the first tensor of ``state`` (nested: an optimizer's or
     a critic's state) that holds a NaN or an infinity: a file of such weights is never written."""
@@ -190,11 +200,9 @@ class Learner:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.autocast_on = cfg.bf16 and self.device == "cuda"
-        if cfg.cpu_bf16 and self.device == "cpu":
-            self.autocast_on = native_bf16_cpu()
-            if not self.autocast_on:
-                self.log("cpu_bf16: this CPU has no native bf16 (avx512_bf16 or AMX); the update stays float32")
+        self.autocast_on = update_in_bf16(cfg, self.device)
+        if cfg.cpu_bf16 and self.device == "cpu" and not self.autocast_on:
+            self.log("cpu_bf16: this CPU has no native bf16 (avx512_bf16 or AMX); the update stays float32")
         if self.device == "cpu" and cfg.model != "tiny":  # the tiny model's buffers are small: its timings stay as measured
             return_freed_activations()
         self.tokenizer = AutoTokenizer.from_pretrained(source)
