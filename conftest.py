@@ -13,7 +13,9 @@ of the classes and functions in each file, and of the tests in each class. A fil
 together, so its module-scoped fixtures are built once. ``--shuffle-only PATH,...`` (or
 ``TURNGYM_TEST_SHUFFLE_ONLY``) shuffles only the tests under those paths among themselves, in
 the places they held, and leaves every other test where it was. The seed is printed in the
-header; rerun with it to reproduce a failure. ``.ci/run`` sets both.
+header; rerun with it to reproduce a failure. ``.ci/run`` sets both. Under xdist (README line 2:
+``-n 2 --dist loadfile``) every worker collects the same shuffled order, and a file's tests run
+together on one worker.
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ from pathlib import Path
 import pytest
 
 collect_ignore = [] if importlib.util.find_spec("verl") else ["turngym/integrations/verl.py"]
+
+# README line 2 runs the suite on two xdist workers sharing the cores: an OpenMP thread that spins
+# while it waits (libgomp's default) takes a core from the other worker. Set before any test
+# imports torch, in the workers only (a lone process keeps the default).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 SHUFFLE_ENV = "TURNGYM_TEST_SHUFFLE"
 SHUFFLE_ONLY_ENV = "TURNGYM_TEST_SHUFFLE_ONLY"

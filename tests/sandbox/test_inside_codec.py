@@ -81,7 +81,8 @@ class _Str(str):
 
 
 @pytest.mark.parametrize("bad", [object(), _Int(3), _Str("x"), [lambda: 0], {"k": {1, _Int(2)}}, bytearray(b"x"),
-                                 range(3)], ids=repr)
+                                 range(3)],
+                         ids=["object", "int-subclass", "str-subclass", "list-of-lambda", "set-in-dict", "bytearray", "range"])
 def test_anything_but_plain_data_is_refused_or_becomes_a_reference(bad):
     with pytest.raises(TypeError, match="not plain data"):
         codec.encode(bad, LIMIT)
