@@ -120,7 +120,6 @@ def check_arithmetic(out: Path, cfg: Any, *, mixed: bool = False) -> dict[str, A
     other arithmetic raises :class:`~turngym.core.errors.ConfigError` (a session ends, the next machine
     lacks ``avx512_bf16``: its runs would pool with the old ones as if they were one arm), unless
     ``mixed`` (``--mixed-arithmetic``), which records the other arithmetic under ``mixed``."""
-    from turngym.core.errors import ConfigError
     from turngym.trainers.atomic import write_text
 
     path, here = out / MACHINE_FILE, arithmetic(cfg)
